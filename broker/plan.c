@@ -1,0 +1,574 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macro.h"
+#include "parse-util.h"
+#include "plan.h"
+#include "table-check.h"
+
+typedef struct PlanCpu {
+        int32_t cpu;
+        uint32_t frame_slots; /* 0: nothing reserved */
+        /* Owner of each slot: 0 free, else 1 + index into Plan.entries.
+         * Sized for the longest frame. */
+        uint32_t *slots;
+} PlanCpu;
+
+struct Plan {
+        PaceConfig config;
+        uint32_t max_frame_slots;
+        uint32_t max_gap_slots;
+        uint32_t cap_ppm; /* 1 - non_rt_share */
+        uint32_t server_period;
+        uint32_t server_budget;
+        /* Divisors of max_frame_slots, ascending: the periods a grant can have. */
+        uint32_t n_periods;
+        uint32_t *periods;
+        /* Scratch for trial placements, sized like a frame. */
+        uint32_t *scratch;
+        uint32_t n_cpus;
+        PlanCpu cpus[PACE_MAX_CPUS];
+        uint32_t n_entries;
+        PlanEntry entries[PACE_MAX_RESERVATIONS];
+};
+
+_printf_(3, 4) static void explain(char *why, size_t why_size, const char *fmt, ...) {
+        if (!why || why_size == 0)
+                return;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_size, fmt, ap);
+        va_end(ap);
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b) {
+        while (b) {
+                uint64_t t = a % b;
+                a = b;
+                b = t;
+        }
+        return a;
+}
+
+static uint32_t lcm32(uint32_t a, uint32_t b) {
+        if (a == 0)
+                return b;
+        if (b == 0)
+                return a;
+        return (uint32_t) ((uint64_t) a / gcd64(a, b) * b);
+}
+
+static uint32_t ceil_div_ppm(uint64_t x, uint32_t ppm) {
+        return (uint32_t) (((unsigned __int128) x * ppm + PPM - 1) / PPM);
+}
+
+/* The server that keeps non-real-time work going: Gq free slots in every G.
+ * EDF may put those Gq anywhere in their window, so two windows back to back
+ * can leave 2(G - Gq) busy slots; pick the cheapest (G, Gq) that keeps that
+ * within the configured gap, preferring longer G for fewer switches. */
+static void choose_server(uint32_t share_ppm, uint32_t max_gap, uint32_t *ret_period, uint32_t *ret_budget) {
+        uint32_t best_g = 1, best_q = 1;
+
+        for (uint32_t g = 1; g <= max_gap + 1; g++) {
+                uint32_t q = ceil_div_ppm(g, share_ppm);
+                if (q == 0)
+                        q = 1;
+                if (q > g || 2 * (g - q) > max_gap)
+                        continue;
+                /* q/g <= best_q/best_g, ties to the longer period. */
+                if ((uint64_t) q * best_g <= (uint64_t) best_q * g) {
+                        best_g = g;
+                        best_q = q;
+                }
+        }
+        *ret_period = best_g;
+        *ret_budget = best_q;
+}
+
+int plan_new(const PaceConfig *config, Plan **ret) {
+        _cleanup_(plan_freep) Plan *p = NULL;
+
+        if (config->n_cpus == 0 || config->n_cpus > PACE_MAX_CPUS || config->slot_ns == 0)
+                return -EINVAL;
+
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        p->config = *config;
+        p->max_frame_slots = pace_config_frame_slots(config);
+        p->max_gap_slots = (uint32_t) (config->non_rt_max_gap_ns / config->slot_ns);
+        p->cap_ppm = PPM - config->non_rt_share_ppm;
+        if (p->max_frame_slots == 0 || p->max_frame_slots > PACE_MAX_FRAME_SLOTS)
+                return -EINVAL;
+        /* Every CPU's longest frame must fit the table's slot array. */
+        if ((uint64_t) p->max_frame_slots * config->n_cpus > PACE_TABLE_MAX_SLOTS)
+                return -E2BIG;
+        choose_server(config->non_rt_share_ppm, p->max_gap_slots, &p->server_period, &p->server_budget);
+
+        p->periods = calloc(p->max_frame_slots, sizeof(uint32_t));
+        p->scratch = calloc(p->max_frame_slots, sizeof(uint32_t));
+        if (!p->periods || !p->scratch)
+                return -ENOMEM;
+        for (uint32_t d = 1; d <= p->max_frame_slots; d++)
+                if (p->max_frame_slots % d == 0)
+                        p->periods[p->n_periods++] = d;
+
+        p->n_cpus = config->n_cpus;
+        for (uint32_t i = 0; i < p->n_cpus; i++) {
+                p->cpus[i].cpu = config->cpus[i];
+                p->cpus[i].slots = calloc(p->max_frame_slots, sizeof(uint32_t));
+                if (!p->cpus[i].slots)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(p);
+        return 0;
+}
+
+Plan *plan_free(Plan *p) {
+        if (!p)
+                return NULL;
+        for (uint32_t i = 0; i < p->n_cpus; i++)
+                free(p->cpus[i].slots);
+        free(p->periods);
+        free(p->scratch);
+        free(p);
+        return NULL;
+}
+
+void plan_server(const Plan *p, uint32_t *ret_period_slots, uint32_t *ret_budget_slots) {
+        *ret_period_slots = p->server_period;
+        *ret_budget_slots = p->server_budget;
+}
+
+static uint32_t owned_slots(const uint32_t *slots, uint32_t frame) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < frame; i++)
+                n += slots[i] != 0;
+        return n;
+}
+
+static uint32_t cpu_reserved_ppm(const PlanCpu *c) {
+        if (c->frame_slots == 0)
+                return 0;
+        return (uint32_t) ((uint64_t) owned_slots(c->slots, c->frame_slots) * PPM / c->frame_slots);
+}
+
+static uint64_t user_granted_ppm(const Plan *p, uid_t uid, uint32_t *ret_count) {
+        uint64_t sum = 0;
+        uint32_t count = 0;
+
+        for (uint32_t i = 0; i < p->n_entries; i++)
+                if (p->entries[i].uid == uid) {
+                        sum += (uint64_t) p->entries[i].budget_slots * PPM / p->entries[i].period_slots;
+                        count++;
+                }
+        *ret_count = count;
+        return sum;
+}
+
+uint64_t frame_min_supply_ns(const uint32_t *slots, uint32_t frame_slots, uint32_t owner, uint64_t slot_ns,
+                             uint64_t window_ns) {
+        uint64_t frame_ns = (uint64_t) frame_slots * slot_ns;
+        uint64_t whole_frames, rest_ns, n, f, per_frame, best = UINT64_MAX;
+
+        if (frame_slots == 0)
+                return 0;
+        per_frame = 0;
+        for (uint32_t i = 0; i < frame_slots; i++)
+                per_frame += slots[i] == owner;
+
+        whole_frames = window_ns / frame_ns;
+        rest_ns = window_ns % frame_ns;
+        n = rest_ns / slot_ns; /* whole slots, < frame_slots */
+        f = rest_ns % slot_ns; /* the part-slot at either end */
+
+        /* The supply of a window is piecewise linear in its start, so its
+         * minimum is at a start or an end on a slot boundary. */
+        uint64_t run = 0;
+        for (uint64_t i = 0; i < n; i++)
+                run += slots[i] == owner;
+        for (uint32_t s = 0; s < frame_slots; s++) {
+                /* run = owned slots in [s, s+n) */
+                uint64_t head = run * slot_ns + (slots[(s + n) % frame_slots] == owner ? f : 0);
+                uint64_t tail = run * slot_ns +
+                                (slots[(s + frame_slots - 1) % frame_slots] == owner ? f : 0);
+                best = MIN(best, MIN(head, tail));
+                run -= slots[s] == owner;
+                run += slots[(s + n) % frame_slots] == owner;
+        }
+        return whole_frames * per_frame * slot_ns + best;
+}
+
+/* Gives `want` slots to the new reservation, deciding offset by offset
+ * through [0, span) where each decision applies to the offset's whole orbit
+ * (o + k*span over the frame). Each free offset goes either to the
+ * reservation or to the non-RT server, by EDF (earlier deadline) or RM
+ * (shorter period); the server wins ties, since its deadline protects everyone
+ * else. An offset is usable only if its whole orbit is free. */
+static uint32_t assign(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t span, uint32_t want, uint32_t owner) {
+        uint32_t given = 0, server_window = UINT32_MAX, server_got = 0;
+        uint32_t G = p->server_period, Gq = p->server_budget;
+
+        for (uint32_t t = 0; t < span && given < want; t++) {
+                bool usable = true;
+
+                if (t / G != server_window) {
+                        server_window = t / G;
+                        server_got = 0;
+                }
+                for (uint32_t k = t; k < frame; k += span)
+                        if (slots[k] != 0) {
+                                usable = false;
+                                break;
+                        }
+                if (!usable) {
+                        if (slots[t] == 0)
+                                server_got++; /* stays free all the same */
+                        continue;
+                }
+
+                bool to_server;
+                if (server_got >= Gq)
+                        to_server = false;
+                else if (p->config.policy == PACE_POLICY_RM)
+                        to_server = G <= span;
+                else
+                        to_server = (server_window + 1) * (uint64_t) G <= span;
+
+                if (to_server) {
+                        server_got++;
+                        continue;
+                }
+                for (uint32_t k = t; k < frame; k += span)
+                        slots[k] = owner;
+                given++;
+        }
+        return given;
+}
+
+/* The base a pattern of `period` repeats on: its largest divisor that is at
+ * most half the non-RT gap. Folding every reservation onto such a short base
+ * makes patterns of different periods (50, 40, 30 ms ...) interleave by
+ * residue class instead of colliding, and keeps non-RT gaps short. */
+static uint32_t fold_base(const Plan *p, uint32_t period) {
+        uint32_t limit = MAX(p->max_gap_slots / 2, 1u);
+        for (uint32_t b = MIN(period, limit); b > 1; b--)
+                if (period % b == 0)
+                        return b;
+        return 1;
+}
+
+/* Places `budget` slots in every `period`: whole residue classes of the fold
+ * base first (identical in every base window), the remainder on the period
+ * itself. Writes the reservation into `slots` (length frame). */
+static int place(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget, uint32_t owner) {
+        uint32_t base = fold_base(p, period);
+        uint32_t per_base = budget / (period / base);
+        uint32_t given;
+
+        given = assign(p, slots, frame, base, per_base, owner) * (period / base);
+        given += assign(p, slots, frame, period, budget - given, owner);
+        return given == budget ? 0 : -ENOSPC;
+}
+
+/* Tries (period, budget) on one CPU in scratch; 0 and the new frame length if
+ * it fits with every guarantee intact. */
+static int try_cpu(Plan *p, const PlanCpu *c, const PlanRequest *req, uint32_t period, uint32_t budget,
+                   uint32_t owner, uint32_t *ret_frame, bool *ret_window_short) {
+        uint32_t frame = lcm32(c->frame_slots, period);
+        uint32_t *s = p->scratch;
+        int r;
+
+        *ret_window_short = false;
+        if (frame > p->max_frame_slots)
+                return -ENOSPC; /* cannot happen with divisor periods; belt and braces */
+        for (uint32_t i = 0; i < frame; i++)
+                s[i] = c->frame_slots ? c->slots[i % c->frame_slots] : 0;
+
+        r = place(p, s, frame, period, budget, owner);
+        if (r < 0)
+                return r;
+
+        uint32_t free_slots = frame - owned_slots(s, frame);
+        uint32_t switches = 0;
+        for (uint32_t i = 0; i < frame; i++)
+                switches += s[i] != s[(i + 1) % frame];
+        if (!frame_free_share_ok(free_slots, switches, frame, &p->config))
+                return -ENOSPC;
+
+        uint32_t run = 0, longest = 0;
+        for (uint32_t k = 0; k < 2 * frame; k++) {
+                run = s[k % frame] ? run + 1 : 0;
+                longest = MAX(longest, run);
+        }
+        if (longest > p->max_gap_slots)
+                return -ENOSPC;
+
+        uint64_t need = (uint64_t) (((unsigned __int128) req->period_ns * req->utilization_ppm + PPM - 1) / PPM);
+        if (frame_min_supply_ns(s, frame, owner, p->config.slot_ns, req->period_ns) < need) {
+                *ret_window_short = true;
+                return -ENOSPC;
+        }
+        *ret_frame = frame;
+        return 0;
+}
+
+static int cpu_index(const Plan *p, int32_t cpu) {
+        for (uint32_t i = 0; i < p->n_cpus; i++)
+                if (p->cpus[i].cpu == cpu)
+                        return (int) i;
+        return -1;
+}
+
+int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
+        char a[32], b[32];
+        uint64_t slot_ns = p->config.slot_ns;
+        uint32_t order[PACE_MAX_CPUS], n_order = 0;
+        uint32_t period = 0, min_budget, user_count;
+        uint64_t user_ppm;
+
+        if (req->period_ns < slot_ns) {
+                explain(why, why_size, "period %s is shorter than one slot (%s); ask for at least %s",
+                        format_duration(a, sizeof(a), req->period_ns), format_duration(b, sizeof(b), slot_ns),
+                        b);
+                return -ERANGE;
+        }
+        if (req->period_ns > p->config.max_frame_ns) {
+                explain(why, why_size, "period %s is longer than the longest frame (%s, max_frame_ms)",
+                        format_duration(a, sizeof(a), req->period_ns),
+                        format_duration(b, sizeof(b), p->config.max_frame_ns));
+                return -ERANGE;
+        }
+        if (req->utilization_ppm == 0 || req->utilization_ppm > PPM) {
+                explain(why, why_size, "utilization %" PRIu32 " ppm is out of range; allowed: 1 to %u ppm (0.0001%% to 100%%)",
+                        req->utilization_ppm, PPM);
+                return -ERANGE;
+        }
+        if (req->utilization_ppm > p->cap_ppm) {
+                explain(why, why_size, "%s of a CPU can never be granted: non_rt_share keeps %s of every CPU for "
+                        "other work, so at most %s (less the dispatcher's switch costs) can be reserved",
+                        format_ppm(a, sizeof(a), req->utilization_ppm),
+                        format_ppm(b, sizeof(b), p->config.non_rt_share_ppm),
+                        format_ppm((char[32]) {}, 32, p->cap_ppm));
+                return -ENOSPC;
+        }
+        if (p->n_entries >= PACE_MAX_RESERVATIONS) {
+                explain(why, why_size, "the broker holds %u reservations, its limit", PACE_MAX_RESERVATIONS);
+                return -E2BIG;
+        }
+
+        for (uint32_t i = 0; i < p->n_periods; i++)
+                if ((uint64_t) p->periods[i] * slot_ns <= req->period_ns)
+                        period = p->periods[i];
+        min_budget = ceil_div_ppm(period, req->utilization_ppm);
+
+        user_ppm = user_granted_ppm(p, req->uid, &user_count);
+        if (req->uid != 0) {
+                if (user_count >= p->config.max_reservations_per_user) {
+                        explain(why, why_size, "uid %u already holds %" PRIu32 " reservations, the per-user limit "
+                                "(max_reservations_per_user)", (unsigned) req->uid, user_count);
+                        return -EDQUOT;
+                }
+                if (user_ppm + (uint64_t) min_budget * PPM / period > p->config.max_utilization_per_user_ppm) {
+                        explain(why, why_size, "uid %u already holds %s of CPU time; %s more would pass the per-user "
+                                "limit of %s (max_utilization_per_user)", (unsigned) req->uid,
+                                format_ppm(a, sizeof(a), (uint32_t) user_ppm),
+                                format_ppm(b, sizeof(b), (uint32_t) ((uint64_t) min_budget * PPM / period)),
+                                format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
+                        return -EDQUOT;
+                }
+        }
+
+        if (req->cpu >= 0) {
+                int idx = cpu_index(p, req->cpu);
+                if (idx < 0) {
+                        explain(why, why_size, "CPU %" PRId32 " is not managed by pace (see \"cpus\" in the configuration)",
+                                req->cpu);
+                        return -ENODEV;
+                }
+                order[n_order++] = (uint32_t) idx;
+        } else {
+                /* Worst fit: the emptiest CPU first keeps free time balanced. */
+                for (uint32_t i = 0; i < p->n_cpus; i++)
+                        order[n_order++] = i;
+                for (uint32_t i = 1; i < n_order; i++)
+                        for (uint32_t j = i; j > 0; j--) {
+                                uint32_t r1 = cpu_reserved_ppm(&p->cpus[order[j - 1]]);
+                                uint32_t r2 = cpu_reserved_ppm(&p->cpus[order[j]]);
+                                if (r1 <= r2)
+                                        break;
+                                uint32_t t = order[j];
+                                order[j] = order[j - 1];
+                                order[j - 1] = t;
+                        }
+        }
+
+        uint32_t owner = p->n_entries + 1;
+        bool window_short_seen = false;
+        for (uint32_t o = 0; o < n_order; o++) {
+                PlanCpu *c = &p->cpus[order[o]];
+
+                /* A rounded-down period may need more than U of each granted
+                 * period to cover every window of the requested one. */
+                for (uint32_t budget = min_budget; budget <= period; budget++) {
+                        uint32_t frame;
+                        bool window_short;
+                        int r = try_cpu(p, c, req, period, budget, owner, &frame, &window_short);
+                        if (r < 0) {
+                                window_short_seen |= window_short;
+                                if (window_short)
+                                        continue;
+                                break;
+                        }
+                        if (req->uid != 0 &&
+                            user_ppm + (uint64_t) budget * PPM / period > p->config.max_utilization_per_user_ppm) {
+                                explain(why, why_size, "after rounding to slots the grant would be %s, which passes the "
+                                        "per-user limit of %s (max_utilization_per_user)",
+                                        format_ppm(a, sizeof(a), (uint32_t) ((uint64_t) budget * PPM / period)),
+                                        format_ppm(b, sizeof(b), p->config.max_utilization_per_user_ppm));
+                                return -EDQUOT;
+                        }
+
+                        memcpy(c->slots, p->scratch, frame * sizeof(uint32_t));
+                        c->frame_slots = frame;
+                        PlanEntry *e = &p->entries[p->n_entries++];
+                        *e = (PlanEntry) {
+                                .id = req->id,
+                                .pid = req->pid,
+                                .start_time = req->start_time,
+                                .uid = req->uid,
+                                .cpu = c->cpu,
+                                .requested_period_ns = req->period_ns,
+                                .requested_utilization_ppm = req->utilization_ppm,
+                                .period_slots = period,
+                                .budget_slots = budget,
+                        };
+                        if (ret_entry)
+                                *ret_entry = *e;
+                        return 0;
+                }
+        }
+
+        /* Say what is free, so the user can ask for something that fits. */
+        {
+                char list[256] = "";
+                size_t len = 0;
+                for (uint32_t o = 0; o < n_order && len < sizeof(list); o++) {
+                        const PlanCpu *c = &p->cpus[order[o]];
+                        uint32_t reserved = cpu_reserved_ppm(c);
+                        len += (size_t) snprintf(list + len, sizeof(list) - len, "%sCPU %" PRId32 ": %s free",
+                                                 o ? ", " : "", c->cpu,
+                                                 format_ppm(a, sizeof(a), reserved < p->cap_ppm ? p->cap_ppm - reserved : 0));
+                }
+                explain(why, why_size, "not enough free CPU time for %s every %s%s (%s)",
+                        format_ppm(b, sizeof(b), req->utilization_ppm),
+                        format_duration((char[32]) {}, 32, req->period_ns),
+                        window_short_seen ? " with the period rounded to the table's grid" : "", list);
+        }
+        return -ENOSPC;
+}
+
+int plan_remove(Plan *p, uint64_t id) {
+        for (uint32_t i = 0; i < p->n_entries; i++) {
+                if (p->entries[i].id != id)
+                        continue;
+
+                PlanCpu *c = &p->cpus[cpu_index(p, p->entries[i].cpu)];
+                uint32_t last = p->n_entries - 1;
+
+                for (uint32_t s = 0; s < c->frame_slots; s++)
+                        if (c->slots[s] == i + 1)
+                                c->slots[s] = 0;
+
+                /* Keep entries dense: the last one takes index i. */
+                if (i != last) {
+                        PlanCpu *lc = &p->cpus[cpu_index(p, p->entries[last].cpu)];
+                        for (uint32_t s = 0; s < lc->frame_slots; s++)
+                                if (lc->slots[s] == last + 1)
+                                        lc->slots[s] = i + 1;
+                        p->entries[i] = p->entries[last];
+                }
+                p->n_entries--;
+
+                /* Each remaining pattern repeats with its own period, so the
+                 * frame can shrink to their lcm without moving a slot. */
+                uint32_t frame = 0;
+                for (uint32_t j = 0; j < p->n_entries; j++)
+                        if (p->entries[j].cpu == c->cpu)
+                                frame = lcm32(frame, p->entries[j].period_slots);
+                for (uint32_t s = frame; s < c->frame_slots; s++)
+                        c->slots[s] = 0;
+                c->frame_slots = frame;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+const PlanEntry *plan_find(const Plan *p, uint64_t id) {
+        for (uint32_t i = 0; i < p->n_entries; i++)
+                if (p->entries[i].id == id)
+                        return &p->entries[i];
+        return NULL;
+}
+
+size_t plan_n_entries(const Plan *p) {
+        return p->n_entries;
+}
+
+const PlanEntry *plan_entry(const Plan *p, size_t i) {
+        return i < p->n_entries ? &p->entries[i] : NULL;
+}
+
+size_t plan_n_cpus(const Plan *p) {
+        return p->n_cpus;
+}
+
+void plan_cpu_info(const Plan *p, size_t i, PlanCpuInfo *ret) {
+        const PlanCpu *c = &p->cpus[i];
+        uint32_t reserved = cpu_reserved_ppm(c);
+
+        *ret = (PlanCpuInfo) {
+                .cpu = c->cpu,
+                .frame_slots = c->frame_slots,
+                .reserved_ppm = reserved,
+                .free_ppm = reserved < p->cap_ppm ? p->cap_ppm - reserved : 0,
+        };
+}
+
+void plan_export(const Plan *p, PaceTableBuffer *out) {
+        uint32_t next = 0;
+
+        out->slot_ns = p->config.slot_ns;
+        out->n_cpus = p->n_cpus;
+        out->n_reservations = p->n_entries;
+        for (uint32_t i = 0; i < p->n_cpus; i++) {
+                const PlanCpu *c = &p->cpus[i];
+                out->cpus[i] = (PaceTableCpu) {
+                        .cpu = c->cpu,
+                        .frame_slots = c->frame_slots,
+                        .first_slot = next,
+                };
+                for (uint32_t s = 0; s < c->frame_slots; s++)
+                        out->slots[next + s] = (uint16_t) c->slots[s];
+                next += c->frame_slots;
+        }
+        out->n_slots = next;
+        for (uint32_t i = 0; i < p->n_entries; i++) {
+                const PlanEntry *e = &p->entries[i];
+                out->reservations[i] = (PaceTableReservation) {
+                        .id = e->id,
+                        .pid = e->pid,
+                        .uid = (uint32_t) e->uid,
+                        .start_time = e->start_time,
+                        .cpu = e->cpu,
+                        .period_slots = e->period_slots,
+                        .budget_slots = e->budget_slots,
+                };
+        }
+}

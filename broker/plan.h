@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Admission control and table building. Pure computation: no I/O, no logging,
+ * no clocks; the broker and the tests drive it.
+ *
+ * Why the table is built the way it is (README.md, "The dispatch table"):
+ *  - Periods are rounded down to a divisor of the longest frame (max_frame_ms
+ *    in slots; the default 1200 ms is divisible by 50, 40, 30, 25, 20, 16, 10,
+ *    8, 5 ... ms), so every CPU's frame is the lcm of its periods and never
+ *    longer than max_frame.
+ *  - A reservation's slots repeat with its granted period, so every window of
+ *    that period holds exactly the budget (invariant 1 asks for "every window",
+ *    and with an exact grant that is only possible if the pattern is periodic).
+ *  - Admitted reservations never move. A new one only takes free slots, so a
+ *    table swap at any frame boundary cannot shorten anyone's window.
+ *  - The new reservation's slots are chosen by scheduling it, slot by slot
+ *    through one of its periods, against a non-real-time server (period G,
+ *    budget Gq, derived from non_rt_share and non_rt_max_gap_ms) under EDF or
+ *    RM. That spreads the free time so non-RT work never waits long.
+ *  - The result is checked exactly (common/table-check.c) before it is
+ *    accepted: free share after the dispatcher's switch costs, longest busy
+ *    run, the client's supply in every window of its *requested* period. */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "pace-table.h"
+
+typedef struct Plan Plan;
+
+typedef struct PlanRequest {
+        uint64_t id;
+        pid_t pid;
+        uint64_t start_time;
+        uid_t uid;
+        uint64_t period_ns;
+        uint32_t utilization_ppm;
+        int32_t cpu; /* -1: any managed CPU */
+} PlanRequest;
+
+typedef struct PlanEntry {
+        uint64_t id;
+        pid_t pid;
+        uint64_t start_time;
+        uid_t uid;
+        int32_t cpu;
+        uint64_t requested_period_ns;
+        uint32_t requested_utilization_ppm;
+        uint32_t period_slots;
+        uint32_t budget_slots;
+} PlanEntry;
+
+typedef struct PlanCpuInfo {
+        int32_t cpu;
+        uint32_t frame_slots;
+        uint32_t reserved_ppm; /* owned slots / frame */
+        uint32_t free_ppm;     /* what could still be asked for, before rounding */
+} PlanCpuInfo;
+
+/* config->cpus must already list the managed CPUs. */
+int plan_new(const PaceConfig *config, Plan **ret);
+Plan *plan_free(Plan *p);
+static inline void plan_freep(Plan **p) {
+        plan_free(*p);
+}
+
+/* Admits the request or leaves the plan untouched. Errors, each with a
+ * sentence in why[] that says what to change:
+ *   -ERANGE  period or utilization outside what the configuration allows
+ *   -ENODEV  the requested CPU is not managed
+ *   -EDQUOT  a per-user limit
+ *   -E2BIG   the broker-wide reservation limit
+ *   -ENOSPC  not enough free time (or no placement that keeps the guarantees) */
+int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size);
+
+/* -ENOENT if no such id. */
+int plan_remove(Plan *p, uint64_t id);
+
+const PlanEntry *plan_find(const Plan *p, uint64_t id);
+size_t plan_n_entries(const Plan *p);
+const PlanEntry *plan_entry(const Plan *p, size_t i);
+size_t plan_n_cpus(const Plan *p);
+void plan_cpu_info(const Plan *p, size_t i, PlanCpuInfo *ret);
+
+/* Writes the whole plan into a (zeroed) table buffer. */
+void plan_export(const Plan *p, PaceTableBuffer *out);
+
+/* The non-real-time server the builder schedules against. */
+void plan_server(const Plan *p, uint32_t *ret_period_slots, uint32_t *ret_budget_slots);
+
+/* Least CPU time `owner` receives in any window of window_ns (any real start,
+ * not only slot boundaries) of the cyclic frame. */
+uint64_t frame_min_supply_ns(const uint32_t *slots, uint32_t frame_slots, uint32_t owner, uint64_t slot_ns,
+                             uint64_t window_ns);

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* pace.json: read by both daemons. The dispatcher reads it itself rather than
+ * trusting anything the broker says about limits (DESIGN.md invariant 3). */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pace-limits.h"
+
+typedef enum PacePolicy {
+        PACE_POLICY_EDF,
+        PACE_POLICY_RM,
+} PacePolicy;
+
+typedef enum PaceWaiting {
+        PACE_WAITING_NICE,   /* demoted to SCHED_OTHER nice 19 between slots */
+        PACE_WAITING_FREEZE, /* strict: frozen (cgroup freezer) between slots */
+} PaceWaiting;
+
+typedef struct PaceConfig {
+        uint32_t non_rt_share_ppm;          /* "non_rt_share": 0.05..0.95, default 0.25 */
+        uint64_t slot_ns;                   /* "slot_us": 50..100000 us, default 1000 */
+        uint64_t non_rt_max_gap_ns;         /* "non_rt_max_gap_ms": default 20, >= 2 slots */
+        PacePolicy policy;                  /* "policy": "edf" (default) | "rm" */
+        uint64_t max_frame_ns;              /* "max_frame_ms": default 1200, a multiple of the slot */
+        uint32_t max_reservations_per_user; /* default 16, 1..PACE_MAX_RESERVATIONS */
+        uint32_t max_utilization_per_user_ppm; /* "max_utilization_per_user": default 1.0 */
+        uint32_t max_connections;           /* default 256, 1..65536 */
+        uint64_t client_timeout_ns;         /* "client_timeout_ms": idle clients are dropped, default 10000 */
+        uint64_t switch_cost_ns;            /* "switch_cost_us": charged per ownership change, default 20 */
+        PaceWaiting waiting;                /* "waiting": "nice" (default) | "freeze" */
+        bool cpus_set;                      /* "cpus" given; otherwise all online CPUs */
+        uint32_t n_cpus;
+        int32_t cpus[PACE_MAX_CPUS];        /* ascending, no duplicates */
+} PaceConfig;
+
+void pace_config_init(PaceConfig *config);
+
+/* Parses a JSON document. On failure returns -EINVAL and, if ret_error is not
+ * NULL, a malloc'ed message naming the key, the value, and what is allowed
+ * (with line and column for syntax errors). *config is written only on success. */
+/* Keys the document leaves out take their defaults (pace_config_init()), not
+ * whatever *config held before. size is exact: the text need not be
+ * NUL-terminated, and a NUL byte inside it is a syntax error. *ret_error is set
+ * to NULL on entry, so it can always be freed. -ENOMEM if out of memory. */
+int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **ret_error);
+
+/* Reads and parses a file. -ENOENT if it does not exist (callers decide whether
+ * defaults are acceptable), other negative errno for I/O errors; -EINVAL on bad
+ * content, with ret_error as above (prefixed with the path). */
+/* Files over 1 MiB are refused with -EFBIG, also with a message in ret_error;
+ * for other I/O errors *ret_error stays NULL (use strerror). */
+int pace_config_load(const char *path, PaceConfig *config, char **ret_error);
+
+/* Slots in the longest frame the config allows. */
+static inline uint32_t pace_config_frame_slots(const PaceConfig *config) {
+        return (uint32_t) (config->max_frame_ns / config->slot_ns);
+}

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "proc-util.h"
+
+#define PF_KTHREAD 0x00200000UL
+
+static int read_small_file(const char *path, char *buf, size_t size) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        if (fd < 0)
+                return errno == ENOENT ? -ESRCH : negative_errno();
+        n = read(fd, buf, size - 1);
+        if (n < 0)
+                return errno == ESRCH ? -ESRCH : negative_errno();
+        buf[n] = '\0';
+        return 0;
+}
+
+int proc_stat_parse(const char *text, uint64_t *ret_start_time, unsigned long *ret_flags) {
+        /* comm may hold spaces and ')': the fields start after the last ')'. */
+        const char *p = strrchr(text, ')');
+        unsigned long flags = 0;
+        uint64_t start_time = 0;
+
+        if (!p)
+                return -EBADMSG;
+        p++;
+        /* Fields after comm start at 3 (state); flags is 9, starttime 22. */
+        for (int field = 3; field <= 22; field++) {
+                char *end;
+                while (*p == ' ')
+                        p++;
+                if (*p == '\0')
+                        return -EBADMSG;
+                if (field == 9 || field == 22) {
+                        errno = 0;
+                        unsigned long long v = strtoull(p, &end, 10);
+                        if (errno != 0 || end == p)
+                                return -EBADMSG;
+                        if (field == 9)
+                                flags = (unsigned long) v;
+                        else
+                                start_time = v;
+                        p = end;
+                } else {
+                        p += strcspn(p, " ");
+                }
+        }
+        if (ret_start_time)
+                *ret_start_time = start_time;
+        if (ret_flags)
+                *ret_flags = flags;
+        return 0;
+}
+
+int proc_info_read(const char *proc_root, pid_t pid, ProcInfo *ret) {
+        char path[128], buf[4096];
+        unsigned long flags;
+        uint64_t start_time;
+        const char *uid_line;
+        unsigned long uid;
+        int r;
+
+        if (pid <= 0)
+                return -ESRCH;
+
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/stat", proc_root, (int32_t) pid);
+        r = read_small_file(path, buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        r = proc_stat_parse(buf, &start_time, &flags);
+        if (r < 0)
+                return r;
+
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/status", proc_root, (int32_t) pid);
+        r = read_small_file(path, buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        uid_line = strstr(buf, "\nUid:");
+        if (!uid_line)
+                return -EBADMSG;
+        errno = 0;
+        uid = strtoul(uid_line + 5, NULL, 10);
+        if (errno != 0)
+                return -EBADMSG;
+
+        *ret = (ProcInfo) {
+                .uid = (uid_t) uid,
+                .start_time = start_time,
+                .kernel_thread = (flags & PF_KTHREAD) != 0,
+        };
+        return 0;
+}
+
+int pidfd_open_checked(pid_t pid, int *ret_fd) {
+        int fd;
+
+        if (pid <= 0)
+                return -ESRCH;
+        fd = (int) syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0)
+                return negative_errno();
+        *ret_fd = fd;
+        return 0;
+}
+
+int pidfd_alive(int pidfd) {
+        /* poll, not signal 0: the broker is unprivileged and may not signal
+         * another user's process, but any pidfd turns readable at exit. */
+        struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+        int n = poll(&pfd, 1, 0);
+
+        if (n < 0)
+                return negative_errno();
+        if (pfd.revents & POLLNVAL)
+                return -EBADF;
+        return n == 0 ? 0 : -ESRCH;
+}

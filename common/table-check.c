@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "macro.h"
+#include "table-check.h"
+
+_printf_(3, 4) static int refuse(char *err, size_t err_size, const char *fmt, ...) {
+        if (err && err_size > 0) {
+                va_list ap;
+                va_start(ap, fmt);
+                vsnprintf(err, err_size, fmt, ap);
+                va_end(ap);
+        }
+        return -EBADMSG;
+}
+
+uint32_t frame_min_supply(const uint16_t *slots, uint32_t frame_slots, uint16_t owner, uint32_t window) {
+        uint32_t held = 0, min;
+
+        if (frame_slots == 0 || window == 0)
+                return 0;
+        if (window > frame_slots)
+                window = frame_slots;
+
+        /* Sliding window over the cyclic frame: O(frame). */
+        for (uint32_t i = 0; i < window; i++)
+                held += slots[i] == owner;
+        min = held;
+        for (uint32_t start = 1; start < frame_slots; start++) {
+                held -= slots[start - 1] == owner;
+                held += slots[(start + window - 1) % frame_slots] == owner;
+                min = MIN(min, held);
+        }
+        return min;
+}
+
+uint32_t frame_max_busy_run(const uint16_t *slots, uint32_t frame_slots) {
+        uint32_t first_free = UINT32_MAX, run = 0, longest = 0;
+
+        for (uint32_t i = 0; i < frame_slots; i++)
+                if (slots[i] == PACE_SLOT_FREE) {
+                        first_free = i;
+                        break;
+                }
+        if (first_free == UINT32_MAX)
+                return frame_slots;
+
+        /* Start counting just after a free slot so wrapped runs are whole. */
+        for (uint32_t k = 1; k <= frame_slots; k++) {
+                uint32_t i = (first_free + k) % frame_slots;
+                if (slots[i] == PACE_SLOT_FREE)
+                        run = 0;
+                else
+                        longest = MAX(longest, ++run);
+        }
+        return longest;
+}
+
+uint32_t frame_switches(const uint16_t *slots, uint32_t frame_slots) {
+        uint32_t n = 0;
+
+        for (uint32_t i = 0; i < frame_slots; i++)
+                n += slots[i] != slots[(i + 1) % frame_slots];
+        return n;
+}
+
+int frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config) {
+        /* In ns, 128-bit free: a frame is at most 65536 slots of 100 ms. */
+        unsigned __int128 free_ns = (unsigned __int128) free_slots * config->slot_ns;
+        unsigned __int128 cost_ns = (unsigned __int128) switches * config->switch_cost_ns;
+        unsigned __int128 frame_ns = (unsigned __int128) frame_slots * config->slot_ns;
+
+        if (free_ns < cost_ns)
+                return false;
+        return (free_ns - cost_ns) * PPM >= frame_ns * config->non_rt_share_ppm;
+}
+
+static bool cpu_managed(const PaceConfig *config, int32_t cpu) {
+        for (uint32_t i = 0; i < config->n_cpus; i++)
+                if (config->cpus[i] == cpu)
+                        return true;
+        return false;
+}
+
+int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, size_t err_size) {
+        uint32_t max_frame = pace_config_frame_slots(config);
+        uint32_t max_gap = (uint32_t) (config->non_rt_max_gap_ns / config->slot_ns);
+        uint32_t next_slot = 0;
+        /* Per-reservation slot counts; static size, no allocation on the
+         * dispatcher's path. */
+        uint32_t held[PACE_MAX_RESERVATIONS];
+        int32_t res_cpu_index[PACE_MAX_RESERVATIONS];
+
+        if (t->slot_ns != config->slot_ns)
+                return refuse(err, err_size, "slot is %" PRIu64 " ns, configured %" PRIu64 " ns", t->slot_ns,
+                              config->slot_ns);
+        if (t->n_cpus > config->n_cpus || t->n_cpus > PACE_MAX_CPUS)
+                return refuse(err, err_size, "%" PRIu32 " CPUs, at most %" PRIu32 " are managed", t->n_cpus,
+                              config->n_cpus);
+        if (t->n_reservations > PACE_MAX_RESERVATIONS)
+                return refuse(err, err_size, "%" PRIu32 " reservations, limit %u", t->n_reservations,
+                              PACE_MAX_RESERVATIONS);
+        if (t->n_slots > PACE_TABLE_MAX_SLOTS)
+                return refuse(err, err_size, "%" PRIu32 " slots, limit %u", t->n_slots, PACE_TABLE_MAX_SLOTS);
+
+        for (uint32_t c = 0; c < t->n_cpus; c++) {
+                const PaceTableCpu *cpu = &t->cpus[c];
+
+                if (!cpu_managed(config, cpu->cpu))
+                        return refuse(err, err_size, "CPU %" PRId32 " is not managed", cpu->cpu);
+                for (uint32_t d = 0; d < c; d++)
+                        if (t->cpus[d].cpu == cpu->cpu)
+                                return refuse(err, err_size, "CPU %" PRId32 " listed twice", cpu->cpu);
+                if (cpu->frame_slots > max_frame || (cpu->frame_slots > 0 && max_frame % cpu->frame_slots != 0))
+                        return refuse(err, err_size, "CPU %" PRId32 ": frame of %" PRIu32
+                                      " slots does not divide the longest frame (%" PRIu32 " slots)",
+                                      cpu->cpu, cpu->frame_slots, max_frame);
+                /* Frames are laid out back to back: no overlap, no hole to hide in. */
+                if (cpu->first_slot != next_slot)
+                        return refuse(err, err_size, "CPU %" PRId32 ": frame starts at slot %" PRIu32
+                                      ", expected %" PRIu32, cpu->cpu, cpu->first_slot, next_slot);
+                next_slot += cpu->frame_slots;
+                if (next_slot > t->n_slots)
+                        return refuse(err, err_size, "CPU %" PRId32 ": frame runs past the %" PRIu32 " slots",
+                                      cpu->cpu, t->n_slots);
+        }
+        if (next_slot != t->n_slots)
+                return refuse(err, err_size, "%" PRIu32 " slots but the frames cover %" PRIu32, t->n_slots,
+                              next_slot);
+
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                const PaceTableReservation *res = &t->reservations[i];
+
+                res_cpu_index[i] = -1;
+                for (uint32_t c = 0; c < t->n_cpus; c++)
+                        if (t->cpus[c].cpu == res->cpu)
+                                res_cpu_index[i] = (int32_t) c;
+                if (res->id == 0)
+                        return refuse(err, err_size, "reservation %" PRIu32 " has id 0", i);
+                for (uint32_t j = 0; j < i; j++)
+                        if (t->reservations[j].id == res->id)
+                                return refuse(err, err_size, "reservation id %" PRIu64 " used twice", res->id);
+                /* pid 1 and the idle task are never ours to promote. */
+                if (res->pid <= 1)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": pid %" PRId32 " is not allowed",
+                                      res->id, res->pid);
+                if (res_cpu_index[i] < 0)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": CPU %" PRId32 " has no frame",
+                                      res->id, res->cpu);
+                uint32_t frame = t->cpus[res_cpu_index[i]].frame_slots;
+                if (res->period_slots == 0 || frame == 0 || frame % res->period_slots != 0)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": period of %" PRIu32
+                                      " slots does not divide its CPU's frame (%" PRIu32 ")",
+                                      res->id, res->period_slots, frame);
+                if (res->budget_slots == 0 || res->budget_slots > res->period_slots)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": budget of %" PRIu32
+                                      " slots in a period of %" PRIu32, res->id, res->budget_slots,
+                                      res->period_slots);
+                if (res->flags != 0)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
+                                      res->flags);
+                held[i] = 0;
+        }
+
+        /* Per-user totals: the dispatcher enforces the limits too, so a broker
+         * that lost its mind cannot hand one user the machine. */
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                const PaceTableReservation *res = &t->reservations[i];
+                uint64_t util = 0;
+                uint32_t count = 0;
+
+                if (res->uid == 0)
+                        continue;
+                for (uint32_t j = 0; j < t->n_reservations; j++)
+                        if (t->reservations[j].uid == res->uid) {
+                                count++;
+                                util += (uint64_t) t->reservations[j].budget_slots * PPM /
+                                        t->reservations[j].period_slots;
+                        }
+                if (count > config->max_reservations_per_user)
+                        return refuse(err, err_size, "uid %" PRIu32 " holds %" PRIu32 " reservations, limit %" PRIu32,
+                                      res->uid, count, config->max_reservations_per_user);
+                /* Granted utilization is rounded up to whole slots, so allow one
+                 * slot of rounding per reservation over the configured share. */
+                uint64_t slack = 0;
+                for (uint32_t j = 0; j < t->n_reservations; j++)
+                        if (t->reservations[j].uid == res->uid)
+                                slack += PPM / t->reservations[j].period_slots + 1;
+                if (util > (uint64_t) config->max_utilization_per_user_ppm + slack)
+                        return refuse(err, err_size, "uid %" PRIu32 " holds %" PRIu64 " ppm, limit %" PRIu32 " ppm",
+                                      res->uid, util, config->max_utilization_per_user_ppm);
+        }
+
+        for (uint32_t c = 0; c < t->n_cpus; c++) {
+                const PaceTableCpu *cpu = &t->cpus[c];
+                const uint16_t *slots = &t->slots[cpu->first_slot];
+                uint32_t free_slots = 0;
+
+                if (cpu->frame_slots == 0)
+                        continue;
+                for (uint32_t s = 0; s < cpu->frame_slots; s++) {
+                        uint16_t owner = slots[s];
+                        if (owner == PACE_SLOT_FREE) {
+                                free_slots++;
+                                continue;
+                        }
+                        if (owner > t->n_reservations)
+                                return refuse(err, err_size, "CPU %" PRId32 " slot %" PRIu32 ": owner %u does not exist",
+                                              cpu->cpu, s, owner);
+                        if (res_cpu_index[owner - 1] != (int32_t) c)
+                                return refuse(err, err_size, "CPU %" PRId32 " slot %" PRIu32
+                                              ": reservation %" PRIu64 " belongs to CPU %" PRId32,
+                                              cpu->cpu, s, t->reservations[owner - 1].id,
+                                              t->reservations[owner - 1].cpu);
+                        held[owner - 1]++;
+                }
+
+                if (!frame_free_share_ok(free_slots, frame_switches(slots, cpu->frame_slots), cpu->frame_slots,
+                                         config))
+                        return refuse(err, err_size, "CPU %" PRId32 ": %" PRIu32 " of %" PRIu32
+                                      " slots free, below the non-real-time share of %" PRIu32 " ppm"
+                                      " after dispatch costs",
+                                      cpu->cpu, free_slots, cpu->frame_slots, config->non_rt_share_ppm);
+                uint32_t run = frame_max_busy_run(slots, cpu->frame_slots);
+                if (run > max_gap)
+                        return refuse(err, err_size, "CPU %" PRId32 ": %" PRIu32
+                                      " consecutive reserved slots, non-real-time work may wait at most %" PRIu32,
+                                      cpu->cpu, run, max_gap);
+        }
+
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                const PaceTableReservation *res = &t->reservations[i];
+                const PaceTableCpu *cpu = &t->cpus[res_cpu_index[i]];
+                uint32_t expected = res->budget_slots * (cpu->frame_slots / res->period_slots);
+
+                /* Exactly the grant: more would be CPU time nobody admitted. */
+                if (held[i] != expected)
+                        return refuse(err, err_size, "reservation %" PRIu64 " holds %" PRIu32
+                                      " slots per frame, granted %" PRIu32, res->id, held[i], expected);
+                uint32_t min = frame_min_supply(&t->slots[cpu->first_slot], cpu->frame_slots, (uint16_t) (i + 1),
+                                                res->period_slots);
+                if (min < res->budget_slots)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": only %" PRIu32
+                                      " slots in some window of its period, granted %" PRIu32,
+                                      res->id, min, res->budget_slots);
+        }
+        return 0;
+}

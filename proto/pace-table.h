@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The dispatch table: the one contract between pace-broker (writer, unprivileged)
+ * and pace-dispatcher (reader, privileged). It lives in a file in the runtime
+ * directory that both map: the broker read-write, the dispatcher read-only.
+ *
+ * Layout: one header page, then two buffers. The broker fills the buffer the
+ * dispatcher is not using, then publishes it by bumping the header's generation
+ * (a double buffer with a generation counter). Each buffer also carries its own
+ * sequence word, which is 0 while the buffer is being written, so a reader that
+ * copies a buffer and finds its sequence changed knows the copy is torn and
+ * keeps its last good table (a seqlock).
+ *
+ * Nothing in here is trusted by the dispatcher: every count, index and CPU
+ * number is validated (common/table-check.h) against the dispatcher's own copy
+ * of the limits before a single thread's policy is changed. */
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "pace-limits.h"
+
+#define PACE_TABLE_MAGIC 0x31454341504bULL /* "KPACE1" */
+#define PACE_TABLE_VERSION 1u
+
+/* Total slots of all CPUs' frames in one buffer. */
+#define PACE_TABLE_MAX_SLOTS (256u * 1024u)
+
+/* Slot owner value for a slot no reservation owns: non-real-time work runs. */
+#define PACE_SLOT_FREE 0u
+
+typedef struct PaceTableReservation {
+        uint64_t id;
+        /* Process the reservation covers, and its start time (field 22 of
+         * /proc/PID/stat, clock ticks after boot): the pair names one process
+         * even after the pid is reused. */
+        int32_t pid;
+        uint32_t uid;
+        uint64_t start_time;
+        int32_t cpu;
+        uint32_t period_slots;
+        uint32_t budget_slots;
+        uint32_t flags; /* reserved, 0 */
+} PaceTableReservation;
+
+typedef struct PaceTableCpu {
+        int32_t cpu;
+        /* Slots in this CPU's repeating frame; 0 when nothing is reserved on it
+         * (the dispatcher then sleeps without periodic wake-ups). */
+        uint32_t frame_slots;
+        /* Index into PaceTableBuffer.slots of this frame's first slot. */
+        uint32_t first_slot;
+        uint32_t reserved;
+} PaceTableCpu;
+
+typedef struct PaceTableBuffer {
+        _Atomic uint64_t seq;
+        uint64_t slot_ns;
+        uint32_t n_cpus;
+        uint32_t n_reservations;
+        uint32_t n_slots;
+        uint32_t reserved;
+        PaceTableCpu cpus[PACE_MAX_CPUS];
+        PaceTableReservation reservations[PACE_MAX_RESERVATIONS];
+        /* Owner of each slot: PACE_SLOT_FREE, or 1 + an index into reservations[]. */
+        uint16_t slots[PACE_TABLE_MAX_SLOTS];
+} PaceTableBuffer;
+
+#define PACE_TABLE_HEADER_SIZE 4096u
+
+typedef struct PaceTableHeader {
+        uint64_t magic;
+        uint32_t version;
+        uint32_t header_size;
+        uint64_t buffer_size;
+        /* Published generation; the live buffer is buffers[generation & 1].
+         * 0: nothing published yet. */
+        _Atomic uint64_t generation;
+        /* Low 32 bits of generation, as a futex word: an idle dispatcher waits
+         * on it, the broker wakes it after publishing. */
+        _Atomic uint32_t generation_futex;
+        int32_t broker_pid;
+} PaceTableHeader;
+
+_Static_assert(sizeof(PaceTableHeader) <= PACE_TABLE_HEADER_SIZE, "header fits its page");
+_Static_assert(PACE_MAX_RESERVATIONS < UINT16_MAX, "slot owners fit uint16_t");
+
+#define PACE_TABLE_FILE_SIZE ((uint64_t) PACE_TABLE_HEADER_SIZE + 2u * sizeof(PaceTableBuffer))
+
+static inline PaceTableBuffer *pace_table_buffer(void *base, unsigned idx) {
+        return (PaceTableBuffer *) ((char *) base + PACE_TABLE_HEADER_SIZE + (uint64_t) idx * sizeof(PaceTableBuffer));
+}

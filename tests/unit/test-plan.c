@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: MIT */
+/* Admission and table building, proven on the tables themselves. The oracle is
+ * common/table-check.c (the dispatcher's own validator) plus the requested-
+ * window supply, computed independently here by brute force. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "macro.h"
+#include "plan.h"
+#include "table-check.h"
+#include "test.h"
+
+static PaceTableBuffer table; /* large: keep it off the stack */
+static PaceTableBuffer table2;
+
+static void config_for(PaceConfig *c, uint32_t n_cpus) {
+        pace_config_init(c);
+        c->n_cpus = n_cpus;
+        c->cpus_set = true;
+        for (uint32_t i = 0; i < n_cpus; i++)
+                c->cpus[i] = (int32_t) i;
+}
+
+static uint64_t next_rand(uint64_t *state) {
+        /* xorshift64*: deterministic, so a failure is reproducible by seed */
+        *state ^= *state >> 12;
+        *state ^= *state << 25;
+        *state ^= *state >> 27;
+        return *state * 2685821657736338717ULL;
+}
+
+/* Brute force: CPU time of `owner` in the window [start, start + len) (ns)
+ * of the infinitely repeated frame. */
+static uint64_t supply_brute(const PaceTableBuffer *t, const PaceTableCpu *cpu, uint16_t owner, uint64_t start,
+                             uint64_t len) {
+        uint64_t slot = t->slot_ns, sum = 0, end = start + len;
+        for (uint64_t s = start / slot; s * slot < end; s++) {
+                uint64_t a = MAX(s * slot, start), b = MIN((s + 1) * slot, end);
+                if (t->slots[cpu->first_slot + s % cpu->frame_slots] == owner)
+                        sum += b - a;
+        }
+        return sum;
+}
+
+/* Every window of the requested period, started at every slot boundary and at
+ * every boundary minus the part-slot, holds the requested share. */
+static void assert_requested_windows(const PaceTableBuffer *t, const PlanEntry *e) {
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                if (t->reservations[i].id != e->id)
+                        continue;
+                const PaceTableCpu *cpu = NULL;
+                for (uint32_t c = 0; c < t->n_cpus; c++)
+                        if (t->cpus[c].cpu == e->cpu)
+                                cpu = &t->cpus[c];
+                ASSERT_TRUE(cpu);
+                uint64_t need = ((unsigned __int128) e->requested_period_ns * e->requested_utilization_ppm + PPM - 1) /
+                                PPM;
+                uint64_t frac = e->requested_period_ns % t->slot_ns;
+                for (uint32_t s = 0; s < cpu->frame_slots; s++) {
+                        uint64_t start = (uint64_t) s * t->slot_ns + (uint64_t) cpu->frame_slots * t->slot_ns;
+                        ASSERT_CMP(supply_brute(t, cpu, (uint16_t) (i + 1), start, e->requested_period_ns), >=, need);
+                        if (frac)
+                                ASSERT_CMP(supply_brute(t, cpu, (uint16_t) (i + 1), start + t->slot_ns - frac,
+                                                        e->requested_period_ns), >=, need);
+                }
+                return;
+        }
+        TEST_FAIL_("reservation %" PRIu64 " not in the table", e->id);
+}
+
+static void export_and_check(const Plan *p, const PaceConfig *c, PaceTableBuffer *t) {
+        char err[256];
+        memset(t, 0, sizeof(*t));
+        plan_export(p, t);
+        int r = table_check(t, c, err, sizeof(err));
+        if (r < 0)
+                TEST_FAIL_("table_check refused a table the planner built: %s", err);
+}
+
+TEST(grant_exact_when_period_divides_frame) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[256];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest req = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
+                            .utilization_ppm = 600000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_EQ(e.period_slots, 50);
+        ASSERT_EQ(e.budget_slots, 30);
+        ASSERT_EQ(e.cpu, 0);
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.cpus[0].frame_slots, 50);
+        assert_requested_windows(&table, &e);
+}
+
+TEST(rounded_period_still_covers_requested_windows) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[256];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        /* 30 frames per second: 33.333 ms is no divisor of 1200 ms. */
+        PlanRequest req = { .id = 7, .pid = 100, .uid = 1000, .period_ns = 33333333, .utilization_ppm = 400000,
+                            .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_EQ(e.period_slots, 30);
+        ASSERT_CMP(e.budget_slots, >=, 12);
+        export_and_check(p, &c, &table);
+        assert_requested_windows(&table, &e);
+}
+
+TEST(free_time_is_spread_not_one_block) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[256];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest req = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 200 * NSEC_PER_MSEC,
+                            .utilization_ppm = 700000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &req, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+        /* 140 of 200 slots are reserved, yet no run exceeds the 20 ms gap. */
+        ASSERT_CMP(frame_max_busy_run(table.slots, table.cpus[0].frame_slots), <=, 20);
+}
+
+TEST(bad_requests_are_refused_and_change_nothing) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[256];
+
+        config_for(&c, 2);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest ok = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
+                           .utilization_ppm = 300000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &ok, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table2);
+
+        struct {
+                uint64_t period_ns;
+                uint32_t ppm;
+                int32_t cpu;
+                int err;
+                const char *says;
+        } bad[] = {
+                { 500 * NSEC_PER_USEC, 500000, -1, -ERANGE, "shorter than one slot" },
+                { 0, 500000, -1, -ERANGE, "shorter than one slot" },
+                { 2 * NSEC_PER_SEC, 500000, -1, -ERANGE, "longer than the longest frame" },
+                { UINT64_MAX, 500000, -1, -ERANGE, "longer than the longest frame" },
+                { 50 * NSEC_PER_MSEC, 0, -1, -ERANGE, "out of range" },
+                { 50 * NSEC_PER_MSEC, 1000001, -1, -ERANGE, "out of range" },
+                { 50 * NSEC_PER_MSEC, 800000, -1, -ENOSPC, "non_rt_share" },
+                { 50 * NSEC_PER_MSEC, 100000, 5, -ENODEV, "not managed" },
+                { 50 * NSEC_PER_MSEC, 100000, 2, -ENODEV, "not managed" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                PlanRequest req = { .id = 100 + i, .pid = 100, .uid = 1000, .period_ns = bad[i].period_ns,
+                                    .utilization_ppm = bad[i].ppm, .cpu = bad[i].cpu };
+                why[0] = '\0';
+                ASSERT_ERR(plan_admit(p, &req, NULL, why, sizeof(why)), bad[i].err);
+                ASSERT_CONTAINS(why, bad[i].says);
+                ASSERT_EQ(plan_n_entries(p), 1);
+                export_and_check(p, &c, &table);
+                ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+        }
+}
+
+TEST(oversubscription_is_refused_with_what_is_free) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[256];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
+                          .utilization_ppm = 500000, .cpu = -1 };
+        PlanRequest b = a;
+        b.id = 2;
+        b.utilization_ppm = 300000; /* 50% + 30% > 75% */
+        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "not enough free CPU time");
+        ASSERT_CONTAINS(why, "CPU 0: 25% free");
+        b.utilization_ppm = 200000;
+        ASSERT_OK(plan_admit(p, &b, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+}
+
+TEST(per_user_limits_hold_and_root_is_exempt) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[256];
+
+        config_for(&c, 2);
+        c.max_reservations_per_user = 2;
+        c.max_utilization_per_user_ppm = 500000;
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 100 * NSEC_PER_MSEC,
+                          .utilization_ppm = 300000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        r.id = 2;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -EDQUOT);
+        ASSERT_CONTAINS(why, "max_utilization_per_user");
+        r.utilization_ppm = 100000;
+        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        r.id = 3;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -EDQUOT);
+        ASSERT_CONTAINS(why, "max_reservations_per_user");
+        /* Another user is not affected; root is exempt. */
+        r.uid = 1001;
+        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        for (uint64_t id = 10; id < 13; id++) {
+                PlanRequest rr = { .id = id, .pid = 100, .uid = 0, .period_ns = 100 * NSEC_PER_MSEC,
+                                   .utilization_ppm = 200000, .cpu = -1 };
+                ASSERT_OK(plan_admit(p, &rr, NULL, why, sizeof(why)));
+        }
+        export_and_check(p, &c, &table);
+}
+
+TEST(worst_fit_balances_and_explicit_cpu_is_honoured) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e1, e2, e3;
+        char why[256];
+
+        config_for(&c, 2);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
+                          .utilization_ppm = 700000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &r, &e1, why, sizeof(why)));
+        r.id = 2;
+        c.max_utilization_per_user_ppm = PPM;
+        r.uid = 1001;
+        ASSERT_OK(plan_admit(p, &r, &e2, why, sizeof(why)));
+        ASSERT_NE(e1.cpu, e2.cpu);
+        r.id = 3;
+        r.uid = 1002;
+        r.utilization_ppm = 40000; /* 2 slots: 26% stay free on CPU 0 */
+        r.cpu = 0;
+        ASSERT_OK(plan_admit(p, &r, &e3, why, sizeof(why)));
+        ASSERT_EQ(e3.cpu, 0);
+        export_and_check(p, &c, &table);
+}
+
+TEST(release_restores_exactly_the_previous_table) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[256];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
+                          .utilization_ppm = 300000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table2);
+        PlanRequest b = { .id = 2, .pid = 101, .uid = 1000, .period_ns = 40 * NSEC_PER_MSEC,
+                          .utilization_ppm = 200000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &b, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.cpus[0].frame_slots, 200); /* lcm(50, 40) */
+        ASSERT_OK(plan_remove(p, 2));
+        ASSERT_ERR(plan_remove(p, 2), -ENOENT);
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+        ASSERT_OK(plan_remove(p, 1));
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.cpus[0].frame_slots, 0);
+        ASSERT_EQ(table.n_slots, 0);
+}
+
+/* Slot positions of each live reservation, as offsets within its period. */
+static void pattern_of(const PaceTableBuffer *t, uint64_t id, uint8_t *ret, uint32_t *ret_period) {
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                if (t->reservations[i].id != id)
+                        continue;
+                const PaceTableReservation *r = &t->reservations[i];
+                for (uint32_t c = 0; c < t->n_cpus; c++) {
+                        if (t->cpus[c].cpu != r->cpu)
+                                continue;
+                        memset(ret, 0, r->period_slots);
+                        for (uint32_t s = 0; s < t->cpus[c].frame_slots; s++)
+                                if (t->slots[t->cpus[c].first_slot + s] == i + 1)
+                                        ret[s % r->period_slots] = 1;
+                }
+                *ret_period = r->period_slots;
+                return;
+        }
+        TEST_FAIL_("id %" PRIu64 " missing", id);
+}
+
+static void random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy policy, uint32_t share_ppm, uint32_t steps) {
+        static uint8_t before[PACE_MAX_FRAME_SLOTS], after[PACE_MAX_FRAME_SLOTS];
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[256];
+        uint64_t state = seed, next_id = 1;
+        static const uint64_t periods_ms[] = { 1, 2, 5, 8, 10, 16, 17, 20, 25, 30, 33, 40, 50, 64, 100, 120, 250, 300, 1000 };
+        uint32_t admitted = 0, refused = 0;
+
+        config_for(&c, n_cpus);
+        c.policy = policy;
+        c.non_rt_share_ppm = share_ppm;
+        c.max_reservations_per_user = PACE_MAX_RESERVATIONS;
+        c.max_utilization_per_user_ppm = 64 * PPM;
+        ASSERT_OK(plan_new(&c, &p));
+
+        for (uint32_t step = 0; step < steps; step++) {
+                if (plan_n_entries(p) > 0 && next_rand(&state) % 3 == 0) {
+                        const PlanEntry *victim = plan_entry(p, next_rand(&state) % plan_n_entries(p));
+                        ASSERT_OK(plan_remove(p, victim->id));
+                        export_and_check(p, &c, &table);
+                        continue;
+                }
+                PlanRequest req = {
+                        .id = next_id++,
+                        .pid = 1000 + (pid_t) step,
+                        .uid = 1000,
+                        .period_ns = periods_ms[next_rand(&state) % ELEMENTSOF(periods_ms)] * NSEC_PER_MSEC +
+                                     (next_rand(&state) % 4 == 0 ? next_rand(&state) % NSEC_PER_MSEC : 0),
+                        .utilization_ppm = 10000 + (uint32_t) (next_rand(&state) % 400000),
+                        .cpu = -1,
+                };
+                export_and_check(p, &c, &table2);
+                uint64_t live_before = plan_n_entries(p);
+
+                PlanEntry e;
+                int r = plan_admit(p, &req, &e, why, sizeof(why));
+                if (r < 0) {
+                        /* Refused: nothing changed. */
+                        ASSERT_ERR(r, -ENOSPC);
+                        ASSERT_EQ(plan_n_entries(p), live_before);
+                        export_and_check(p, &c, &table);
+                        ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+                        refused++;
+                        continue;
+                }
+                admitted++;
+                export_and_check(p, &c, &table);
+                assert_requested_windows(&table, &e);
+                ASSERT_CMP((uint64_t) e.period_slots * c.slot_ns, <=, req.period_ns);
+                ASSERT_CMP((uint64_t) e.budget_slots * PPM, >=, (uint64_t) e.period_slots * req.utilization_ppm);
+
+                /* Admitted reservations never move: each old pattern is intact. */
+                for (size_t i = 0; i + 1 < plan_n_entries(p); i++) {
+                        uint32_t pb, pa;
+                        const PlanEntry *old = plan_entry(p, i);
+                        pattern_of(&table2, old->id, before, &pb);
+                        pattern_of(&table, old->id, after, &pa);
+                        ASSERT_EQ(pa, pb);
+                        ASSERT_EQ(memcmp(before, after, pa), 0);
+                }
+                /* Reserved share per CPU never passes 1 - non_rt_share. */
+                for (size_t i = 0; i < plan_n_cpus(p); i++) {
+                        PlanCpuInfo info;
+                        plan_cpu_info(p, i, &info);
+                        ASSERT_CMP(info.reserved_ppm, <=, PPM - share_ppm);
+                }
+        }
+        printf("  seed %#" PRIx64 ", %u CPUs: %u admitted, %u refused\n", seed, n_cpus, admitted, refused);
+        ASSERT_CMP(admitted, >, 0);
+}
+
+TEST(random_request_sets_keep_every_invariant_edf) {
+        for (uint64_t seed = 1; seed <= 12; seed++)
+                random_sequence(seed * 0x9e3779b97f4a7c15ULL, 1 + (uint32_t) (seed % 4), PACE_POLICY_EDF, 250000, 120);
+}
+
+TEST(random_request_sets_keep_every_invariant_rm) {
+        for (uint64_t seed = 1; seed <= 6; seed++)
+                random_sequence(seed * 0x2545f4914f6cdd1dULL, 1 + (uint32_t) (seed % 2), PACE_POLICY_RM, 250000, 100);
+}
+
+TEST(random_request_sets_other_shares_and_many_cpus) {
+        random_sequence(0xdeadbeef, 64, PACE_POLICY_EDF, 50000, 300);
+        random_sequence(0xfeedface, 3, PACE_POLICY_EDF, 500000, 150);
+        random_sequence(0xabad1dea, 1, PACE_POLICY_RM, 100000, 150);
+}
+
+TEST(same_requests_same_table) {
+        PaceConfig c;
+        char why[256];
+        config_for(&c, 4);
+        for (int round = 0; round < 2; round++) {
+                _cleanup_(plan_freep) Plan *p = NULL;
+                uint64_t state = 42;
+                ASSERT_OK(plan_new(&c, &p));
+                for (uint64_t id = 1; id <= 40; id++) {
+                        PlanRequest req = { .id = id, .pid = 100, .uid = 0,
+                                            .period_ns = (5 + next_rand(&state) % 200) * NSEC_PER_MSEC,
+                                            .utilization_ppm = 20000 + (uint32_t) (next_rand(&state) % 200000),
+                                            .cpu = -1 };
+                        (void) plan_admit(p, &req, NULL, why, sizeof(why));
+                }
+                export_and_check(p, &c, round == 0 ? &table : &table2);
+        }
+        ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+}
+
+TEST(min_supply_matches_brute_force) {
+        /* Independent check of the window arithmetic the builder relies on. */
+        uint32_t slots[10] = { 1, 1, 0, 0, 1, 0, 1, 1, 1, 0 };
+        PaceTableBuffer *t = &table;
+        memset(t, 0, sizeof(*t));
+        t->slot_ns = 1000;
+        t->n_cpus = 1;
+        t->cpus[0].frame_slots = 10;
+        for (int i = 0; i < 10; i++)
+                t->slots[i] = (uint16_t) slots[i];
+        for (uint64_t w = 1; w <= 25000; w += 137) {
+                uint64_t brute = UINT64_MAX;
+                for (uint64_t start = 0; start < 10000; start++)
+                        brute = MIN(brute, supply_brute(t, &t->cpus[0], 1, start, w));
+                ASSERT_EQ(frame_min_supply_ns(slots, 10, 1, 1000, w), brute);
+        }
+}
+
+TEST_MAIN()
