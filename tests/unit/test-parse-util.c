@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "macro.h"
+#include "parse-util.h"
+#include "test.h"
+
+#define ASSERT_DURATION(s, expected)                                                      \
+        do {                                                                              \
+                uint64_t ns_ = 0;                                                         \
+                ASSERT_OK(parse_duration_ns((s), &ns_));                                  \
+                if (ns_ != (uint64_t) (expected))                                         \
+                        TEST_FAIL_("parse_duration_ns(\"%s\") = %" PRIu64 ", expected %" PRIu64, \
+                                   (s), ns_, (uint64_t) (expected));                      \
+        } while (0)
+
+#define ASSERT_DURATION_FAILS(s, err)                                                     \
+        do {                                                                              \
+                uint64_t ns_ = 12345;                                                     \
+                ASSERT_ERR(parse_duration_ns((s), &ns_), (err));                          \
+                ASSERT_EQ(ns_, 12345);                                                    \
+        } while (0)
+
+#define ASSERT_PPM(s, expected)                                                           \
+        do {                                                                              \
+                uint32_t ppm_ = 0;                                                        \
+                ASSERT_OK(parse_utilization_ppm((s), &ppm_));                             \
+                if (ppm_ != (uint32_t) (expected))                                        \
+                        TEST_FAIL_("parse_utilization_ppm(\"%s\") = %" PRIu32 ", expected %" PRIu32, \
+                                   (s), ppm_, (uint32_t) (expected));                     \
+        } while (0)
+
+#define ASSERT_PPM_FAILS(s, err)                                                          \
+        do {                                                                              \
+                uint32_t ppm_ = 777;                                                      \
+                ASSERT_ERR(parse_utilization_ppm((s), &ppm_), (err));                     \
+                ASSERT_EQ(ppm_, 777);                                                     \
+        } while (0)
+
+TEST(duration_good) {
+        ASSERT_DURATION("1ns", 1);
+        ASSERT_DURATION("999ns", 999);
+        ASSERT_DURATION("1us", 1000);
+        ASSERT_DURATION("250us", 250000);
+        ASSERT_DURATION("250\xc2\xb5s", 250000);
+        ASSERT_DURATION("50ms", 50000000);
+        ASSERT_DURATION("1.5ms", 1500000);
+        ASSERT_DURATION("0.5ms", 500000);
+        ASSERT_DURATION("1s", NSEC_PER_SEC);
+        ASSERT_DURATION("2.25s", 2250000000ULL);
+        ASSERT_DURATION("0.000000001s", 1);
+        ASSERT_DURATION("1.000000000000000000000s", NSEC_PER_SEC);
+        ASSERT_DURATION("0.1s", 100000000);     /* 0.1 has no exact double; no drift allowed */
+        ASSERT_DURATION("0.3ms", 300000);
+        ASSERT_DURATION("1.001us", 1001);
+        ASSERT_DURATION("007ms", 7000000);
+        ASSERT_DURATION("18446744073709551615ns", UINT64_MAX);
+        ASSERT_DURATION("18446744073.709551615s", UINT64_MAX);
+        ASSERT_DURATION("18446744073709551.615us", UINT64_MAX);
+        /* Sub-nanosecond digits round to the nearest nanosecond. */
+        ASSERT_DURATION("1.5ns", 2);
+        ASSERT_DURATION("1.4999us", 1500);
+        ASSERT_DURATION("0.0000000015s", 2);
+        ASSERT_DURATION("0.5ns", 1);
+}
+
+TEST(duration_bad) {
+        uint64_t ns;
+
+        /* Syntax. */
+        ASSERT_DURATION_FAILS("", -EINVAL);
+        ASSERT_DURATION_FAILS("50", -EINVAL);
+        ASSERT_DURATION_FAILS("1.5", -EINVAL);
+        ASSERT_DURATION_FAILS("ms", -EINVAL);
+        ASSERT_DURATION_FAILS(".5ms", -EINVAL);
+        ASSERT_DURATION_FAILS("5.ms", -EINVAL);
+        ASSERT_DURATION_FAILS("1..5ms", -EINVAL);
+        ASSERT_DURATION_FAILS("1.5.5ms", -EINVAL);
+        ASSERT_DURATION_FAILS(" 5ms", -EINVAL);
+        ASSERT_DURATION_FAILS("5ms ", -EINVAL);
+        ASSERT_DURATION_FAILS("5 ms", -EINVAL);
+        ASSERT_DURATION_FAILS("5\tms", -EINVAL);
+        ASSERT_DURATION_FAILS("5msx", -EINVAL);
+        ASSERT_DURATION_FAILS("5mss", -EINVAL);
+        ASSERT_DURATION_FAILS("5MS", -EINVAL);
+        ASSERT_DURATION_FAILS("5m", -EINVAL);
+        ASSERT_DURATION_FAILS("5min", -EINVAL);
+        ASSERT_DURATION_FAILS("5h", -EINVAL);
+        ASSERT_DURATION_FAILS("+5ms", -EINVAL);
+        ASSERT_DURATION_FAILS("--5ms", -EINVAL);
+        ASSERT_DURATION_FAILS("-", -EINVAL);
+        ASSERT_DURATION_FAILS("-ms", -EINVAL);
+        ASSERT_DURATION_FAILS("0x10ms", -EINVAL);
+        ASSERT_DURATION_FAILS("1e3ms", -EINVAL);
+        ASSERT_DURATION_FAILS("1,5ms", -EINVAL);
+        ASSERT_DURATION_FAILS("5ms5ms", -EINVAL);
+        ASSERT_DURATION_FAILS("99999999999999999999999xs", -EINVAL);
+        ASSERT_ERR(parse_duration_ns(NULL, &ns), -EINVAL);
+
+        /* Range: negative, zero, too big. */
+        ASSERT_DURATION_FAILS("-5ms", -ERANGE);
+        ASSERT_DURATION_FAILS("-0ns", -ERANGE);
+        ASSERT_DURATION_FAILS("0ns", -ERANGE);
+        ASSERT_DURATION_FAILS("0s", -ERANGE);
+        ASSERT_DURATION_FAILS("0.0ms", -ERANGE);
+        ASSERT_DURATION_FAILS("0.4ns", -ERANGE);
+        ASSERT_DURATION_FAILS("0.0000000004s", -ERANGE);
+        ASSERT_DURATION_FAILS("18446744073709551616ns", -ERANGE);
+        ASSERT_DURATION_FAILS("18446744073.709551616s", -ERANGE);
+        ASSERT_DURATION_FAILS("18446744074s", -ERANGE);
+        ASSERT_DURATION_FAILS("18446744073709551615.5ns", -ERANGE);
+        ASSERT_DURATION_FAILS("99999999999999999999999999999s", -ERANGE);
+}
+
+TEST(utilization_good) {
+        ASSERT_PPM("60%", 600000);
+        ASSERT_PPM("60.5%", 605000);
+        ASSERT_PPM("100%", 1000000);
+        ASSERT_PPM("0.0001%", 1);
+        ASSERT_PPM("1%", 10000);
+        ASSERT_PPM("0.6", 600000);
+        ASSERT_PPM("0.1", 100000);
+        ASSERT_PPM("0.3", 300000);
+        ASSERT_PPM("1", 1000000);
+        ASSERT_PPM("1.0", 1000000);
+        ASSERT_PPM("1.000000000", 1000000);
+        ASSERT_PPM("0.000001", 1);
+        ASSERT_PPM("0.333333", 333333);
+        ASSERT_PPM("0.3333334", 333333);
+        ASSERT_PPM("0.3333335", 333334);
+        ASSERT_PPM("33.33333%", 333333);
+        ASSERT_PPM("099%", 990000);
+}
+
+TEST(utilization_bad) {
+        uint32_t ppm;
+
+        ASSERT_PPM_FAILS("", -EINVAL);
+        ASSERT_PPM_FAILS("%", -EINVAL);
+        ASSERT_PPM_FAILS("60 %", -EINVAL);
+        ASSERT_PPM_FAILS(" 60%", -EINVAL);
+        ASSERT_PPM_FAILS("60% ", -EINVAL);
+        ASSERT_PPM_FAILS("60%%", -EINVAL);
+        ASSERT_PPM_FAILS("60%x", -EINVAL);
+        ASSERT_PPM_FAILS(".6", -EINVAL);
+        ASSERT_PPM_FAILS("6.", -EINVAL);
+        ASSERT_PPM_FAILS("+0.5", -EINVAL);
+        ASSERT_PPM_FAILS("0,5", -EINVAL);
+        ASSERT_PPM_FAILS("half", -EINVAL);
+        ASSERT_PPM_FAILS("6e-1", -EINVAL);
+        ASSERT_PPM_FAILS("0.5ms", -EINVAL);
+        ASSERT_ERR(parse_utilization_ppm(NULL, &ppm), -EINVAL);
+
+        ASSERT_PPM_FAILS("0", -ERANGE);
+        ASSERT_PPM_FAILS("0%", -ERANGE);
+        ASSERT_PPM_FAILS("0.0000001", -ERANGE);
+        ASSERT_PPM_FAILS("0.00001%", -ERANGE);
+        ASSERT_PPM_FAILS("-60%", -ERANGE);
+        ASSERT_PPM_FAILS("-0.5", -ERANGE);
+        ASSERT_PPM_FAILS("100.0001%", -ERANGE);
+        ASSERT_PPM_FAILS("101%", -ERANGE);
+        ASSERT_PPM_FAILS("1.000001", -ERANGE);
+        ASSERT_PPM_FAILS("2", -ERANGE);
+        ASSERT_PPM_FAILS("4294967296", -ERANGE);
+        ASSERT_PPM_FAILS("99999999999999999999999999%", -ERANGE);
+}
+
+TEST(pid) {
+        pid_t pid = 0;
+
+        ASSERT_OK(parse_pid("1", &pid));
+        ASSERT_EQ(pid, 1);
+        ASSERT_OK(parse_pid("4242", &pid));
+        ASSERT_EQ(pid, 4242);
+        ASSERT_OK(parse_pid("2147483647", &pid));
+        ASSERT_EQ(pid, INT32_MAX);
+        ASSERT_OK(parse_pid("0012", &pid));
+        ASSERT_EQ(pid, 12);
+
+        pid = 99;
+        ASSERT_ERR(parse_pid("0", &pid), -ERANGE);
+        ASSERT_ERR(parse_pid("2147483648", &pid), -ERANGE);
+        ASSERT_ERR(parse_pid("4294967297", &pid), -ERANGE);
+        ASSERT_ERR(parse_pid("99999999999999999999999", &pid), -ERANGE);
+        ASSERT_ERR(parse_pid("", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid("-1", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid("+1", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid(" 1", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid("1 ", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid("0x10", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid("12a", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid("1.0", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid("99999999999999999999999x", &pid), -EINVAL);
+        ASSERT_ERR(parse_pid(NULL, &pid), -EINVAL);
+        ASSERT_EQ(pid, 99);
+}
+
+TEST(uint32) {
+        uint32_t v = 0;
+
+        ASSERT_OK(parse_uint32("0", &v));
+        ASSERT_EQ(v, 0);
+        ASSERT_OK(parse_uint32("63", &v));
+        ASSERT_EQ(v, 63);
+        ASSERT_OK(parse_uint32("4294967295", &v));
+        ASSERT_EQ(v, UINT32_MAX);
+        ASSERT_OK(parse_uint32("000", &v));
+        ASSERT_EQ(v, 0);
+
+        v = 5;
+        ASSERT_ERR(parse_uint32("4294967296", &v), -ERANGE);
+        ASSERT_ERR(parse_uint32("18446744073709551616", &v), -ERANGE);
+        ASSERT_ERR(parse_uint32("", &v), -EINVAL);
+        ASSERT_ERR(parse_uint32("-0", &v), -EINVAL);
+        ASSERT_ERR(parse_uint32("-1", &v), -EINVAL);
+        ASSERT_ERR(parse_uint32("1\n", &v), -EINVAL);
+        ASSERT_ERR(parse_uint32("\t1", &v), -EINVAL);
+        ASSERT_ERR(parse_uint32("1e3", &v), -EINVAL);
+        ASSERT_ERR(parse_uint32("0x1", &v), -EINVAL);
+        ASSERT_ERR(parse_uint32(NULL, &v), -EINVAL);
+        ASSERT_EQ(v, 5);
+}
+
+TEST(format_duration) {
+        char buf[32];
+
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 50000000), "50ms");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1500000), "1.5ms");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 250000), "250us");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 999), "999ns");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1), "1ns");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 0), "0ns");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1000), "1us");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1001), "1.001us");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1000000), "1ms");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1234000), "1.234ms");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1234500), "1234.5us");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1234567), "1234.567us");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), NSEC_PER_SEC), "1s");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1500000000), "1.5s");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1200 * NSEC_PER_MSEC), "1.2s");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 3600 * NSEC_PER_SEC), "3600s");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), 1000100000), "1000.1ms");
+        ASSERT_STREQ(format_duration(buf, sizeof(buf), UINT64_MAX), "18446744073709551.615us");
+
+        /* Too small a buffer truncates but stays a terminated string. */
+        ASSERT_STREQ(format_duration(buf, 4, 1500000), "1.5");
+}
+
+TEST(format_ppm) {
+        char buf[32];
+
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 600000), "60%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 625000), "62.5%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 1), "0.0001%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 0), "0%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 1000000), "100%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 333333), "33.3333%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 10), "0.001%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), 64000000), "6400%");
+        ASSERT_STREQ(format_ppm(buf, sizeof(buf), UINT32_MAX), "429496.7295%");
+}
+
+TEST(duration_round_trip) {
+        static const uint64_t values[] = {
+                1, 7, 999, 1000, 1001, 1500, 999999, 1000000, 1234567, 1500000, 20000000, 50000000,
+                999999999, NSEC_PER_SEC, 1200 * NSEC_PER_MSEC, 3600 * NSEC_PER_SEC, UINT64_MAX / 3,
+                UINT64_MAX - 1, UINT64_MAX,
+        };
+        char buf[32];
+
+        for (size_t i = 0; i < ELEMENTSOF(values); i++) {
+                uint64_t back = 0;
+
+                ASSERT_OK(parse_duration_ns(format_duration(buf, sizeof(buf), values[i]), &back));
+                ASSERT_EQ(back, values[i]);
+        }
+
+        /* A sweep over every magnitude, with assorted low digits. */
+        for (uint64_t v = 1; v < UINT64_MAX / 10; v = v * 10 + 3) {
+                uint64_t back = 0;
+
+                ASSERT_OK(parse_duration_ns(format_duration(buf, sizeof(buf), v), &back));
+                ASSERT_EQ(back, v);
+        }
+
+        /* And text -> value -> text for the canonical forms. */
+        static const char *const texts[] = { "1ns", "250us", "1.5ms", "50ms", "1.2s", "1.001us", "3600s" };
+        for (size_t i = 0; i < ELEMENTSOF(texts); i++) {
+                uint64_t ns = 0;
+
+                ASSERT_OK(parse_duration_ns(texts[i], &ns));
+                ASSERT_STREQ(format_duration(buf, sizeof(buf), ns), texts[i]);
+        }
+}
+
+TEST(ppm_round_trip) {
+        char buf[32];
+
+        for (uint32_t ppm = 1; ppm <= PPM; ppm += ppm < 2000 ? 1 : 997) {
+                uint32_t back = 0;
+
+                ASSERT_OK(parse_utilization_ppm(format_ppm(buf, sizeof(buf), ppm), &back));
+                ASSERT_EQ(back, ppm);
+        }
+        {
+                uint32_t back = 0;
+
+                ASSERT_OK(parse_utilization_ppm(format_ppm(buf, sizeof(buf), PPM), &back));
+                ASSERT_EQ(back, PPM);
+        }
+}
+
+TEST_MAIN()
