@@ -1,1 +1,235 @@
-int main(void) { return 0; }
+/* SPDX-License-Identifier: MIT */
+/* pace-broker: the unprivileged half of pace. Edge code only: arguments,
+ * configuration, the socket (own or systemd's), sd_notify; the rest lives in
+ * server.c and broker.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-event.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "macro.h"
+#include "pace-build-config.h"
+#include "pace-limits.h"
+#include "proc-util.h"
+#include "server.h"
+
+#define PROGRAM "pace-broker"
+
+static const char *arg_config = NULL;
+static const char *arg_runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
+static int arg_verbose = 0;
+
+static void log_sink(void *userdata, int priority, const char *message) {
+        if (priority >= LOG_DEBUG && !arg_verbose)
+                return;
+        log_line(PROGRAM, priority, message);
+}
+
+static void help(void) {
+        printf("Usage: " PROGRAM " [OPTIONS]\n\n"
+               "Admits soft real-time CPU reservations and writes pace's dispatch table.\n\n"
+               "  --config FILE        configuration (default " PACE_DEFAULT_CONFIG ";\n"
+               "                       built-in defaults if that file does not exist)\n"
+               "  --runtime-dir DIR    socket and table live here (default " PACE_DEFAULT_RUNTIME_DIR ")\n"
+               "  -v, --verbose        also log per-connection events\n"
+               "  -h, --help           this text\n"
+               "      --version        version\n\n"
+               "Under systemd, a listening socket passed by socket activation is used\n"
+               "instead of creating DIR/" PACE_SOCKET_NAME ".\n");
+}
+
+static int parse_argv(int argc, char **argv) {
+        enum { ARG_CONFIG = 0x100, ARG_RUNTIME_DIR, ARG_VERSION };
+        static const struct option options[] = {
+                { "config", required_argument, NULL, ARG_CONFIG },
+                { "runtime-dir", required_argument, NULL, ARG_RUNTIME_DIR },
+                { "verbose", no_argument, NULL, 'v' },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                {},
+        };
+        int c;
+
+        while ((c = getopt_long(argc, argv, "hv", options, NULL)) >= 0)
+                switch (c) {
+                case ARG_CONFIG:
+                        arg_config = optarg;
+                        break;
+                case ARG_RUNTIME_DIR:
+                        arg_runtime_dir = optarg;
+                        break;
+                case 'v':
+                        arg_verbose = 1;
+                        break;
+                case 'h':
+                        help();
+                        return 0;
+                case ARG_VERSION:
+                        printf(PROGRAM " " PACE_VERSION "\n");
+                        return 0;
+                default:
+                        fprintf(stderr, "Try '" PROGRAM " --help'.\n");
+                        return -EINVAL;
+                }
+        if (optind < argc) {
+                fprintf(stderr, PROGRAM ": unexpected argument '%s'. Try '" PROGRAM " --help'.\n", argv[optind]);
+                return -EINVAL;
+        }
+        return 1;
+}
+
+static int load_config(PaceConfig *config) {
+        _cleanup_free_ char *error = NULL;
+        const char *path = arg_config ?: PACE_DEFAULT_CONFIG;
+        int r;
+
+        pace_config_init(config);
+        r = pace_config_load(path, config, &error);
+        if (r == -ENOENT && !arg_config)
+                log_fmt(PROGRAM, LOG_INFO, "%s does not exist; using built-in defaults", path);
+        else if (r < 0) {
+                if (error)
+                        log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", error);
+                else
+                        log_fmt(PROGRAM, LOG_ERR, "refusing to start: cannot read %s: %s", path, strerror(-r));
+                return r;
+        }
+
+        free(error);
+        error = NULL;
+        r = config_resolve_cpus(config, "/sys/devices/system/cpu/online", &error);
+        if (r < 0) {
+                log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", error ?: strerror(-r));
+                return r;
+        }
+        return 0;
+}
+
+/* The listening socket: systemd's if socket-activated, else our own. */
+static int open_listen_socket(int *ret_fd) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int n, r;
+
+        n = sd_listen_fds(1);
+        if (n < 0)
+                return log_fmt(PROGRAM, LOG_ERR, "bad socket activation: %s", strerror(-n)), n;
+        if (n > 1)
+                return log_fmt(PROGRAM, LOG_ERR, "socket activation passed %d sockets; expected one", n), -EINVAL;
+        if (n == 1) {
+                r = sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_SEQPACKET, 1, NULL, 0);
+                if (r <= 0)
+                        return log_fmt(PROGRAM, LOG_ERR, "the activated socket is not a listening AF_UNIX "
+                                       "SOCK_SEQPACKET socket"), -EINVAL;
+                *ret_fd = SD_LISTEN_FDS_START;
+                return 0;
+        }
+
+        if ((size_t) snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", arg_runtime_dir, PACE_SOCKET_NAME) >=
+            sizeof(addr.sun_path))
+                return log_fmt(PROGRAM, LOG_ERR, "runtime directory %s is too long for a socket path",
+                               arg_runtime_dir), -ENAMETOOLONG;
+
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return negative_errno();
+        (void) unlink(addr.sun_path);
+        if (bind(fd, (struct sockaddr *) &addr, sizeof(addr)) < 0) {
+                r = negative_errno();
+                return log_fmt(PROGRAM, LOG_ERR, "cannot bind %s: %s", addr.sun_path, strerror(-r)), r;
+        }
+        /* Any local user may ask; who gets what is decided per request. */
+        if (chmod(addr.sun_path, 0666) < 0)
+                return negative_errno();
+        if (listen(fd, 128) < 0)
+                return negative_errno();
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        _cleanup_(server_freep) Server *server = NULL;
+        _cleanup_close_ int dir_fd = -EBADF;
+        sd_event *event = NULL;
+        PaceConfig config;
+        int listen_fd = -1, r;
+
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return r < 0 ? 2 : 0;
+
+        r = load_config(&config);
+        if (r < 0)
+                return 1;
+
+        if (mkdir(arg_runtime_dir, 0755) < 0 && errno != EEXIST) {
+                log_fmt(PROGRAM, LOG_ERR, "cannot create runtime directory %s: %m", arg_runtime_dir);
+                return 1;
+        }
+        dir_fd = open(arg_runtime_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+        if (dir_fd < 0) {
+                log_fmt(PROGRAM, LOG_ERR, "cannot open runtime directory %s: %m", arg_runtime_dir);
+                return 1;
+        }
+
+        r = open_listen_socket(&listen_fd);
+        if (r < 0)
+                return 1;
+
+        r = sd_event_default(&event);
+        if (r < 0) {
+                log_fmt(PROGRAM, LOG_ERR, "cannot create the event loop: %s", strerror(-r));
+                return 1;
+        }
+
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        (void) sd_event_add_signal(event, NULL, SIGTERM, NULL, NULL);
+        (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
+        /* A client that hangs up mid-reply must not kill us. */
+        signal(SIGPIPE, SIG_IGN);
+
+        ServerOptions options = {
+                .config = &config,
+                .listen_fd = listen_fd,
+                .runtime_dir_fd = dir_fd,
+                .proc_root = "/proc",
+                .log = log_sink,
+        };
+        r = server_new(event, &options, &server);
+        if (r < 0) {
+                log_fmt(PROGRAM, LOG_ERR, "cannot start: %s", strerror(-r));
+                sd_event_unref(event);
+                return 1;
+        }
+
+        char slot[32];
+        snprintf(slot, sizeof(slot), "%lluus", (unsigned long long) (config.slot_ns / NSEC_PER_USEC));
+        log_fmt(PROGRAM, LOG_INFO, "ready: %s, %u CPU(s), slot %s, non-RT share %u.%02u%%", arg_runtime_dir,
+                config.n_cpus, slot, config.non_rt_share_ppm / 10000, (config.non_rt_share_ppm / 100) % 100);
+        (void) sd_notify(0, "READY=1\nSTATUS=Serving reservations");
+
+        r = sd_event_loop(event);
+        (void) sd_notify(0, "STOPPING=1");
+        server = server_free(server);
+        sd_event_unref(event);
+        if (r < 0) {
+                log_fmt(PROGRAM, LOG_ERR, "event loop failed: %s", strerror(-r));
+                return 1;
+        }
+        return 0;
+}

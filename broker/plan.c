@@ -319,6 +319,7 @@ static int try_cpu(Plan *p, const PlanCpu *c, const PlanRequest *req, uint32_t p
         return 0;
 }
 
+
 static int cpu_index(const Plan *p, int32_t cpu) {
         for (uint32_t i = 0; i < p->n_cpus; i++)
                 if (p->cpus[i].cpu == cpu)
@@ -326,12 +327,9 @@ static int cpu_index(const Plan *p, int32_t cpu) {
         return -1;
 }
 
-int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
+int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_size) {
         char a[32], b[32];
         uint64_t slot_ns = p->config.slot_ns;
-        uint32_t order[PACE_MAX_CPUS], n_order = 0;
-        uint32_t period = 0, min_budget, user_count;
-        uint64_t user_ppm;
 
         if (req->period_ns < slot_ns) {
                 explain(why, why_size, "period %s is shorter than one slot (%s); ask for at least %s",
@@ -358,6 +356,25 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                         format_ppm((char[32]) {}, 32, p->cap_ppm));
                 return -ENOSPC;
         }
+        if (req->cpu >= 0 && cpu_index(p, req->cpu) < 0) {
+                explain(why, why_size, "CPU %" PRId32 " is not managed by pace (see \"cpus\" in the configuration)",
+                        req->cpu);
+                return -ENODEV;
+        }
+        return 0;
+}
+
+int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
+        char a[32], b[32];
+        int r;
+        uint64_t slot_ns = p->config.slot_ns;
+        uint32_t order[PACE_MAX_CPUS], n_order = 0;
+        uint32_t period = 0, min_budget, user_count;
+        uint64_t user_ppm;
+
+        r = plan_validate(p, req, why, why_size);
+        if (r < 0)
+                return r;
         if (p->n_entries >= PACE_MAX_RESERVATIONS) {
                 explain(why, why_size, "the broker holds %u reservations, its limit", PACE_MAX_RESERVATIONS);
                 return -E2BIG;
@@ -386,13 +403,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         }
 
         if (req->cpu >= 0) {
-                int idx = cpu_index(p, req->cpu);
-                if (idx < 0) {
-                        explain(why, why_size, "CPU %" PRId32 " is not managed by pace (see \"cpus\" in the configuration)",
-                                req->cpu);
-                        return -ENODEV;
-                }
-                order[n_order++] = (uint32_t) idx;
+                order[n_order++] = (uint32_t) cpu_index(p, req->cpu);
         } else {
                 /* Worst fit: the emptiest CPU first keeps free time balanced. */
                 for (uint32_t i = 0; i < p->n_cpus; i++)
@@ -419,7 +430,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                 for (uint32_t budget = min_budget; budget <= period; budget++) {
                         uint32_t frame;
                         bool window_short;
-                        int r = try_cpu(p, c, req, period, budget, owner, &frame, &window_short);
+                        r = try_cpu(p, c, req, period, budget, owner, &frame, &window_short);
                         if (r < 0) {
                                 window_short_seen |= window_short;
                                 if (window_short)

@@ -76,6 +76,10 @@ static inline void plan_freep(Plan **p) {
  *   -ENOSPC  not enough free time (or no placement that keeps the guarantees) */
 int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size);
 
+/* The checks of plan_admit() that need no placement: period, utilization
+ * and CPU within what the configuration allows. */
+int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_size);
+
 /* -ENOENT if no such id. */
 int plan_remove(Plan *p, uint64_t id);
 

@@ -1,1 +1,326 @@
-/* placeholder, being written */
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "pace.pb-c.h"
+#include "server.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* Connections accepted per wake-up: a flood cannot starve the clients we
+ * already have. */
+#define ACCEPT_BATCH 32
+
+typedef struct Connection Connection;
+
+struct Connection {
+        Server *server;
+        int fd;
+        BrokerPeer peer;
+        sd_event_source *io;
+        sd_event_source *timer;
+        Connection *prev, *next;
+};
+
+typedef struct PidWatch {
+        Server *server;
+        uint64_t id;
+        sd_event_source *io;
+} PidWatch;
+
+struct Server {
+        sd_event *event;
+        PaceConfig config;
+        int listen_fd;
+        sd_event_source *listen_io;
+        Broker *broker;
+        Connection *connections;
+        size_t n_connections;
+        void *log_userdata;
+        void (*log)(void *userdata, int priority, const char *message);
+        uint8_t buffer[PACE_MAX_MESSAGE_SIZE];
+};
+
+_printf_(3, 4) static void server_log(Server *s, int priority, const char *fmt, ...) {
+        char line[512];
+        va_list ap;
+
+        if (!s->log)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        s->log(s->log_userdata, priority, line);
+}
+
+static void connection_free(Connection *c) {
+        if (!c)
+                return;
+        Server *s = c->server;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->connections = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        s->n_connections--;
+        sd_event_source_disable_unref(c->io);
+        sd_event_source_disable_unref(c->timer);
+        safe_close(c->peer.pidfd);
+        safe_close(c->fd);
+        free(c);
+}
+
+static int connection_timeout(sd_event_source *src, uint64_t usec, void *userdata) {
+        Connection *c = userdata;
+        server_log(c->server, LOG_DEBUG, "pid %" PRIi32 ": idle for too long, disconnected", (int32_t) c->peer.pid);
+        connection_free(c);
+        return 0;
+}
+
+/* A client that does not read its replies loses its connection instead of
+ * making the broker wait: sends never block. */
+static int send_reply(Connection *c, const uint8_t *reply, size_t size) {
+        if (send(c->fd, reply, size, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+                return negative_errno();
+        return 0;
+}
+
+static int connection_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        Connection *c = userdata;
+        Server *s = c->server;
+        _cleanup_free_ uint8_t *reply = NULL;
+        size_t reply_size = 0;
+        struct iovec iov = { .iov_base = s->buffer, .iov_len = sizeof(s->buffer) };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+        ssize_t n;
+        int r;
+
+        n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                        return 0;
+                connection_free(c);
+                return 0;
+        }
+        /* A zero-length read is the peer hanging up, unless the socket says
+         * otherwise: then it was an empty datagram, which gets an error. */
+        if (n == 0 && (revents & (EPOLLHUP | EPOLLRDHUP | EPOLLERR))) {
+                connection_free(c);
+                return 0;
+        }
+
+        (void) sd_event_source_set_time_relative(c->timer, s->config.client_timeout_ns / NSEC_PER_USEC);
+
+        if (msg.msg_flags & MSG_TRUNC)
+                r = broker_error_reply(PACE__ERROR_CODE__ERROR_MALFORMED,
+                                       "message larger than the limit of 65536 bytes", &reply, &reply_size);
+        else if (msg.msg_flags & MSG_CTRUNC)
+                r = broker_error_reply(PACE__ERROR_CODE__ERROR_MALFORMED,
+                                       "unexpected ancillary data; send plain messages", &reply, &reply_size);
+        else
+                r = broker_handle(s->broker, &c->peer, s->buffer, (size_t) n, &reply, &reply_size);
+        if (r < 0) {
+                server_log(s, LOG_ERR, "pid %" PRIi32 ": cannot build a reply: %s", (int32_t) c->peer.pid,
+                           strerror(-r));
+                connection_free(c);
+                return 0;
+        }
+        r = send_reply(c, reply, reply_size);
+        if (r < 0) {
+                server_log(s, LOG_DEBUG, "pid %" PRIi32 ": reply not sent (%s), disconnected", (int32_t) c->peer.pid,
+                           strerror(-r));
+                connection_free(c);
+        }
+        return 0;
+}
+
+static void refuse_connection(Server *s, int fd) {
+        _cleanup_free_ uint8_t *reply = NULL;
+        size_t size;
+        char message[160];
+
+        snprintf(message, sizeof(message), "the broker serves %u connections at most (max_connections); try again later",
+                 s->config.max_connections);
+        if (broker_error_reply(PACE__ERROR_CODE__ERROR_BUSY, message, &reply, &size) >= 0)
+                (void) send(fd, reply, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static int accept_one(Server *s) {
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_free_ Connection *c = NULL;
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        int pidfd = -1;
+        int r;
+
+        fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+
+        if (s->n_connections >= s->config.max_connections) {
+                refuse_connection(s, fd);
+                server_log(s, LOG_WARNING, "connection refused: %zu clients connected (max_connections)",
+                           s->n_connections);
+                return 0;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return negative_errno();
+        len = sizeof(pidfd);
+        /* Best effort: kernels before 6.5 have no SO_PEERPIDFD; the caller's
+         * pid is then opened by number, which the start-time check guards. */
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0)
+                pidfd = -1;
+
+        c = calloc(1, sizeof(*c));
+        if (!c) {
+                safe_close(pidfd);
+                return -ENOMEM;
+        }
+        c->server = s;
+        c->peer = (BrokerPeer) { .pid = cred.pid, .uid = cred.uid, .gid = cred.gid, .pidfd = pidfd };
+        c->fd = fd;
+
+        r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN | EPOLLRDHUP, connection_io, c);
+        if (r >= 0)
+                r = sd_event_add_time_relative(s->event, &c->timer, CLOCK_MONOTONIC,
+                                               s->config.client_timeout_ns / NSEC_PER_USEC, 0, connection_timeout, c);
+        if (r < 0) {
+                sd_event_source_disable_unref(c->io);
+                safe_close(c->peer.pidfd);
+                return r;
+        }
+        TAKE_FD(fd);
+        c->next = s->connections;
+        if (c->next)
+                c->next->prev = c;
+        s->connections = TAKE_PTR(c);
+        s->n_connections++;
+        return 0;
+}
+
+static int listen_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        Server *s = userdata;
+
+        for (int i = 0; i < ACCEPT_BATCH; i++) {
+                int r = accept_one(s);
+                if (r == -EAGAIN || r == -EINTR)
+                        break;
+                if (r == -EMFILE || r == -ENFILE) {
+                        server_log(s, LOG_WARNING, "out of file descriptors; connection left waiting");
+                        break;
+                }
+                if (r < 0)
+                        server_log(s, LOG_WARNING, "accepting a client failed: %s", strerror(-r));
+        }
+        return 0;
+}
+
+static int pid_exited(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        PidWatch *w = userdata;
+        /* The broker unwatches, which frees w: read what we need first. */
+        Server *s = w->server;
+        uint64_t id = w->id;
+
+        broker_process_exited(s->broker, id);
+        return 0;
+}
+
+static int watch_pidfd(void *userdata, int pidfd, uint64_t id, void **ret_watch) {
+        Server *s = userdata;
+        PidWatch *w = calloc(1, sizeof(*w));
+        int r;
+
+        if (!w)
+                return -ENOMEM;
+        w->server = s;
+        w->id = id;
+        r = sd_event_add_io(s->event, &w->io, pidfd, EPOLLIN, pid_exited, w);
+        if (r < 0) {
+                free(w);
+                return r;
+        }
+        *ret_watch = w;
+        return 0;
+}
+
+static void unwatch(void *userdata, void *watch) {
+        PidWatch *w = watch;
+        if (!w)
+                return;
+        sd_event_source_disable_unref(w->io);
+        free(w);
+}
+
+static void broker_log_hook(void *userdata, int priority, const char *message) {
+        Server *s = userdata;
+        if (s->log)
+                s->log(s->log_userdata, priority, message);
+}
+
+int server_new(sd_event *event, const ServerOptions *options, Server **ret) {
+        _cleanup_(server_freep) Server *s = NULL;
+        int r;
+
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->event = sd_event_ref(event);
+        s->config = *options->config;
+        s->listen_fd = options->listen_fd;
+        s->log = options->log;
+        s->log_userdata = options->log_userdata;
+
+        BrokerOptions bo = {
+                .config = options->config,
+                .runtime_dir_fd = options->runtime_dir_fd,
+                .proc_root = options->proc_root,
+                .hooks = {
+                        .userdata = s,
+                        .watch_pidfd = watch_pidfd,
+                        .unwatch = unwatch,
+                        .log = broker_log_hook,
+                },
+        };
+        r = broker_new(&bo, &s->broker);
+        if (r < 0)
+                return r;
+
+        r = sd_event_add_io(event, &s->listen_io, s->listen_fd, EPOLLIN, listen_io, s);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+Server *server_free(Server *s) {
+        if (!s)
+                return NULL;
+        while (s->connections)
+                connection_free(s->connections);
+        sd_event_source_disable_unref(s->listen_io);
+        broker_free(s->broker);
+        safe_close(s->listen_fd);
+        sd_event_unref(s->event);
+        free(s);
+        return NULL;
+}
+
+size_t server_n_connections(const Server *s) {
+        return s->n_connections;
+}
+
+Broker *server_broker(Server *s) {
+        return s->broker;
+}

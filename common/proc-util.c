@@ -4,12 +4,14 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "macro.h"
+#include "config.h"
 #include "proc-util.h"
 
 #define PF_KTHREAD 0x00200000UL
@@ -126,4 +128,74 @@ int pidfd_alive(int pidfd) {
         if (pfd.revents & POLLNVAL)
                 return -EBADF;
         return n == 0 ? 0 : -ESRCH;
+}
+
+int cpu_list_parse(const char *text, int32_t *cpus, uint32_t max, uint32_t *ret_n) {
+        uint32_t n = 0;
+        const char *p = text;
+
+        while (*p && *p != '\n') {
+                char *end;
+                unsigned long a, b;
+
+                errno = 0;
+                a = strtoul(p, &end, 10);
+                if (errno || end == p)
+                        return -EINVAL;
+                b = a;
+                p = end;
+                if (*p == '-') {
+                        p++;
+                        b = strtoul(p, &end, 10);
+                        if (errno || end == p || b < a)
+                                return -EINVAL;
+                        p = end;
+                }
+                for (unsigned long c = a; c <= b; c++) {
+                        if (n >= max || c > INT32_MAX)
+                                return -E2BIG;
+                        cpus[n++] = (int32_t) c;
+                }
+                if (*p == ',')
+                        p++;
+                else if (*p && *p != '\n')
+                        return -EINVAL;
+        }
+        *ret_n = n;
+        return 0;
+}
+
+int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char **ret_error) {
+        int32_t online[PACE_MAX_CPUS];
+        uint32_t n_online = 0;
+        char buf[1024];
+        int r;
+
+        r = read_small_file(sysfs_online, buf, sizeof(buf));
+        if (r == 0)
+                r = cpu_list_parse(buf, online, PACE_MAX_CPUS, &n_online);
+        if (r < 0 || n_online == 0) {
+                if (ret_error && asprintf(ret_error, "cannot read the online CPUs from %s: %s", sysfs_online,
+                                          strerror(r < 0 ? -r : EINVAL)) < 0)
+                        *ret_error = NULL;
+                return r < 0 ? r : -EINVAL;
+        }
+
+        if (!config->cpus_set) {
+                memcpy(config->cpus, online, n_online * sizeof(int32_t));
+                config->n_cpus = n_online;
+                return 0;
+        }
+        for (uint32_t i = 0; i < config->n_cpus; i++) {
+                bool found = false;
+                for (uint32_t j = 0; j < n_online; j++)
+                        found |= online[j] == config->cpus[i];
+                if (!found) {
+                        if (ret_error && asprintf(ret_error, "\"cpus\": CPU %" PRIi32 " is not online (online: %s)",
+                                                  config->cpus[i], strtok(buf, "\n")) < 0)
+                                *ret_error = NULL;
+                        return -ENODEV;
+                }
+        }
+        return 0;
 }

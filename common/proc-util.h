@@ -21,3 +21,12 @@ int proc_stat_parse(const char *text, uint64_t *ret_start_time, unsigned long *r
 int pidfd_open_checked(pid_t pid, int *ret_fd);
 /* 0 while the process behind the pidfd is alive, -ESRCH once it has exited. */
 int pidfd_alive(int pidfd);
+
+/* Parses a kernel CPU list ("0-3,8,10-11") into ascending CPU numbers. */
+int cpu_list_parse(const char *text, int32_t *cpus, uint32_t max, uint32_t *ret_n);
+
+/* Fills config->cpus with the online CPUs when the config left "cpus" out, and
+ * checks that every configured CPU is online. sysfs_online is normally
+ * "/sys/devices/system/cpu/online". On failure, a malloc'ed message. */
+struct PaceConfig;
+int config_resolve_cpus(struct PaceConfig *config, const char *sysfs_online, char **ret_error);

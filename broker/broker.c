@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "macro.h"
+#include "pace.pb-c.h"
+#include "parse-util.h"
+#include "proc-util.h"
+
+typedef struct Reservation {
+        uint64_t id;
+        uid_t owner_uid; /* who asked: may release it */
+        int pidfd;       /* the process it covers; readable once that exits */
+        void *watch;
+} Reservation;
+
+struct Broker {
+        PaceConfig config;
+        char *proc_root;
+        BrokerHooks hooks;
+        Plan *plan;
+        TableWriter *table;
+        uint64_t next_id;
+        size_t n_reservations;
+        Reservation reservations[PACE_MAX_RESERVATIONS];
+};
+
+_printf_(3, 4) static void broker_log(Broker *b, int priority, const char *fmt, ...) {
+        char line[512];
+        va_list ap;
+
+        if (!b->hooks.log)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        b->hooks.log(b->hooks.userdata, priority, line);
+}
+
+static void publish(Broker *b) {
+        if (!b->table)
+                return;
+        PaceTableBuffer *buf = table_writer_begin(b->table);
+        plan_export(b->plan, buf);
+        table_writer_publish(b->table);
+}
+
+int broker_new(const BrokerOptions *options, Broker **ret) {
+        _cleanup_(broker_freep) Broker *b = NULL;
+        int r;
+
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        b->config = *options->config;
+        b->hooks = options->hooks;
+        b->next_id = 1;
+        b->proc_root = strdup(options->proc_root ? options->proc_root : "/proc");
+        if (!b->proc_root)
+                return -ENOMEM;
+
+        r = plan_new(&b->config, &b->plan);
+        if (r < 0)
+                return r;
+        if (options->runtime_dir_fd >= 0) {
+                r = table_writer_new(options->runtime_dir_fd, &b->table);
+                if (r < 0)
+                        return r;
+                /* Publish the empty table at once: the dispatcher then knows
+                 * the broker is up and has nothing to do. */
+                publish(b);
+        }
+        *ret = TAKE_PTR(b);
+        return 0;
+}
+
+Broker *broker_free(Broker *b) {
+        if (!b)
+                return NULL;
+        for (size_t i = 0; i < b->n_reservations; i++) {
+                if (b->hooks.unwatch && b->reservations[i].watch)
+                        b->hooks.unwatch(b->hooks.userdata, b->reservations[i].watch);
+                safe_close(b->reservations[i].pidfd);
+        }
+        /* The table stays as it is: the dispatcher keeps enforcing the last
+         * good one while the broker is away (it notices dead processes by
+         * itself), and a restarted broker picks the reservations up again. */
+        table_writer_free(b->table);
+        plan_free(b->plan);
+        free(b->proc_root);
+        free(b);
+        return NULL;
+}
+
+size_t broker_n_reservations(const Broker *b) {
+        return b->n_reservations;
+}
+
+uint64_t broker_generation(const Broker *b) {
+        return b->table ? table_writer_generation(b->table) : 0;
+}
+
+static Reservation *find_reservation(Broker *b, uint64_t id) {
+        for (size_t i = 0; i < b->n_reservations; i++)
+                if (b->reservations[i].id == id)
+                        return &b->reservations[i];
+        return NULL;
+}
+
+static void drop_reservation(Broker *b, Reservation *res) {
+        size_t i = (size_t) (res - b->reservations);
+
+        (void) plan_remove(b->plan, res->id);
+        if (b->hooks.unwatch && res->watch)
+                b->hooks.unwatch(b->hooks.userdata, res->watch);
+        safe_close(res->pidfd);
+        b->reservations[i] = b->reservations[--b->n_reservations];
+        publish(b);
+}
+
+void broker_process_exited(Broker *b, uint64_t id) {
+        Reservation *res = find_reservation(b, id);
+        if (!res)
+                return;
+        const PlanEntry *e = plan_find(b->plan, id);
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 " ended: process %" PRIi32 " exited", id,
+                   e ? (int32_t) e->pid : -1);
+        drop_reservation(b, res);
+}
+
+/* Replies. Each builder packs a complete Response; the caller frees it. */
+
+static int pack_response(Pace__Response *resp, uint8_t **ret, size_t *ret_size) {
+        size_t size = pace__response__get_packed_size(resp);
+        uint8_t *buf;
+
+        if (size > PACE_MAX_MESSAGE_SIZE)
+                return -EMSGSIZE;
+        buf = malloc(size ? size : 1);
+        if (!buf)
+                return -ENOMEM;
+        pace__response__pack(resp, buf);
+        *ret = buf;
+        *ret_size = size;
+        return 0;
+}
+
+int broker_error_reply(int code, const char *message, uint8_t **ret_reply, size_t *ret_reply_size) {
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__Error err = PACE__ERROR__INIT;
+
+        err.code = (Pace__ErrorCode) code;
+        err.message = (char *) message;
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_ERROR;
+        resp.error = &err;
+        return pack_response(&resp, ret_reply, ret_reply_size);
+}
+
+_printf_(4, 5) static int error_reply(uint8_t **ret, size_t *ret_size, int code, const char *fmt, ...) {
+        char message[512];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof(message), fmt, ap);
+        va_end(ap);
+        return broker_error_reply(code, message, ret, ret_size);
+}
+
+static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g) {
+        pace__grant__init(g);
+        g->id = e->id;
+        g->pid = e->pid;
+        g->uid = (uint32_t) e->uid;
+        g->cpu = e->cpu;
+        g->period_ns = (uint64_t) e->period_slots * b->config.slot_ns;
+        g->budget_ns = (uint64_t) e->budget_slots * b->config.slot_ns;
+        g->slot_ns = b->config.slot_ns;
+        g->requested_period_ns = e->requested_period_ns;
+        g->requested_utilization_ppm = e->requested_utilization_ppm;
+}
+
+static int plan_error_code(int r) {
+        switch (r) {
+        case -ERANGE:
+        case -ENODEV:
+                return PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT;
+        case -EDQUOT:
+        case -E2BIG:
+                return PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED;
+        case -ENOSPC:
+                return PACE__ERROR_CODE__ERROR_NO_CAPACITY;
+        default:
+                return PACE__ERROR_CODE__ERROR_INTERNAL;
+        }
+}
+
+/* Opens the target and checks it is one the peer may reserve. On refusal
+ * writes a reply and returns 1; on success returns 0 with the pidfd. */
+static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, pid_t *ret_pid,
+                          ProcInfo *ret_info, int *ret_pidfd, uint8_t **reply, size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        pid_t pid = req->has_pid ? req->pid : peer->pid;
+        int r;
+
+        if (req->has_pid && req->pid <= 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "pid %" PRIi32 " is not a process id; leave pid out to reserve the calling process",
+                                   req->pid) ?: 1;
+        if (pid == 1)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid 1 (init) can never be reserved") ?: 1;
+
+        /* Open the process first, read its identity second, and check it is
+         * still alive third: then the identity belongs to the process the
+         * pidfd holds, even if the pid is reused in between. For the caller
+         * itself, the kernel's pidfd from the connection is better still. */
+        if (!req->has_pid && peer->pidfd >= 0) {
+                pidfd = fcntl(peer->pidfd, F_DUPFD_CLOEXEC, 3);
+                if (pidfd < 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot keep a handle on the calling process: %s", strerror(errno)) ?: 1;
+        } else {
+                r = pidfd_open_checked(pid, &pidfd);
+                if (r == -ESRCH)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                           "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+                if (r < 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot open pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        }
+        r = proc_info_read(b->proc_root, pid, ret_info);
+        if (r == 0)
+                r = pidfd_alive(pidfd);
+        if (r == -ESRCH)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+        if (r < 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        if (ret_info->kernel_thread)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " is a kernel thread; only user processes can be reserved",
+                                   (int32_t) pid) ?: 1;
+        if (peer->uid != 0 && ret_info->uid != peer->uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " belongs to uid %u; uid %u may reserve only its own processes",
+                                   (int32_t) pid, (unsigned) ret_info->uid, (unsigned) peer->uid) ?: 1;
+        for (size_t i = 0; i < b->n_reservations; i++) {
+                const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
+                if (e && e->pid == pid && e->start_time == ret_info->start_time)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                           "pid %" PRIi32 " already holds reservation %" PRIu64
+                                           "; release it first (one reservation per process)",
+                                           (int32_t) pid, e->id) ?: 1;
+        }
+        *ret_pid = pid;
+        *ret_pidfd = TAKE_FD(pidfd);
+        return 0;
+}
+
+static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, uint8_t **reply,
+                          size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        char why[512] = "";
+        ProcInfo info;
+        PlanEntry entry;
+        pid_t pid;
+        int r;
+
+        if (req->has_cpu && (req->cpu < 0 || req->cpu >= (int32_t) PACE_MAX_CPUS))
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", req->cpu);
+        /* Range errors first: they need no process lookup. */
+        PlanRequest preq = {
+                .id = b->next_id,
+                .uid = peer->uid,
+                .period_ns = req->period_ns,
+                .utilization_ppm = req->utilization_ppm,
+                .cpu = req->has_cpu ? req->cpu : -1,
+        };
+        r = plan_validate(b->plan, &preq, why, sizeof(why));
+        if (r < 0) {
+                broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
+                           (int32_t) peer->pid, why);
+                return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
+        }
+
+        r = resolve_target(b, peer, req, &pid, &info, &pidfd, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
+
+        preq.pid = pid;
+        preq.start_time = info.start_time;
+        r = plan_admit(b->plan, &preq, &entry, why, sizeof(why));
+        if (r < 0) {
+                broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
+                           (int32_t) peer->pid, why);
+                return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
+        }
+
+        Reservation *res = &b->reservations[b->n_reservations];
+        *res = (Reservation) { .id = entry.id, .owner_uid = peer->uid, .pidfd = TAKE_FD(pidfd) };
+        if (b->hooks.watch_pidfd) {
+                r = b->hooks.watch_pidfd(b->hooks.userdata, res->pidfd, res->id, &res->watch);
+                if (r < 0) {
+                        (void) plan_remove(b->plan, entry.id);
+                        safe_close(res->pidfd);
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot watch pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
+                }
+        }
+        b->n_reservations++;
+        b->next_id++;
+        publish(b);
+
+        char p1[32], p2[32], u1[32];
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on CPU %" PRIi32 ", %s every %s"
+                   " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid, entry.cpu,
+                   format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
+                   format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
+                   format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
+                   format_duration((char[32]) {}, 32, entry.requested_period_ns));
+
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__Grant grant;
+        grant_from_entry(b, &entry, &grant);
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_GRANT;
+        resp.grant = &grant;
+        return pack_response(&resp, reply, reply_size);
+}
+
+static int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
+                          size_t *reply_size) {
+        Reservation *res = find_reservation(b, req->id);
+
+        if (!res)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
+                                   "no reservation with id %" PRIu64 " (pacectl status lists them)", req->id);
+        if (peer->uid != 0 && peer->uid != res->owner_uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "reservation %" PRIu64 " belongs to uid %u; uid %u may release only its own",
+                                   req->id, (unsigned) res->owner_uid, (unsigned) peer->uid);
+
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 " released by uid %u", req->id, (unsigned) peer->uid);
+        drop_reservation(b, res);
+
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__ReleaseReply released = PACE__RELEASE_REPLY__INIT;
+        released.id = req->id;
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_RELEASED;
+        resp.released = &released;
+        return pack_response(&resp, reply, reply_size);
+}
+
+static int handle_status(Broker *b, uint8_t **reply, size_t *reply_size) {
+        size_t n = plan_n_entries(b->plan), n_cpus = plan_n_cpus(b->plan);
+        _cleanup_free_ Pace__Grant *grants = calloc(n ? n : 1, sizeof(Pace__Grant));
+        _cleanup_free_ Pace__Grant **grant_ptrs = calloc(n ? n : 1, sizeof(Pace__Grant *));
+        _cleanup_free_ Pace__CpuStatus *cpus = calloc(n_cpus, sizeof(Pace__CpuStatus));
+        _cleanup_free_ Pace__CpuStatus **cpu_ptrs = calloc(n_cpus, sizeof(Pace__CpuStatus *));
+
+        if (!grants || !grant_ptrs || !cpus || !cpu_ptrs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                grant_from_entry(b, plan_entry(b->plan, i), &grants[i]);
+                grant_ptrs[i] = &grants[i];
+        }
+        for (size_t i = 0; i < n_cpus; i++) {
+                PlanCpuInfo info;
+                plan_cpu_info(b->plan, i, &info);
+                pace__cpu_status__init(&cpus[i]);
+                cpus[i].cpu = info.cpu;
+                cpus[i].reserved_ppm = info.reserved_ppm;
+                cpus[i].free_ppm = info.free_ppm;
+                cpus[i].frame_ns = (uint64_t) info.frame_slots * b->config.slot_ns;
+                cpu_ptrs[i] = &cpus[i];
+        }
+
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__StatusReply status = PACE__STATUS_REPLY__INIT;
+        status.n_reservations = n;
+        status.reservations = grant_ptrs;
+        status.n_cpus = n_cpus;
+        status.cpus = cpu_ptrs;
+        status.non_rt_share_ppm = b->config.non_rt_share_ppm;
+        status.generation = broker_generation(b);
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_STATUS;
+        resp.status = &status;
+        return pack_response(&resp, reply, reply_size);
+}
+
+int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size, uint8_t **ret_reply,
+                  size_t *ret_reply_size) {
+        Pace__Request *req;
+        int r;
+
+        if (request_size == 0)
+                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
+                                   "empty message; expected a pace.Request");
+        if (request_size > PACE_MAX_MESSAGE_SIZE)
+                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
+                                   "message of %zu bytes is larger than the limit of %u bytes", request_size,
+                                   PACE_MAX_MESSAGE_SIZE);
+
+        req = pace__request__unpack(NULL, request_size, request);
+        if (!req)
+                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
+                                   "%zu bytes that are not a valid pace.Request message", request_size);
+
+        if (req->version != PACE_PROTOCOL_VERSION)
+                r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_UNSUPPORTED_VERSION,
+                                "protocol version %" PRIu32 " is not supported; this broker speaks version %u",
+                                req->version, PACE_PROTOCOL_VERSION);
+        else
+                switch (req->body_case) {
+                case PACE__REQUEST__BODY_RESERVE:
+                        r = handle_reserve(b, peer, req->reserve, ret_reply, ret_reply_size);
+                        break;
+                case PACE__REQUEST__BODY_RELEASE:
+                        r = handle_release(b, peer, req->release, ret_reply, ret_reply_size);
+                        break;
+                case PACE__REQUEST__BODY_STATUS:
+                        r = handle_status(b, ret_reply, ret_reply_size);
+                        break;
+                default:
+                        r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
+                                        "request has no body (reserve, release or status)");
+                }
+        pace__request__free_unpacked(req, NULL);
+        return r;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The broker's state and request handling, apart from any socket: a request
+ * arrives as bytes with the kernel's word on who sent it, and leaves as a
+ * reply. server.c owns sockets and the event loop; the fuzzer and the tests
+ * drive this directly. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "plan.h"
+#include "table-shm.h"
+
+typedef struct Broker Broker;
+
+/* Who is asking, from SO_PEERCRED / SO_PEERPIDFD, never from the message. */
+typedef struct BrokerPeer {
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        int pidfd; /* -1 if the kernel could not give one */
+} BrokerPeer;
+
+/* How a live reservation's end is noticed: the broker asks its embedder to
+ * watch a pidfd and to call broker_process_exited() once it turns readable. */
+typedef struct BrokerHooks {
+        void *userdata;
+        /* Returns 0 or negative errno; *ret_watch is handed back to unwatch. */
+        int (*watch_pidfd)(void *userdata, int pidfd, uint64_t id, void **ret_watch);
+        void (*unwatch)(void *userdata, void *watch);
+        /* One line of log, with a syslog priority. */
+        void (*log)(void *userdata, int priority, const char *message);
+} BrokerHooks;
+
+typedef struct BrokerOptions {
+        const PaceConfig *config; /* cpus resolved */
+        int runtime_dir_fd;       /* where the table is created; -1: no table (fuzzing) */
+        const char *proc_root;    /* "/proc" */
+        BrokerHooks hooks;
+} BrokerOptions;
+
+int broker_new(const BrokerOptions *options, Broker **ret);
+Broker *broker_free(Broker *b);
+static inline void broker_freep(Broker **b) {
+        broker_free(*b);
+}
+
+/* Decodes one request and always produces a reply (an Error reply for bad
+ * input); a negative return means no reply could be built at all (-ENOMEM). */
+int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size, uint8_t **ret_reply,
+                  size_t *ret_reply_size);
+
+/* The reply to a client that could not be served (e.g. too many connections). */
+int broker_error_reply(int code, const char *message, uint8_t **ret_reply, size_t *ret_reply_size);
+
+/* The process behind reservation `id` has exited: free its slots. */
+void broker_process_exited(Broker *b, uint64_t id);
+
+size_t broker_n_reservations(const Broker *b);
+uint64_t broker_generation(const Broker *b);

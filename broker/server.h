@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The broker's socket side: accepts clients on a SOCK_SEQPACKET listening
+ * socket, reads the kernel's word on who they are, passes each datagram to
+ * broker_handle() and sends the reply. Event loop: sd-event, because it gives
+ * io, timer and signal sources with one ownership model, and systemd's own
+ * small daemons show it holding up; the core stays testable as it takes
+ * plain fds. */
+
+#include <systemd/sd-event.h>
+
+#include "broker.h"
+#include "config.h"
+
+typedef struct Server Server;
+
+typedef struct ServerOptions {
+        const PaceConfig *config;
+        int listen_fd;      /* taken over; listening AF_UNIX SOCK_SEQPACKET */
+        int runtime_dir_fd; /* borrowed */
+        const char *proc_root;
+        void *log_userdata;
+        void (*log)(void *userdata, int priority, const char *message);
+} ServerOptions;
+
+int server_new(sd_event *event, const ServerOptions *options, Server **ret);
+Server *server_free(Server *s);
+static inline void server_freep(Server **s) {
+        server_free(*s);
+}
+
+size_t server_n_connections(const Server *s);
+Broker *server_broker(Server *s);

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker-harness.h"
+
+static int write_file(const char *path, const char *content) {
+        FILE *f = fopen(path, "we");
+        if (!f)
+                return -errno;
+        fputs(content, f);
+        return fclose(f) == 0 ? 0 : -errno;
+}
+
+int broker_start(BrokerInstance *b, const char *config_json) {
+        const char *exe = getenv("PACE_BROKER");
+        int r;
+
+        memset(b, 0, sizeof(*b));
+        if (!exe)
+                return -ENOENT;
+        snprintf(b->dir, sizeof(b->dir), "/tmp/pace-test-XXXXXX");
+        if (!mkdtemp(b->dir))
+                return -errno;
+        chmod(b->dir, 0755);
+        snprintf(b->socket, sizeof(b->socket), "%s/broker.sock", b->dir);
+        snprintf(b->config, sizeof(b->config), "%s/pace.json", b->dir);
+        snprintf(b->log, sizeof(b->log), "%s/broker.log", b->dir);
+        if (config_json) {
+                r = write_file(b->config, config_json);
+                if (r < 0)
+                        return r;
+        }
+        if (geteuid() == 0 && chown(b->dir, HARNESS_BROKER_UID, HARNESS_BROKER_UID) < 0)
+                return -errno;
+
+        b->pid = fork();
+        if (b->pid < 0)
+                return -errno;
+        if (b->pid == 0) {
+                int fd = open(b->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+                if (fd >= 0)
+                        dup2(fd, STDERR_FILENO);
+                /* Test runners wait for stdout to close: the broker must not hold it. */
+                if (null >= 0) {
+                        dup2(null, STDIN_FILENO);
+                        dup2(null, STDOUT_FILENO);
+                }
+                if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
+                                       setuid(HARNESS_BROKER_UID) < 0))
+                        _exit(126);
+                /* After setuid, which clears it: a test that dies takes its broker along. */
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (getppid() == 1)
+                        _exit(125);
+                if (config_json)
+                        execl(exe, exe, "--verbose", "--config", b->config, "--runtime-dir", b->dir, (char *) NULL);
+                else
+                        execl(exe, exe, "--verbose", "--runtime-dir", b->dir, (char *) NULL);
+                _exit(127);
+        }
+
+        /* Ready when the socket exists; give up after 5 s. */
+        for (int i = 0; i < 500; i++) {
+                struct stat st;
+                int status;
+                if (stat(b->socket, &st) == 0)
+                        return 0;
+                if (waitpid(b->pid, &status, WNOHANG) == b->pid) {
+                        b->pid = 0;
+                        return -ECHILD;
+                }
+                nanosleep(&(struct timespec) { .tv_nsec = 10 * 1000 * 1000 }, NULL);
+        }
+        return -ETIMEDOUT;
+}
+
+int broker_stop(BrokerInstance *b) {
+        int status = 0;
+        char cmd[400];
+
+        if (b->pid > 0) {
+                kill(b->pid, SIGTERM);
+                for (int i = 0; i < 300; i++) {
+                        if (waitpid(b->pid, &status, WNOHANG) == b->pid)
+                                break;
+                        if (i == 299) {
+                                kill(b->pid, SIGKILL);
+                                waitpid(b->pid, &status, 0);
+                        }
+                        nanosleep(&(struct timespec) { .tv_nsec = 10 * 1000 * 1000 }, NULL);
+                }
+                b->pid = 0;
+        }
+        if (b->dir[0] && strncmp(b->dir, "/tmp/pace-test-", 15) == 0) {
+                snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->dir);
+                if (system(cmd) != 0)
+                        fprintf(stderr, "could not remove %s\n", b->dir);
+        }
+        return status;
+}
+
+char *broker_log(const BrokerInstance *b) {
+        FILE *f = fopen(b->log, "re");
+        char *buf;
+        size_t n;
+
+        if (!f)
+                return strdup("");
+        buf = calloc(1, 1 << 20);
+        if (!buf) {
+                fclose(f);
+                return NULL;
+        }
+        n = fread(buf, 1, (1 << 20) - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        return buf;
+}

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Starts a real pace-broker (path in $PACE_BROKER) in a private runtime
+ * directory with a given configuration, and stops it again. When the test
+ * runs as root the broker runs as an unprivileged uid, which proves it needs
+ * no privileges. */
+
+#include <sys/types.h>
+
+#define HARNESS_BROKER_UID 65534 /* nobody */
+
+typedef struct BrokerInstance {
+        pid_t pid;
+        char dir[256];
+        char socket[300];
+        char config[300];
+        char log[300];
+} BrokerInstance;
+
+/* config_json NULL: no --config at all (built-in defaults). */
+int broker_start(BrokerInstance *b, const char *config_json);
+/* SIGTERM, wait, remove the directory. Returns the broker's exit status. */
+int broker_stop(BrokerInstance *b);
+/* The broker's stderr so far (malloc'ed). */
+char *broker_log(const BrokerInstance *b);

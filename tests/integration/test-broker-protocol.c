@@ -1,0 +1,575 @@
+/* SPDX-License-Identifier: MIT */
+/* pace-broker over a real socket: every bad input of issue 2 gets a clear
+ * error and changes nothing; reservations die with their process. */
+#include <errno.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker-harness.h"
+#include "macro.h"
+#include "pace-limits.h"
+#include "pace.pb-c.h"
+#include "pace/pace.h"
+#include "test.h"
+
+#define OTHER_UID 60001 /* an ordinary user with no reservations of its own */
+
+static const char *config_default =
+        "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_connections\": 64, \"client_timeout_ms\": 400,"
+        "  \"max_reservations_per_user\": 2, \"max_utilization_per_user\": 0.9 }";
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms) {
+        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
+}
+
+static int raw_connect(const char *path) {
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+        if (connect(fd, (struct sockaddr *) &addr, sizeof(addr)) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        struct timeval tv = { .tv_sec = 5 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        return fd;
+}
+
+/* Sends raw bytes, returns the decoded reply (caller frees) or NULL. */
+static Pace__Response *raw_exchange(int fd, const void *buf, size_t size) {
+        static uint8_t reply[PACE_MAX_MESSAGE_SIZE];
+        if (send(fd, buf, size, MSG_NOSIGNAL) != (ssize_t) size)
+                return NULL;
+        ssize_t n = recv(fd, reply, sizeof(reply), 0);
+        if (n <= 0)
+                return NULL;
+        return pace__response__unpack(NULL, (size_t) n, reply);
+}
+
+static Pace__Response *raw_request(int fd, Pace__Request *req) {
+        uint8_t buf[1024];
+        size_t n = pace__request__pack(req, buf);
+        return raw_exchange(fd, buf, n);
+}
+
+static void assert_error_reply(Pace__Response *resp, Pace__ErrorCode code, const char *says) {
+        ASSERT_TRUE(resp);
+        ASSERT_EQ(resp->version, PACE_PROTOCOL_VERSION);
+        ASSERT_EQ(resp->body_case, PACE__RESPONSE__BODY_ERROR);
+        ASSERT_EQ(resp->error->code, code);
+        ASSERT_CONTAINS(resp->error->message, says);
+        pace__response__free_unpacked(resp, NULL);
+}
+
+static uint64_t status_generation(pace *p, size_t *ret_n) {
+        pace_status_report *st = NULL;
+        ASSERT_OK(pace_status(p, &st));
+        uint64_t gen = st->generation;
+        if (ret_n)
+                *ret_n = st->n_reservations;
+        pace_status_report_free(st);
+        return gen;
+}
+
+static bool skip_unless_root(void) {
+        return geteuid() != 0;
+}
+
+TEST(reserve_status_release_roundtrip) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        pace_status_report *st = NULL;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        ASSERT_EQ(g.pid, getpid());
+        ASSERT_EQ(g.uid, getuid());
+        ASSERT_EQ(g.period_ns, 50 * NSEC_PER_MSEC);
+        ASSERT_EQ(g.budget_ns, 30 * NSEC_PER_MSEC);
+        ASSERT_EQ(g.slot_ns, NSEC_PER_MSEC);
+        ASSERT_EQ(g.requested_utilization_ppm, 600000);
+
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->n_reservations, 1);
+        ASSERT_EQ(st->reservations[0].id, g.id);
+        ASSERT_EQ(st->reservations[0].pid, getpid());
+        ASSERT_EQ(st->reservations[0].cpu, g.cpu);
+        ASSERT_EQ(st->non_rt_share_ppm, 250000);
+        ASSERT_CMP(st->n_cpus, >=, 1);
+        bool found = false;
+        for (size_t i = 0; i < st->n_cpus; i++)
+                if (st->cpus[i].cpu == g.cpu) {
+                        found = true;
+                        ASSERT_EQ(st->cpus[i].reserved_ppm, 600000);
+                        ASSERT_EQ(st->cpus[i].free_ppm, 150000);
+                        ASSERT_EQ(st->cpus[i].frame_ns, 50 * NSEC_PER_MSEC);
+                }
+        ASSERT_TRUE(found);
+        pace_status_report_free(st);
+
+        ASSERT_OK(pace_release(p, g.id));
+        size_t n;
+        status_generation(p, &n);
+        ASSERT_EQ(n, 0);
+        ASSERT_ERR(pace_release(p, g.id), PACE_E_NO_SUCH_RESERVATION);
+        ASSERT_CONTAINS(pace_last_message(), "no reservation with id");
+        pace_close(p);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(bad_requests_get_clear_errors_and_change_nothing) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        size_t n;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params ok = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000, .cpu = -1 };
+        ASSERT_OK(pace_reserve(p, &ok, &g));
+        uint64_t gen = status_generation(p, &n);
+        ASSERT_EQ(n, 1);
+
+        int fd = raw_connect(b.socket);
+        ASSERT_OK(fd);
+
+        /* Garbage, truncated, empty, oversized. */
+        assert_error_reply(raw_exchange(fd, "\xff\xff\xff\xff garbage", 13), PACE__ERROR_CODE__ERROR_MALFORMED,
+                           "not a valid pace.Request");
+        {
+                Pace__Request req = PACE__REQUEST__INIT;
+                Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
+                uint8_t buf[256];
+                req.version = 1;
+                req.body_case = PACE__REQUEST__BODY_RESERVE;
+                req.reserve = &res;
+                res.period_ns = 50 * NSEC_PER_MSEC;
+                res.utilization_ppm = 100000;
+                size_t full = pace__request__pack(&req, buf);
+                assert_error_reply(raw_exchange(fd, buf, full - 2), PACE__ERROR_CODE__ERROR_MALFORMED,
+                                   "not a valid pace.Request");
+        }
+        assert_error_reply(raw_exchange(fd, "", 0), PACE__ERROR_CODE__ERROR_MALFORMED, "empty message");
+        {
+                size_t big = PACE_MAX_MESSAGE_SIZE + 4096;
+                _cleanup_free_ uint8_t *junk = calloc(1, big);
+                int sndbuf = 4 * 1024 * 1024;
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+                assert_error_reply(raw_exchange(fd, junk, big), PACE__ERROR_CODE__ERROR_MALFORMED, "larger than");
+        }
+
+        /* Unknown version, no body. */
+        {
+                Pace__Request req = PACE__REQUEST__INIT;
+                Pace__StatusRequest sr = PACE__STATUS_REQUEST__INIT;
+                req.version = 2;
+                req.body_case = PACE__REQUEST__BODY_STATUS;
+                req.status = &sr;
+                assert_error_reply(raw_request(fd, &req), PACE__ERROR_CODE__ERROR_UNSUPPORTED_VERSION,
+                                   "version 2 is not supported");
+                req.version = 1;
+                req.body_case = PACE__REQUEST__BODY__NOT_SET;
+                assert_error_reply(raw_request(fd, &req), PACE__ERROR_CODE__ERROR_MALFORMED, "no body");
+        }
+
+        /* Absurd numbers. */
+        struct {
+                uint64_t period_ns;
+                uint32_t ppm;
+                bool has_pid;
+                int32_t pid;
+                bool has_cpu;
+                int32_t cpu;
+                Pace__ErrorCode code;
+                const char *says;
+        } bad[] = {
+                { 0, 100000, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "shorter than one slot" },
+                { 999999, 100000, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "shorter than one slot" },
+                { 2 * NSEC_PER_SEC, 100000, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "longer than the longest frame" },
+                { UINT64_MAX, 100000, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "longer than the longest frame" },
+                { 50 * NSEC_PER_MSEC, 0, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "out of range" },
+                { 50 * NSEC_PER_MSEC, 1000001, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "out of range" },
+                { 50 * NSEC_PER_MSEC, UINT32_MAX, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "out of range" },
+                { 50 * NSEC_PER_MSEC, 900000, false, 0, false, 0, PACE__ERROR_CODE__ERROR_NO_CAPACITY, "non_rt_share" },
+                { 50 * NSEC_PER_MSEC, 100000, true, -5, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "not a process id" },
+                { 50 * NSEC_PER_MSEC, 100000, true, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "not a process id" },
+                { 50 * NSEC_PER_MSEC, 100000, true, 1, false, 0, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED, "pid 1" },
+                { 50 * NSEC_PER_MSEC, 100000, true, 2, false, 0, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED, "kernel thread" },
+                { 50 * NSEC_PER_MSEC, 100000, true, INT32_MAX, false, 0, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS, "no process with pid" },
+                { 50 * NSEC_PER_MSEC, 100000, false, 0, true, 63, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "not managed" },
+                { 50 * NSEC_PER_MSEC, 100000, false, 0, true, -1, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "does not exist" },
+                { 50 * NSEC_PER_MSEC, 100000, false, 0, true, 100000, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "does not exist" },
+                /* The caller already holds one. */
+                { 50 * NSEC_PER_MSEC, 100000, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "already holds" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                Pace__Request req = PACE__REQUEST__INIT;
+                Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
+                req.version = 1;
+                req.body_case = PACE__REQUEST__BODY_RESERVE;
+                req.reserve = &res;
+                res.period_ns = bad[i].period_ns;
+                res.utilization_ppm = bad[i].ppm;
+                res.has_pid = bad[i].has_pid;
+                res.pid = bad[i].pid;
+                res.has_cpu = bad[i].has_cpu;
+                res.cpu = bad[i].cpu;
+                printf("  bad request %zu: expects \"%s\"\n", i, bad[i].says);
+                assert_error_reply(raw_request(fd, &req), bad[i].code, bad[i].says);
+        }
+
+        /* Unknown reservation id. */
+        {
+                Pace__Request req = PACE__REQUEST__INIT;
+                Pace__ReleaseRequest rel = PACE__RELEASE_REQUEST__INIT;
+                req.version = 1;
+                req.body_case = PACE__REQUEST__BODY_RELEASE;
+                req.release = &rel;
+                rel.id = 424242;
+                assert_error_reply(raw_request(fd, &req), PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION, "424242");
+        }
+
+        /* Nothing changed: same table generation, same single reservation,
+         * and the connection still works. */
+        ASSERT_EQ(status_generation(p, &n), gen);
+        ASSERT_EQ(n, 1);
+        close(fd);
+        pace_close(p);
+        char *log = broker_log(&b);
+        ASSERT_CONTAINS(log, "refused");
+        free(log);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* Runs fn in a child that has dropped to OTHER_UID; returns its exit code. */
+static int as_other_user(int (*fn)(const char *socket, pid_t target, uint64_t id), const char *socket, pid_t target,
+                         uint64_t id) {
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (setgroups(0, NULL) < 0 || setgid(OTHER_UID) < 0 || setuid(OTHER_UID) < 0)
+                        _exit(99);
+                _exit(fn(socket, target, id));
+        }
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        return WEXITSTATUS(status);
+}
+
+static int try_reserve_target(const char *socket, pid_t target, uint64_t id) {
+        pace *p = NULL;
+        pace_grant g;
+        if (pace_connect(socket, &p) < 0)
+                return 10;
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = target, .cpu = -1 };
+        int r = pace_reserve(p, &params, &g);
+        const char *msg = pace_last_message();
+        pace_close(p);
+        if (r == PACE_E_PERMISSION_DENIED && msg && strstr(msg, "may reserve only its own"))
+                return 0;
+        return 11;
+}
+
+static int try_release(const char *socket, pid_t target, uint64_t id) {
+        pace *p = NULL;
+        if (pace_connect(socket, &p) < 0)
+                return 10;
+        int r = pace_release(p, id);
+        const char *msg = pace_last_message();
+        pace_close(p);
+        if (r == PACE_E_PERMISSION_DENIED && msg && strstr(msg, "may release only its own"))
+                return 0;
+        return 11;
+}
+
+/* Two reservations for itself and a child are fine, a third passes
+ * max_reservations_per_user = 2. */
+static int try_user_limits(const char *socket, pid_t target, uint64_t id) {
+        pace *p = NULL;
+        pace_grant g;
+        pid_t kids[2];
+        int rc = 0;
+
+        for (int i = 0; i < 2; i++) {
+                kids[i] = fork();
+                if (kids[i] == 0) {
+                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                        pause();
+                        _exit(0);
+                }
+        }
+        if (pace_connect(socket, &p) < 0)
+                return 10;
+        pace_reserve_params params = { .period_ns = 100 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
+        if (pace_reserve(p, &params, &g) < 0)
+                rc = 12;
+        params.pid = kids[0];
+        if (!rc && pace_reserve(p, &params, &g) < 0)
+                rc = 13;
+        params.pid = kids[1];
+        if (!rc && (pace_reserve(p, &params, &g) != PACE_E_LIMIT_EXCEEDED ||
+                    !strstr(pace_last_message(), "max_reservations_per_user")))
+                rc = 14;
+        pace_close(p);
+        for (int i = 0; i < 2; i++) {
+                kill(kids[i], SIGKILL);
+                waitpid(kids[i], NULL, 0);
+        }
+        return rc;
+}
+
+TEST(other_users_cannot_touch_what_is_not_theirs) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        size_t n;
+
+        if (skip_unless_root())
+                TEST_SKIP("needs root to act as a second user");
+        ASSERT_OK(broker_start(&b, config_default));
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = -1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        uint64_t gen = status_generation(p, &n);
+
+        ASSERT_EQ(as_other_user(try_reserve_target, b.socket, getpid(), 0), 0);
+        ASSERT_EQ(as_other_user(try_release, b.socket, 0, g.id), 0);
+        ASSERT_EQ(status_generation(p, &n), gen);
+        ASSERT_EQ(n, 1);
+
+        ASSERT_EQ(as_other_user(try_user_limits, b.socket, 0, 0), 0);
+        /* The other user's reservations died with its processes. */
+        for (int i = 0; i < 100; i++) {
+                status_generation(p, &n);
+                if (n == 1)
+                        break;
+                sleep_ms(10);
+        }
+        ASSERT_EQ(n, 1);
+
+        /* Root may reserve another user's process. */
+        pid_t kid = fork();
+        ASSERT_OK(kid);
+        if (kid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (setuid(OTHER_UID) < 0)
+                        _exit(1);
+                pause();
+                _exit(0);
+        }
+        sleep_ms(50);
+        params.pid = kid;
+        params.utilization_ppm = 100000;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        ASSERT_EQ(g.pid, kid);
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+        pace_close(p);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(reservation_dies_with_its_process_within_a_frame) {
+        BrokerInstance b;
+        pace *p = NULL;
+        size_t n;
+        int pipefd[2];
+
+        ASSERT_OK(broker_start(&b, config_default));
+        ASSERT_OK(pace_connect(b.socket, &p));
+        ASSERT_OK(pipe(pipefd));
+
+        pid_t kid = fork();
+        ASSERT_OK(kid);
+        if (kid == 0) {
+                pace *kp = NULL;
+                pace_grant g;
+                pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = -1 };
+                close(pipefd[0]);
+                if (pace_connect(b.socket, &kp) < 0 || pace_reserve(kp, &params, &g) < 0)
+                        _exit(1);
+                /* The connection is not what holds the reservation. */
+                pace_close(kp);
+                char c = 'x';
+                if (write(pipefd[1], &c, 1) != 1)
+                        _exit(2);
+                pause();
+                _exit(0);
+        }
+        close(pipefd[1]);
+        char c;
+        ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+        close(pipefd[0]);
+        status_generation(p, &n);
+        ASSERT_EQ(n, 1);
+
+        kill(kid, SIGKILL);
+        uint64_t t0 = now_ns();
+        int status;
+        waitpid(kid, &status, 0);
+        for (;;) {
+                status_generation(p, &n);
+                if (n == 0)
+                        break;
+                /* One frame is 50 ms; allow 20 frames before calling it broken
+                 * (the VM is noisy, the broker is woken by the pidfd at once). */
+                ASSERT_CMP(now_ns() - t0, <, 1000 * NSEC_PER_MSEC);
+                sleep_ms(2);
+        }
+        printf("  freed %.1f ms after SIGKILL\n", (double) (now_ns() - t0) / 1e6);
+        pace_close(p);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(client_dying_mid_request_does_not_hurt_the_broker) {
+        BrokerInstance b;
+        pace *p = NULL;
+        size_t n;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        for (int round = 0; round < 20; round++) {
+                pid_t kid = fork();
+                ASSERT_OK(kid);
+                if (kid == 0) {
+                        Pace__Request req = PACE__REQUEST__INIT;
+                        Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
+                        uint8_t buf[128];
+                        int fd = raw_connect(b.socket);
+                        req.version = 1;
+                        req.body_case = PACE__REQUEST__BODY_RESERVE;
+                        req.reserve = &res;
+                        res.period_ns = 20 * NSEC_PER_MSEC;
+                        res.utilization_ppm = 100000;
+                        size_t len = pace__request__pack(&req, buf);
+                        /* Send and die at once, without reading the reply. */
+                        if (send(fd, buf, len, 0) < 0)
+                                _exit(1);
+                        _exit(0);
+                }
+                waitpid(kid, NULL, 0);
+        }
+        ASSERT_OK(pace_connect(b.socket, &p));
+        for (int i = 0; i < 200; i++) {
+                status_generation(p, &n);
+                if (n == 0)
+                        break;
+                sleep_ms(5);
+        }
+        ASSERT_EQ(n, 0);
+        pace_close(p);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(silent_and_flooding_clients_do_not_block_others) {
+        BrokerInstance b;
+        pace *p = NULL;
+        size_t n;
+        struct rlimit rl;
+        enum { FLOOD = 1000 };
+        static int fds[FLOOD];
+
+        ASSERT_OK(getrlimit(RLIMIT_NOFILE, &rl));
+        if (rl.rlim_cur < FLOOD + 64) {
+                rl.rlim_cur = MIN(rl.rlim_max, (rlim_t) FLOOD + 64);
+                (void) setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        ASSERT_OK(broker_start(&b, config_default));
+
+        /* One client connects and says nothing. */
+        int silent = raw_connect(b.socket);
+        ASSERT_OK(silent);
+        ASSERT_OK(pace_connect(b.socket, &p));
+        uint64_t t0 = now_ns();
+        status_generation(p, &n);
+        ASSERT_CMP(now_ns() - t0, <, 2000 * NSEC_PER_MSEC);
+        pace_close(p);
+
+        /* The silent one is dropped after client_timeout_ms (400 ms). */
+        char c;
+        struct timeval tv = { .tv_sec = 3 };
+        setsockopt(silent, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ASSERT_EQ(recv(silent, &c, 1, 0), 0);
+        close(silent);
+
+        /* A thousand connections against max_connections = 64: the rest get a
+         * clear refusal, and a well-behaved client is still served. */
+        size_t opened = 0;
+        for (; opened < FLOOD; opened++) {
+                fds[opened] = raw_connect(b.socket);
+                if (fds[opened] < 0)
+                        break;
+        }
+        ASSERT_CMP(opened, >=, 200);
+        sleep_ms(300);
+        size_t busy = 0;
+        for (size_t i = 0; i < opened; i++) {
+                uint8_t buf[1024];
+                ssize_t len = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT);
+                if (len > 0) {
+                        Pace__Response *resp = pace__response__unpack(NULL, (size_t) len, buf);
+                        ASSERT_TRUE(resp);
+                        ASSERT_EQ(resp->body_case, PACE__RESPONSE__BODY_ERROR);
+                        ASSERT_EQ(resp->error->code, PACE__ERROR_CODE__ERROR_BUSY);
+                        ASSERT_CONTAINS(resp->error->message, "max_connections");
+                        pace__response__free_unpacked(resp, NULL);
+                        busy++;
+                }
+        }
+        printf("  %zu connections opened, %zu refused as busy\n", opened, busy);
+        ASSERT_CMP(busy, >=, opened - 64);
+        for (size_t i = 0; i < opened; i++)
+                close(fds[i]);
+        sleep_ms(100);
+        ASSERT_OK(pace_connect(b.socket, &p));
+        t0 = now_ns();
+        status_generation(p, &n);
+        ASSERT_CMP(now_ns() - t0, <, 2000 * NSEC_PER_MSEC);
+        pace_close(p);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(bad_config_refuses_to_start_and_says_why) {
+        BrokerInstance b;
+        int r = broker_start(&b, "{ \"non_rt_share\": 0.01 }");
+        ASSERT_ERR(r, -ECHILD);
+        char *log = broker_log(&b);
+        ASSERT_CONTAINS(log, "non_rt_share");
+        ASSERT_CONTAINS(log, "0.05");
+        free(log);
+        broker_stop(&b);
+
+        r = broker_start(&b, "{ \"slot_us\": 1000,\n  \"policy\": \"fifo\" }");
+        ASSERT_ERR(r, -ECHILD);
+        log = broker_log(&b);
+        ASSERT_CONTAINS(log, "policy");
+        free(log);
+        broker_stop(&b);
+
+        /* No config file at all: built-in defaults. */
+        ASSERT_OK(broker_start(&b, NULL));
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST_MAIN()
