@@ -22,6 +22,7 @@
 #include "pace-limits.h"
 #include "pace/pace.h"
 #include "parse-util.h"
+#include "table-shm.h"
 
 enum {
         EXIT_OK = 0,
@@ -34,6 +35,7 @@ typedef enum Command {
         COMMAND_STATUS,
         COMMAND_RESERVE,
         COMMAND_RELEASE,
+        COMMAND_TABLE,
 } Command;
 
 typedef struct Args {
@@ -60,6 +62,7 @@ static void help(void) {
         printf("Usage: %1$s [OPTIONS] status\n"
                "       %1$s [OPTIONS] reserve --period DURATION --util SHARE [--pid PID] [--cpu N]\n"
                "       %1$s [OPTIONS] release ID\n"
+               "       %1$s [OPTIONS] table\n"
                "\n"
                "Show and manage pace soft real-time CPU reservations.\n"
                "\n"
@@ -67,6 +70,8 @@ static void help(void) {
                "  status              list every reservation and each CPU's reserved and free share\n"
                "  reserve             reserve SHARE of a CPU in every DURATION for a process\n"
                "  release ID          end the reservation with this id\n"
+               "  table               draw the dispatch table the broker published (it lives\n"
+               "                      next to the socket): one letter per reservation, '.' free\n"
                "\n"
                "Options:\n"
                "  -s, --socket PATH   broker socket (default: $PACE_SOCKET, else %2$s)\n"
@@ -290,8 +295,12 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 if (r < 0)
                         return usage_error("invalid reservation ID '%s': expected a number as shown "
                                            "by '%s status'", positional[1], program_name);
+        } else if (streq(positional[0], "table")) {
+                args->command = COMMAND_TABLE;
+                if (n_positional > 1)
+                        return usage_error("table takes no arguments, got '%s'", positional[1]);
         } else
-                return usage_error("unknown command '%s': expected status, reserve or release", positional[0]);
+                return usage_error("unknown command '%s': expected status, reserve, release or table", positional[0]);
 
         if (args->command != COMMAND_RESERVE && args->reserve_option)
                 return usage_error("%s only applies to the reserve command", args->reserve_option);
@@ -425,7 +434,10 @@ static int print_status_text(const pace_status_report *s) {
                         snprintf(table_cell(&t, i, 0), CELL_MAX, "%d", c->cpu);
                         format_ppm(table_cell(&t, i, 1), CELL_MAX, c->reserved_ppm);
                         format_ppm(table_cell(&t, i, 2), CELL_MAX, c->free_ppm);
-                        format_duration(table_cell(&t, i, 3), CELL_MAX, c->frame_ns);
+                        if (c->frame_ns == 0)
+                                snprintf(table_cell(&t, i, 3), CELL_MAX, "-");
+                        else
+                                format_duration(table_cell(&t, i, 3), CELL_MAX, c->frame_ns);
                 }
                 table_print(&t);
         } else
@@ -620,10 +632,79 @@ static int do_release(pace *p, const Args *args, const char *socket_path) {
         return EXIT_OK;
 }
 
+/* The published table, drawn: enough to see where the free time is. */
+static int do_table(const char *socket_path) {
+        _cleanup_(table_reader_freep) TableReader *reader = NULL;
+        _cleanup_free_ PaceTableBuffer *t = NULL;
+        _cleanup_free_ char *dir = strdup(socket_path);
+        char path[PATH_MAX];
+        uint64_t gen;
+        int r;
+
+        if (!dir)
+                return EXIT_TRANSPORT;
+        char *slash = strrchr(dir, '/');
+        if (slash)
+                *slash = '\0';
+        snprintf(path, sizeof(path), "%s/%s", slash ? dir : ".", PACE_TABLE_NAME);
+
+        t = malloc(sizeof(*t));
+        if (!t)
+                return EXIT_TRANSPORT;
+        r = table_reader_open(path, &reader);
+        if (r >= 0)
+                for (int tries = 0; tries < 100; tries++) {
+                        r = table_reader_snapshot(reader, t, &gen);
+                        if (r != -EAGAIN)
+                                break;
+                }
+        if (r < 0) {
+                fprintf(stderr, "%s: cannot read the dispatch table %s: %s\n", program_name, path, strerror(-r));
+                return EXIT_TRANSPORT;
+        }
+        if (t->n_cpus > PACE_MAX_CPUS || t->n_reservations > PACE_MAX_RESERVATIONS || t->n_slots > PACE_TABLE_MAX_SLOTS) {
+                fprintf(stderr, "%s: %s is not a valid table\n", program_name, path);
+                return EXIT_TRANSPORT;
+        }
+
+        char slot[32];
+        printf("generation %" PRIu64 ", slot %s, %" PRIu32 " reservation(s)\n", gen,
+               format_duration(slot, sizeof(slot), t->slot_ns), t->n_reservations);
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                const PaceTableReservation *res = &t->reservations[i];
+                printf("  %c  id %" PRIu64 ", pid %" PRIi32 ", CPU %" PRIi32 ", %" PRIu32 " of every %" PRIu32 " slots\n",
+                       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"[i % 52], res->id, res->pid, res->cpu,
+                       res->budget_slots, res->period_slots);
+        }
+        for (uint32_t c = 0; c < t->n_cpus; c++) {
+                const PaceTableCpu *cpu = &t->cpus[c];
+                if (cpu->frame_slots == 0 || (uint64_t) cpu->first_slot + cpu->frame_slots > t->n_slots) {
+                        printf("CPU %" PRIi32 ": nothing reserved\n", cpu->cpu);
+                        continue;
+                }
+                printf("CPU %" PRIi32 ": frame of %" PRIu32 " slots\n", cpu->cpu, cpu->frame_slots);
+                for (uint32_t s = 0; s < cpu->frame_slots; s++) {
+                        uint16_t owner = t->slots[cpu->first_slot + s];
+                        if (s % 50 == 0)
+                                printf("  %5" PRIu32 " ", s);
+                        putchar(owner == PACE_SLOT_FREE ? '.' :
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"[(owner - 1) % 52]);
+                        if (s % 50 == 49 || s + 1 == cpu->frame_slots)
+                                putchar('\n');
+                        else if (s % 10 == 9)
+                                putchar(' ');
+                }
+        }
+        return EXIT_OK;
+}
+
 static int run(const Args *args) {
         const char *socket_path = args->socket_path ? args->socket_path : pace_default_socket();
         _cleanup_(pace_closep) pace *p = NULL;
         int r;
+
+        if (args->command == COMMAND_TABLE)
+                return do_table(socket_path);
 
         r = pace_connect(socket_path, &p);
         if (r < 0) {
@@ -644,6 +725,8 @@ static int run(const Args *args) {
                 return do_reserve(p, args, socket_path);
         case COMMAND_RELEASE:
                 return do_release(p, args, socket_path);
+        case COMMAND_TABLE:
+                break;
         }
         abort();
 }
