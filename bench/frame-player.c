@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/* frame-player: the paper's periodic client, in small. Every frame is
+ * released at a fixed rate and needs a fixed amount of CPU time (measured on
+ * the thread's own CPU clock, so no calibration loop can drift with the
+ * machine's speed). It reports, per run: frames, deadline misses (a frame
+ * finished after its successor's release), response-time percentiles and
+ * the jitter of completion intervals.
+ *
+ *   frame-player --fps 10 --work 25ms --duration 10s [--csv FILE] [--label NAME]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "macro.h"
+#include "parse-util.h"
+
+static uint64_t clock_ns(clockid_t id) {
+        struct timespec ts;
+        clock_gettime(id, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+static void burn_cpu(uint64_t ns) {
+        uint64_t until = clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
+        volatile uint64_t sink = 0;
+        while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
+                for (int i = 0; i < 1000; i++)
+                        sink += (uint64_t) i;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+        return x < y ? -1 : x > y;
+}
+
+static uint64_t percentile(const uint64_t *sorted, size_t n, double q) {
+        if (n == 0)
+                return 0;
+        size_t i = (size_t) (q * (double) (n - 1) + 0.5);
+        return sorted[MIN(i, n - 1)];
+}
+
+int main(int argc, char **argv) {
+        static const struct option options[] = {
+                { "fps", required_argument, NULL, 'f' },
+                { "work", required_argument, NULL, 'w' },
+                { "duration", required_argument, NULL, 'd' },
+                { "csv", required_argument, NULL, 'c' },
+                { "label", required_argument, NULL, 'l' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        uint64_t fps = 10, work_ns = 25 * NSEC_PER_MSEC, duration_ns = 10 * NSEC_PER_SEC;
+        const char *csv_path = NULL, *label = "frame-player";
+        int c;
+
+        while ((c = getopt_long(argc, argv, "f:w:d:c:l:h", options, NULL)) >= 0)
+                switch (c) {
+                case 'f': {
+                        uint32_t v;
+                        if (parse_uint32(optarg, &v) < 0 || v == 0 || v > 10000) {
+                                fprintf(stderr, "frame-player: --fps %s: expected 1..10000\n", optarg);
+                                return 2;
+                        }
+                        fps = v;
+                        break;
+                }
+                case 'w':
+                        if (parse_duration_ns(optarg, &work_ns) < 0) {
+                                fprintf(stderr, "frame-player: --work %s: expected a duration such as 25ms\n", optarg);
+                                return 2;
+                        }
+                        break;
+                case 'd':
+                        if (parse_duration_ns(optarg, &duration_ns) < 0) {
+                                fprintf(stderr, "frame-player: --duration %s: expected a duration such as 10s\n", optarg);
+                                return 2;
+                        }
+                        break;
+                case 'c':
+                        csv_path = optarg;
+                        break;
+                case 'l':
+                        label = optarg;
+                        break;
+                case 'h':
+                        printf("Usage: frame-player [--fps N] [--work DURATION] [--duration DURATION] [--csv FILE] [--label NAME]\n");
+                        return 0;
+                default:
+                        return 2;
+                }
+
+        uint64_t period = NSEC_PER_SEC / fps;
+        size_t n = (size_t) (duration_ns / period);
+        if (n == 0)
+                n = 1;
+        _cleanup_free_ uint64_t *response = calloc(n, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *finish = calloc(n, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *sorted = calloc(n, sizeof(uint64_t));
+        if (!response || !finish || !sorted)
+                return 1;
+
+        size_t missed = 0;
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC) + 10 * NSEC_PER_MSEC;
+        for (size_t k = 0; k < n; k++) {
+                uint64_t release = t0 + k * period;
+                struct timespec ts = { .tv_sec = (time_t) (release / NSEC_PER_SEC), .tv_nsec = (long) (release % NSEC_PER_SEC) };
+                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+                        ;
+                burn_cpu(work_ns);
+                finish[k] = clock_ns(CLOCK_MONOTONIC);
+                response[k] = finish[k] - release;
+                if (response[k] > period)
+                        missed++;
+        }
+
+        /* Jitter: spread of the intervals between successive completions. */
+        double mean = 0, var = 0;
+        for (size_t k = 1; k < n; k++)
+                mean += (double) (finish[k] - finish[k - 1]);
+        mean /= (double) (n > 1 ? n - 1 : 1);
+        for (size_t k = 1; k < n; k++) {
+                double d = (double) (finish[k] - finish[k - 1]) - mean;
+                var += d * d;
+        }
+        double jitter_ms = sqrt(var / (double) (n > 1 ? n - 1 : 1)) / 1e6;
+
+        memcpy(sorted, response, n * sizeof(uint64_t));
+        qsort(sorted, n, sizeof(uint64_t), cmp_u64);
+        printf("%s: %zu frames, %zu missed (%.1f%%), response p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms, "
+               "jitter %.1f ms\n",
+               label, n, missed, 100.0 * (double) missed / (double) n, (double) percentile(sorted, n, 0.5) / 1e6,
+               (double) percentile(sorted, n, 0.9) / 1e6, (double) percentile(sorted, n, 0.99) / 1e6,
+               (double) sorted[n - 1] / 1e6, jitter_ms);
+
+        if (csv_path) {
+                FILE *f = fopen(csv_path, "we");
+                if (!f) {
+                        fprintf(stderr, "frame-player: cannot write %s: %m\n", csv_path);
+                        return 1;
+                }
+                fprintf(f, "frame,release_ms,response_ms,missed\n");
+                for (size_t k = 0; k < n; k++)
+                        fprintf(f, "%zu,%.3f,%.3f,%d\n", k, (double) (k * period) / 1e6, (double) response[k] / 1e6,
+                                response[k] > period);
+                fclose(f);
+        }
+        return 0;
+}
