@@ -1,0 +1,452 @@
+/* SPDX-License-Identifier: MIT */
+/* What the dispatcher must never do, and what it must always undo: demotion
+ * at the end of slots (hourglass), no real-time inheritance, refused tables,
+ * dropped reservations, SIGTERM, pid 1 and pid reuse, idle wake-ups, and the
+ * start-up diagnosis of a cgroup without real-time runtime. */
+
+#include <dirent.h>
+#include <sys/mman.h>
+
+#include "test-dispatch-util.h"
+
+static unsigned long ctxt_switches(pid_t pid) {
+        char path[384], line[256];
+        unsigned long total = 0;
+        DIR *dir;
+        struct dirent *de;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        dir = opendir(path);
+        ASSERT_TRUE(dir);
+        while ((de = readdir(dir))) {
+                FILE *f;
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int) pid, de->d_name);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                while (fgets(line, sizeof(line), f)) {
+                        unsigned long v;
+                        if (sscanf(line, "voluntary_ctxt_switches: %lu", &v) == 1 ||
+                            sscanf(line, "nonvoluntary_ctxt_switches: %lu", &v) == 1)
+                                total += v;
+                }
+                fclose(f);
+        }
+        closedir(dir);
+        return total;
+}
+
+static void start_with_client(DispatchEnv *e, const char *config, pid_t client) {
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+
+        env_publish(e, 1000000, PATTERN_60_OF_50, &res, 1);
+        if (!env_wait_log(e, "in force: 1 reservation", 2000)) {
+                env_dump_log(e);
+                TEST_FAIL_("table not adopted");
+        }
+        (void) config;
+}
+
+/* The client is real-time only in its slots: a sampler on CPU 0 sees it at
+ * SCHED_FIFO about 60% of the time, never always, never not at all. */
+TEST(fifo_only_during_slots) {
+        DispatchEnv e;
+        unsigned n;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        start_with_client(&e, CONFIG_1MS, client);
+        double f = sample_fifo_fraction(client, 1000, 300, &n);
+        printf("  client at SCHED_FIFO in %.1f%% of %u samples (slots: 60%%)\n", 100 * f, n);
+        env_cleanup(&e);
+        /* Wide band: the sampler's 300 µs sleeps round up unevenly, but
+         * anything outside it means no demotion or no promotion. */
+        ASSERT_CMP(n, >=, 500);
+        ASSERT_CMP(f, >=, 0.45);
+        ASSERT_CMP(f, <=, 0.75);
+}
+
+/* The hourglass: a SCHED_OTHER process on CPU 1 notes every gap in its own
+ * progress. With the reserved client busy-looping, the gaps are the
+ * client's runs (15 slots); the client must not hold CPU 1 past its budget:
+ * in no 50 ms window may the gaps add up to more than 30 ms + tolerance.
+ *
+ * Tolerance in "nice" mode: one scheduler tick (4 ms at HZ=250) + 1 ms.
+ * Between slots the client is SCHED_OTHER nice 19; on average it gets
+ * weight 15/1039 of the free time (≈0.5 point, see test-dispatch-share),
+ * but when EEVDF does pick it, it keeps the CPU until the next tick checks
+ * its slice, so next to a run it can add up to one tick. The remaining
+ * 1 ms covers the dispatch thread's wake-up latency at the 4 switches per
+ * frame (tens of µs here) and interrupts. In strict mode the client is
+ * frozen between slots and the tolerance is 0.5 ms per period: only wake-up
+ * latency and the freeze taking effect (microseconds) are left. */
+#define HOURGLASS_GAP_NS 100000ULL
+#define MAX_GAPS 8192
+
+typedef struct Gap {
+        uint64_t start, end;
+} Gap;
+
+static void hourglass(const char *config, uint64_t tolerance_ns) {
+        DispatchEnv e;
+        Gap *gaps;
+        _Atomic unsigned *n_gaps;
+
+        gaps = mmap(NULL, sizeof(Gap) * MAX_GAPS + 64, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(gaps != MAP_FAILED);
+        n_gaps = (_Atomic unsigned *) (gaps + MAX_GAPS);
+
+        env_init(&e, config);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        start_with_client(&e, config, client);
+        test_sleep_ms(300);
+
+        pid_t glass = fork();
+        ASSERT_TRUE(glass >= 0);
+        if (glass == 0) {
+                alarm(CHILD_LIFETIME_S);
+                uint64_t end = test_now_ns() + 3000000000ULL, last = test_now_ns();
+                for (;;) {
+                        uint64_t now = test_now_ns();
+                        if (now - last > HOURGLASS_GAP_NS && *n_gaps < MAX_GAPS) {
+                                gaps[*n_gaps] = (Gap) { last, now };
+                                (*n_gaps)++;
+                        }
+                        last = now;
+                        if (now > end)
+                                _exit(0);
+                }
+        }
+        e.children[e.n_children++] = glass;
+        ASSERT_EQ(wait_exit(glass, 10000), 0);
+        e.n_children--;
+
+        unsigned n = *n_gaps;
+        uint64_t worst = 0, longest = 0;
+        for (unsigned i = 0; i < n; i++) {
+                uint64_t sum = 0, w_end = gaps[i].start + 50000000ULL;
+                longest = MAX(longest, gaps[i].end - gaps[i].start);
+                for (unsigned j = i; j < n && gaps[j].start < w_end; j++)
+                        sum += MIN(gaps[j].end, w_end) - gaps[j].start;
+                worst = MAX(worst, sum);
+        }
+        printf("  hourglass: %u gaps in 3 s; longest %.2f ms (run: 15 ms); worst 50 ms window %.2f ms "
+               "(budget 30 ms, tolerance %.1f ms)\n",
+               n, longest / 1e6, worst / 1e6, tolerance_ns / 1e6);
+        env_cleanup(&e);
+        munmap(gaps, sizeof(Gap) * MAX_GAPS + 64);
+        ASSERT_CMP(n, >=, 100); /* 2 runs per 50 ms: the client did run */
+        ASSERT_CMP(worst, <=, 30000000ULL + tolerance_ns);
+        ASSERT_CMP(longest, <=, 15000000ULL + tolerance_ns);
+}
+
+TEST(hourglass_budget_per_period) {
+        DISPATCH_REQUIRE();
+        hourglass(CONFIG_1MS, 5000000ULL);
+}
+
+TEST(hourglass_budget_per_period_strict) {
+        DISPATCH_REQUIRE();
+        if (access("/sys/fs/cgroup/freezer/cgroup.procs", W_OK) < 0)
+                TEST_SKIP("no cgroup v1 freezer at /sys/fs/cgroup/freezer");
+        hourglass(CONFIG_1MS_FREEZE, 500000ULL);
+}
+
+/* The reserved process forks a child and starts a thread while it is at
+ * SCHED_FIFO: neither may inherit it (SCHED_RESET_ON_FORK). */
+static void *report_thread(void *arg) {
+        int fd = *(int *) arg, p = sched_getscheduler(0);
+        (void) !write(fd, &p, sizeof(p));
+        return NULL;
+}
+
+TEST(no_realtime_inheritance) {
+        DispatchEnv e;
+        int pipefd[2], got[3];
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        ASSERT_OK(pipe(pipefd));
+        pid_t client = fork();
+        ASSERT_TRUE(client >= 0);
+        if (client == 0) {
+                alarm(CHILD_LIFETIME_S);
+                close(pipefd[0]);
+                while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
+                        ;
+                int self = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK;
+                pid_t kid = fork();
+                if (kid == 0) {
+                        int p = sched_getscheduler(0);
+                        (void) !write(pipefd[1], &p, sizeof(p));
+                        _exit(0);
+                }
+                (void) waitpid(kid, NULL, 0);
+                pthread_t t;
+                pthread_create(&t, NULL, report_thread, &pipefd[1]);
+                pthread_join(t, NULL);
+                (void) !write(pipefd[1], &self, sizeof(self));
+                busy_forever();
+        }
+        e.children[e.n_children++] = client;
+        close(pipefd[1]);
+        start_with_client(&e, CONFIG_1MS, client);
+        ssize_t n = 0;
+        while (n < (ssize_t) sizeof(got)) {
+                ssize_t k = read(pipefd[0], (char *) got + n, sizeof(got) - (size_t) n);
+                if (k <= 0)
+                        break;
+                n += k;
+        }
+        close(pipefd[0]);
+        env_cleanup(&e);
+        ASSERT_EQ(n, (ssize_t) sizeof(got));
+        printf("  reserved process at policy %d; forked child %d, new thread %d\n", got[2], got[0], got[1]);
+        ASSERT_EQ(got[2], SCHED_FIFO);
+        ASSERT_EQ(got[0], SCHED_OTHER);
+        ASSERT_EQ(got[1], SCHED_OTHER);
+}
+
+/* Garbage published under a new generation is refused; the previous table
+ * keeps the client at its 60% (±2 points, see test-dispatch-share.c). */
+TEST(corrupted_table_refused) {
+        DispatchEnv e;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        pid_t hog = env_spawn_hog(&e, 0);
+        start_with_client(&e, CONFIG_1MS, client);
+
+        PaceTableBuffer *b = table_writer_begin(e.writer);
+        unsigned seed = 12345;
+        for (size_t i = sizeof(b->seq); i < sizeof(*b); i++)
+                ((unsigned char *) b)[i] = (unsigned char) rand_r(&seed);
+        uint64_t gen = table_writer_publish(e.writer);
+        char needle[64];
+        snprintf(needle, sizeof(needle), "refusing table generation %" PRIu64, gen);
+        bool refused = env_wait_log(&e, needle, 1000);
+
+        test_sleep_ms(500);
+        uint64_t t0 = test_now_ns(), c0 = cpu_time_ns(client);
+        test_sleep_ms(3000);
+        double share = 100.0 * (double) (cpu_time_ns(client) - c0) / (double) (test_now_ns() - t0);
+        printf("  after the garbage table: reserved %.2f%% over 3 s (grant 60%%)\n", share);
+        if (!refused)
+                env_dump_log(&e);
+        (void) hog;
+        env_cleanup(&e);
+        ASSERT_TRUE(refused);
+        ASSERT_CMP(share, >=, 58.0);
+        ASSERT_CMP(share, <=, 62.0);
+}
+
+static bool is_restored(pid_t pid, int nice_value) {
+        char path[64];
+        DIR *dir;
+        struct dirent *de;
+        bool ok = true;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        dir = opendir(path);
+        if (!dir)
+                return false;
+        while ((de = readdir(dir))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                pid_t tid = (pid_t) atoi(de->d_name);
+                if (policy_of(tid) != SCHED_OTHER || getpriority(PRIO_PROCESS, (id_t) tid) != nice_value)
+                        ok = false;
+        }
+        closedir(dir);
+        return ok;
+}
+
+static void assert_restored(pid_t pid, int nice_value) {
+        char path[64];
+        DIR *dir;
+        struct dirent *de;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        dir = opendir(path);
+        ASSERT_TRUE(dir);
+        while ((de = readdir(dir))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                pid_t tid = (pid_t) atoi(de->d_name);
+                ASSERT_EQ(policy_of(tid), SCHED_OTHER);
+                errno = 0;
+                ASSERT_EQ(getpriority(PRIO_PROCESS, (id_t) tid), nice_value);
+        }
+        closedir(dir);
+}
+
+/* A table without the reservation: within one frame (50 ms) plus the time
+ * to notice (the next frame boundary), all its threads are back to
+ * SCHED_OTHER at their own nice value. */
+TEST(reservation_removed_restores) {
+        DispatchEnv e;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 5);
+        test_sleep_ms(20);
+        start_with_client(&e, CONFIG_1MS, client);
+        ASSERT_TRUE(wait_for_fifo(client, 500));
+
+        env_publish(&e, 1000000, "", NULL, 0);
+        uint64_t t0 = test_now_ns(), took;
+        /* Polled from CPU 0: on CPU 1 the poller would wait behind the
+         * client's FIFO slots. */
+        pin_self(TEST_SYSTEM_CPU);
+        while (!is_restored(client, 5) && test_now_ns() - t0 < 1000000000ULL)
+                usleep(500);
+        took = test_now_ns() - t0;
+        pin_self(TEST_CPU);
+        assert_restored(client, 5);
+        unsigned n;
+        double f = sample_fifo_fraction(client, 300, 500, &n);
+        printf("  restored %.1f ms after publishing (frame: 50 ms); then FIFO in %u of %u samples\n", took / 1e6,
+               (unsigned) (f * n), n);
+        /* One frame to reach the boundary, plus 50 ms of margin for a loaded VM. */
+        ASSERT_CMP(took, <=, 100000000ULL);
+        ASSERT_TRUE(env_log_contains(&e, "generation 2 in force: 0 reservation"));
+        env_cleanup(&e);
+        ASSERT_EQ(f, 0.0);
+}
+
+/* SIGTERM while the client holds its slot: exit 0, client restored. */
+TEST(sigterm_restores) {
+        DispatchEnv e;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 3);
+        test_sleep_ms(20);
+        start_with_client(&e, CONFIG_1MS, client);
+        ASSERT_TRUE(wait_for_fifo(client, 500));
+        int status = env_stop_dispatcher(&e);
+        assert_restored(client, 3);
+        env_cleanup(&e);
+        ASSERT_EQ(status, 0);
+}
+
+/* pid 1 is refused by the table check; a pid whose start time does not
+ * match is ignored (logged), never promoted. */
+TEST(pid1_and_wrong_start_time) {
+        DispatchEnv e;
+        unsigned n;
+
+        DISPATCH_REQUIRE();
+        int before = policy_of(1);
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        TestReservation init = { .pid = 1, .start_time = 1, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &init, 1);
+        bool refused = env_wait_log(&e, "refusing table generation 1: reservation 100: pid 1", 1000);
+        test_sleep_ms(100);
+        int after = policy_of(1);
+
+        pid_t client = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .start_time = start_time_of(client) + 7, .period_slots = 50,
+                                .budget_slots = 30, .letter = 'A' };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
+        bool ignored = env_wait_log(&e, "ignoring reservation 100", 1000);
+        double f = sample_fifo_fraction(client, 300, 300, &n);
+        if (!refused || !ignored)
+                env_dump_log(&e);
+        env_cleanup(&e);
+        ASSERT_TRUE(refused);
+        ASSERT_EQ(before, after);
+        ASSERT_TRUE(ignored);
+        ASSERT_EQ(f, 0.0);
+}
+
+/* Idle means idle: with an empty table, no thread of the dispatcher wakes
+ * up (±2 context switches for anything incidental, e.g. the log write). With
+ * a frame of 4 ownership changes per 50 ms, about 80 wake-ups a second, not
+ * one per 1 ms slot. */
+TEST(wakeups_idle_and_active) {
+        DispatchEnv e;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        env_publish(&e, 1000000, "", NULL, 0);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force: 0 reservation", 1000));
+        test_sleep_ms(200);
+        unsigned long s0 = ctxt_switches(e.dispatcher);
+        test_sleep_ms(1000);
+        unsigned long idle = ctxt_switches(e.dispatcher) - s0;
+
+        pid_t client = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "generation 2 in force", 1000));
+        test_sleep_ms(200);
+        s0 = ctxt_switches(e.dispatcher);
+        test_sleep_ms(1000);
+        unsigned long active = ctxt_switches(e.dispatcher) - s0;
+        printf("  context switches of all dispatcher threads over 1 s: idle %lu, active %lu (80 expected)\n", idle,
+               active);
+        env_cleanup(&e);
+        ASSERT_CMP(idle, <=, 2);
+        ASSERT_CMP(active, >=, 70);
+        ASSERT_CMP(active, <=, 100);
+}
+
+/* Started in a v1 cpu cgroup whose cpu.rt_runtime_us is 0, the dispatcher
+ * says so, naming the file, and exits non-zero. */
+TEST(diagnoses_cgroup_without_rt_runtime) {
+        DispatchEnv e;
+        char cg[128], procs[160], rt[160];
+
+        DISPATCH_REQUIRE();
+        if (access("/sys/fs/cgroup/cpu/cpu.rt_runtime_us", F_OK) < 0)
+                TEST_SKIP("no v1 cpu cgroup with RT group scheduling here");
+        snprintf(cg, sizeof(cg), "/sys/fs/cgroup/cpu/pace-test-%d", (int) getpid());
+        ASSERT_OK(mkdir(cg, 0755));
+        snprintf(procs, sizeof(procs), "%s/cgroup.procs", cg);
+        snprintf(rt, sizeof(rt), "%s/cpu.rt_runtime_us", cg);
+        FILE *f = fopen(rt, "re");
+        long runtime = -1;
+        if (f) {
+                (void) !fscanf(f, "%ld", &runtime);
+                fclose(f);
+        }
+        env_init(&e, CONFIG_1MS);
+        pid_t pid = env_spawn_dispatcher(&e, procs);
+        int status = wait_exit(pid, 5000);
+        if (status < 0) {
+                kill(pid, SIGKILL);
+                (void) waitpid(pid, NULL, 0);
+        }
+        bool explained = env_log_contains(&e, rt) && env_log_contains(&e, "is 0");
+        if (!explained)
+                env_dump_log(&e);
+        env_cleanup(&e);
+        ASSERT_OK(rmdir(cg));
+        ASSERT_EQ(runtime, 0);
+        ASSERT_NE(status, 0);
+        ASSERT_TRUE(status > 0);
+        ASSERT_TRUE(explained);
+}
+
+TEST_MAIN();

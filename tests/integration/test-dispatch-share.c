@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/* CPU shares under the real dispatcher: a reserved CPU-bound child next to a
+ * SCHED_OTHER hog on CPU 1 gets its grant, the hog keeps the free share.
+ *
+ * Tolerances: ±2 points (the issue's bound). Over a 5 s window on a noisy
+ * 2-CPU VM the error sources are: the dispatcher's own time at each switch
+ * (4 switches per 50 ms frame at a few µs each, well under 0.1 point), late
+ * wake-ups of the dispatch thread (tens of µs, either way), what the nice 19
+ * client picks up in the free slots (weight 15 against 1024: ~1.5% of the
+ * 40% free time, ≈0.6 point), and interrupts/kernel threads on CPU 1. */
+
+#include <inttypes.h>
+
+#include "test-dispatch-util.h"
+
+#define WARMUP_MS 1000
+#define MEASURE_MS 5000
+
+typedef struct Shares {
+        double share[4];
+} Shares;
+
+/* CPU 1's idle and steal time (ns), from /proc/stat (USER_HZ ticks). */
+static uint64_t cpu1_idle_steal_ns(void) {
+        char line[512];
+        uint64_t v[10] = {}, hz = (uint64_t) sysconf(_SC_CLK_TCK);
+        FILE *f = fopen("/proc/stat", "re");
+
+        ASSERT_TRUE(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "cpu1 %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+                           " %" SCNu64 " %" SCNu64, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8)
+                        break;
+        fclose(f);
+        /* idle + iowait + steal */
+        return (v[3] + v[4] + v[7]) * (1000000000ULL / hz);
+}
+
+/* This is a shared VM: other people's tests may use CPU 1 too, and the
+ * hypervisor may steal time. What our processes did not get and CPU 1 did
+ * not idle ("others": the dispatcher's own few µs per switch, interrupts,
+ * and anyone else) is measured; above 5 points the window is not ours and
+ * is measured again (at most twice more), rather than blaming the
+ * dispatcher for a neighbour. */
+static void measure(const pid_t *pids, unsigned n, unsigned ms, Shares *ret) {
+        for (unsigned attempt = 0; attempt < 3; attempt++) {
+                uint64_t c0[4], c1[4], t0, t1, i0, i1;
+                double ours = 0;
+
+                t0 = test_now_ns();
+                i0 = cpu1_idle_steal_ns();
+                for (unsigned i = 0; i < n; i++)
+                        c0[i] = cpu_time_ns(pids[i]);
+                test_sleep_ms(ms);
+                t1 = test_now_ns();
+                i1 = cpu1_idle_steal_ns();
+                for (unsigned i = 0; i < n; i++) {
+                        c1[i] = cpu_time_ns(pids[i]);
+                        ret->share[i] = 100.0 * (double) (c1[i] - c0[i]) / (double) (t1 - t0);
+                        ours += ret->share[i];
+                }
+                double others = 100.0 - ours - 100.0 * (double) (i1 - i0) / (double) (t1 - t0);
+                printf("  (CPU 1 used by others, idle or stolen: %.2f points)\n", 100.0 - ours);
+                if (others <= 5.0)
+                        return;
+                printf("  CPU 1 busy with something else (%.1f points): measuring again\n", others);
+        }
+}
+
+static void run_one_reserved(const char *config, uint64_t slot_ns, const char *pattern, uint32_t period,
+                             uint32_t budget, double expected, double free_share) {
+        DispatchEnv e;
+        Shares s;
+
+        env_init(&e, config);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        pid_t hog = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = period, .budget_slots = budget, .letter = 'A' };
+        env_publish(&e, slot_ns, pattern, &res, 1);
+        if (!env_wait_log(&e, "generation 1 in force", 2000)) {
+                env_dump_log(&e);
+                env_cleanup(&e);
+                TEST_FAIL_("table not adopted");
+        }
+        test_sleep_ms(WARMUP_MS);
+        measure((pid_t[]) { client, hog, e.dispatcher }, 3, MEASURE_MS, &s);
+        printf("  slot %" PRIu64 " us: reserved %.2f%% (grant %.0f%%), hog %.2f%% (free %.0f%%), dispatcher %.2f%%,"
+               " over %d ms\n",
+               slot_ns / 1000, s.share[0], expected, s.share[1], free_share, s.share[2], MEASURE_MS);
+        env_cleanup(&e);
+        ASSERT_CMP(s.share[0], >=, expected - 2.0);
+        ASSERT_CMP(s.share[0], <=, expected + 2.0);
+        ASSERT_CMP(s.share[1], >=, free_share - 2.0);
+}
+
+TEST(reserved_60_percent_1ms_slots) {
+        DISPATCH_REQUIRE();
+        run_one_reserved(CONFIG_1MS, 1000000, PATTERN_60_OF_50, 50, 30, 60.0, 40.0);
+}
+
+TEST(reserved_60_percent_10ms_slots) {
+        DISPATCH_REQUIRE();
+        run_one_reserved(CONFIG_10MS, 10000000, PATTERN_3_OF_5, 5, 3, 60.0, 40.0);
+}
+
+TEST(two_reservations_isolated) {
+        DispatchEnv e;
+        Shares s;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t a = env_spawn_hog(&e, 0);
+        pid_t b = env_spawn_hog(&e, 0);
+        pid_t hog = env_spawn_hog(&e, 0);
+        TestReservation res[] = {
+                { .pid = a, .period_slots = 50, .budget_slots = 15, .letter = 'A' },
+                { .pid = b, .period_slots = 50, .budget_slots = 20, .letter = 'B' },
+        };
+        env_publish(&e, 1000000, PATTERN_30_40_OF_50, res, 2);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
+        test_sleep_ms(WARMUP_MS);
+        measure((pid_t[]) { a, b, hog }, 3, MEASURE_MS, &s);
+        printf("  A %.2f%% (grant 30%%), B %.2f%% (grant 40%%), hog %.2f%% (free 30%%)\n", s.share[0], s.share[1],
+               s.share[2]);
+        env_cleanup(&e);
+        ASSERT_CMP(s.share[0], >=, 28.0);
+        ASSERT_CMP(s.share[0], <=, 32.0);
+        ASSERT_CMP(s.share[1], >=, 38.0);
+        ASSERT_CMP(s.share[1], <=, 42.0);
+        ASSERT_CMP(s.share[2], >=, 28.0);
+}
+
+/* Strict mode: frozen between slots, so the client gets its slots and not a
+ * bit more. +0.5 point covers the freeze latency (the client runs until its
+ * next return to user space after FROZEN is written, microseconds). */
+TEST(strict_mode_no_more_than_grant) {
+        DispatchEnv e;
+        Shares s;
+        int status;
+
+        DISPATCH_REQUIRE();
+        if (access("/sys/fs/cgroup/freezer/cgroup.procs", W_OK) < 0)
+                TEST_SKIP("no cgroup v1 freezer at /sys/fs/cgroup/freezer");
+        env_init(&e, CONFIG_1MS_FREEZE);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        pid_t hog = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
+        test_sleep_ms(WARMUP_MS);
+        measure((pid_t[]) { client, hog, e.dispatcher }, 3, MEASURE_MS, &s);
+        /* Invisible to the parent: no stop is ever reported. */
+        pid_t w = waitpid(client, &status, WNOHANG | WUNTRACED);
+        printf("  strict: reserved %.2f%% (grant 60%%), hog %.2f%%, dispatcher %.2f%%\n", s.share[0], s.share[1],
+               s.share[2]);
+        env_cleanup(&e);
+        ASSERT_EQ(w, 0);
+        ASSERT_CMP(s.share[0], <=, 60.5);
+        ASSERT_CMP(s.share[0], >=, 58.0);
+        ASSERT_CMP(s.share[1], >=, 38.0);
+}
+
+TEST_MAIN();

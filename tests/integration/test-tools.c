@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/* pacectl and pace-run as a user runs them, against a real broker. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker-harness.h"
+#include "macro.h"
+#include "pace/pace.h"
+#include "test.h"
+
+static const char *config_json = "{ \"slot_us\": 1000, \"non_rt_share\": 0.25 }";
+
+/* Runs argv with PACE_SOCKET set; captures stdout and stderr; returns the
+ * exit status (or 128 + signal). */
+static int run_tool(const char *socket, const char *const argv[], char **ret_out, char **ret_err) {
+        char out_path[] = "/tmp/pace-tool-out-XXXXXX", err_path[] = "/tmp/pace-tool-err-XXXXXX";
+        int out = mkstemp(out_path), err = mkstemp(err_path), status;
+        ASSERT_OK(out);
+        ASSERT_OK(err);
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                dup2(out, STDOUT_FILENO);
+                dup2(err, STDERR_FILENO);
+                setenv("PACE_SOCKET", socket, 1);
+                execv(argv[0], (char *const *) argv);
+                _exit(127);
+        }
+        alarm(30);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        alarm(0);
+        for (int i = 0; i < 2; i++) {
+                int fd = i == 0 ? out : err;
+                char **ret = i == 0 ? ret_out : ret_err;
+                off_t size = lseek(fd, 0, SEEK_END);
+                char *buf = calloc(1, (size_t) size + 1);
+                ASSERT_TRUE(buf);
+                ASSERT_EQ(pread(fd, buf, (size_t) size, 0), size);
+                if (ret)
+                        *ret = buf;
+                else
+                        free(buf);
+                close(fd);
+        }
+        unlink(out_path);
+        unlink(err_path);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static pid_t spawn_sleeper(void) {
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                execl("/bin/sleep", "sleep", "30", (char *) NULL);
+                _exit(127);
+        }
+        return pid;
+}
+
+static void reap(pid_t pid) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+}
+
+TEST(pacectl_status_text_and_json) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        char *out = NULL, *err = NULL;
+        const char *pacectl = getenv("PACECTL");
+        ASSERT_TRUE(pacectl);
+
+        ASSERT_OK(broker_start(&b, config_json));
+        pid_t sleeper = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = sleeper, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
+        char pidstr[32];
+        snprintf(pidstr, sizeof(pidstr), "%d", (int) sleeper);
+        ASSERT_CONTAINS(out, pidstr);
+        ASSERT_CONTAINS(out, "60%");
+        ASSERT_CONTAINS(out, "50ms");
+        ASSERT_CONTAINS(out, "30ms");
+        ASSERT_CONTAINS(out, "Non-real-time share: 25%");
+        free(out);
+        free(err);
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
+        cJSON *root = cJSON_Parse(out);
+        ASSERT_TRUE(root);
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "reservations");
+        ASSERT_TRUE(cJSON_IsArray(list));
+        ASSERT_EQ(cJSON_GetArraySize(list), 1);
+        cJSON *r0 = cJSON_GetArrayItem(list, 0);
+        ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "pid")->valuedouble, sleeper);
+        ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "cpu")->valuedouble, 1);
+        ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "budget_ns")->valuedouble, 30 * NSEC_PER_MSEC);
+        cJSON *cpus = cJSON_GetObjectItemCaseSensitive(root, "cpus");
+        ASSERT_TRUE(cJSON_IsArray(cpus));
+        ASSERT_CMP(cJSON_GetArraySize(cpus), >=, 1);
+        cJSON_Delete(root);
+        free(out);
+        free(err);
+
+        /* The table as drawn: 30 of 50 slots are A. */
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "table", NULL }, &out, &err), 0);
+        ASSERT_CONTAINS(out, "30 of every 50 slots");
+        ASSERT_CONTAINS(out, "AAAAAA....");
+        free(out);
+        free(err);
+
+        /* Bad use is a usage error that says what is wrong. */
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "frobnicate", NULL }, &out, &err), 2);
+        ASSERT_CONTAINS(err, "unknown command 'frobnicate'");
+        free(out);
+        free(err);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", "12x", NULL }, &out, &err), 2);
+        ASSERT_CONTAINS(err, "12x");
+        free(out);
+        free(err);
+        ASSERT_EQ(run_tool("/nonexistent/broker.sock", (const char *[]) { pacectl, "status", NULL }, &out, &err), 3);
+        ASSERT_CONTAINS(err, "/nonexistent/broker.sock");
+        free(out);
+        free(err);
+
+        pace_close(p);
+        reap(sleeper);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(pace_run_granted_runs_the_command_under_its_reservation) {
+        BrokerInstance b;
+        char *out = NULL, *err = NULL;
+        const char *pace_run = getenv("PACE_RUN");
+        ASSERT_TRUE(pace_run);
+
+        ASSERT_OK(broker_start(&b, config_json));
+        /* The command asks the broker, from inside, whether its own pid
+         * holds a reservation: proof that exec kept the pid and the grant. */
+        char script[512];
+        snprintf(script, sizeof(script), "%s --json status | grep -q \"\\\"pid\\\":[[:space:]]*$$\" && echo reserved-as-$$",
+                 getenv("PACECTL"));
+        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "25%", "--", "/bin/sh", "-c", script, NULL },
+                          &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_CONTAINS(out, "reserved-as-");
+        ASSERT_CONTAINS(err, "40ms");
+        free(out);
+        free(err);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(pace_run_refused_says_why_and_does_not_run) {
+        BrokerInstance b;
+        char *out = NULL, *err = NULL;
+        const char *pace_run = getenv("PACE_RUN");
+        char marker[] = "/tmp/pace-run-marker-XXXXXX";
+
+        ASSERT_OK(broker_start(&b, config_json));
+        int fd = mkstemp(marker);
+        ASSERT_OK(fd);
+        close(fd);
+        unlink(marker);
+
+        /* 80% is more than 1 - non_rt_share on any CPU. */
+        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "80%", "--", "/usr/bin/touch", marker, NULL },
+                          &out, &err);
+        ASSERT_NE(rc, 0);
+        ASSERT_CONTAINS(err, "non_rt_share");
+        ASSERT_CONTAINS(err, "free");
+        struct stat st;
+        ASSERT_ERR(stat(marker, &st) < 0 ? -errno : 0, -ENOENT);
+        free(out);
+        free(err);
+
+        /* --best-effort runs it anyway, unreserved, and says so. */
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--best-effort", "--period", "50ms", "--util", "80%", "--",
+                                             "/usr/bin/touch", marker, NULL },
+                      &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_OK(stat(marker, &st));
+        unlink(marker);
+        free(out);
+        free(err);
+
+        /* Bad values: usage error naming the option. */
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50", "--util", "60%", "--", "/bin/true", NULL }, &out, &err);
+        ASSERT_EQ(rc, 2);
+        ASSERT_CONTAINS(err, "--period");
+        free(out);
+        free(err);
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "160%", "--", "/bin/true", NULL }, &out, &err);
+        ASSERT_EQ(rc, 2);
+        ASSERT_CONTAINS(err, "--util");
+        free(out);
+        free(err);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST_MAIN()
