@@ -132,6 +132,11 @@ static int open_listen_socket(int *ret_fd) {
                 if (r <= 0)
                         return log_fmt(PROGRAM, LOG_ERR, "the activated socket is not a listening AF_UNIX "
                                        "SOCK_SEQPACKET socket"), -EINVAL;
+                /* Activated sockets arrive blocking; the accept loop must
+                 * never wait for a second client. */
+                int flags = fcntl(SD_LISTEN_FDS_START, F_GETFL);
+                if (flags < 0 || fcntl(SD_LISTEN_FDS_START, F_SETFL, flags | O_NONBLOCK) < 0)
+                        return negative_errno();
                 *ret_fd = SD_LISTEN_FDS_START;
                 return 0;
         }

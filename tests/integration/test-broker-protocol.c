@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -570,6 +572,53 @@ TEST(bad_config_refuses_to_start_and_says_why) {
         /* No config file at all: built-in defaults. */
         ASSERT_OK(broker_start(&b, NULL));
         ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(socket_activation_is_used_when_offered) {
+        const char *activate = "/usr/bin/systemd-socket-activate";
+        char dir[] = "/tmp/pace-test-XXXXXX", sock[300], table[300], cmd[400];
+        pace *p = NULL;
+        size_t n;
+        struct stat st;
+
+        if (access(activate, X_OK) < 0)
+                TEST_SKIP("%s not installed", activate);
+        ASSERT_TRUE(mkdtemp(dir));
+        snprintf(sock, sizeof(sock), "%s/activated.sock", dir);
+        snprintf(table, sizeof(table), "%s/table", dir);
+
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+                dup2(null, STDOUT_FILENO);
+                dup2(null, STDERR_FILENO);
+                execl(activate, activate, "--seqpacket", "-l", sock, getenv("PACE_BROKER"), "--runtime-dir", dir,
+                      (char *) NULL);
+                _exit(127);
+        }
+        for (int i = 0; i < 500 && stat(sock, &st) < 0; i++)
+                sleep_ms(10);
+        /* The broker only starts with the first connection, and must then
+         * serve on the socket it was handed, not create its own. */
+        ASSERT_ERR(stat(table, &st) < 0 ? -errno : 0, -ENOENT);
+        ASSERT_OK(pace_connect(sock, &p));
+        status_generation(p, &n);
+        ASSERT_EQ(n, 0);
+        ASSERT_OK(stat(table, &st));
+        char own[300];
+        snprintf(own, sizeof(own), "%s/broker.sock", dir);
+        ASSERT_ERR(stat(own, &st) < 0 ? -errno : 0, -ENOENT);
+        pace_close(p);
+
+        kill(pid, SIGTERM);
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        ASSERT_EQ(system(cmd), 0);
 }
 
 TEST_MAIN()
