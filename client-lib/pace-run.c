@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "macro.h"
 #include "pace-build-config.h"
 #include "pace-limits.h"
@@ -46,7 +47,6 @@ typedef struct Args {
         char **command;
 } Args;
 
-static const char *program_name = "pace-run";
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(pace *, pace_close);
 DEFINE_TRIVIAL_CLEANUP_FUNC(pace_status_report *, pace_status_report_free);
@@ -72,22 +72,7 @@ static void help(void) {
                "Exit status: that of COMMAND; otherwise 1 if the broker refused, 2 for a usage\n"
                "error, 3 if the broker could not be reached, 126 if COMMAND could not be run,\n"
                "127 if it was not found.\n",
-               program_name, PACE_DEFAULT_SOCKET);
-}
-
-_printf_(1, 2) static int usage_error(const char *format, ...) {
-        va_list ap;
-
-        fprintf(stderr, "%s: ", program_name);
-        va_start(ap, format);
-        vfprintf(stderr, format, ap);
-        va_end(ap);
-        fprintf(stderr, "\nTry '%s --help' for more information.\n", program_name);
-        return -EINVAL;
-}
-
-static bool is_refusal(int r) {
-        return r <= -(PACE_E_BASE + 1) && r > PACE_E_PROTOCOL;
+               cli_program, PACE_DEFAULT_SOCKET);
 }
 
 /* Returns 0 to go on, 1 when the work is done (--help, --version), or a
@@ -104,7 +89,6 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 { "version",     no_argument,       NULL, 'V' },
                 {}
         };
-        uint32_t cpu;
         int c, r;
 
         *args = (Args) {
@@ -116,30 +100,21 @@ static int parse_args(int argc, char *argv[], Args *args) {
         while ((c = getopt_long(argc, argv, "+:p:u:c:bqs:hV", options, NULL)) >= 0) {
                 switch (c) {
                 case 'p':
-                        r = parse_duration_ns(optarg, &args->reserve.period_ns);
-                        if (r == -ERANGE)
-                                return usage_error("--period '%s' is out of range: it must be more than 0 "
-                                                   "and at most about 584 years", optarg);
+                        r = cli_parse_period("--period", optarg, &args->reserve.period_ns);
                         if (r < 0)
-                                return usage_error("invalid --period '%s': expected a duration with a unit, "
-                                                   "e.g. 50ms, 250us, 1.5ms or 1s", optarg);
+                                return r;
                         args->have_period = true;
                         break;
                 case 'u':
-                        r = parse_utilization_ppm(optarg, &args->reserve.utilization_ppm);
-                        if (r == -ERANGE)
-                                return usage_error("--util '%s' is out of range: it must be more than 0%% "
-                                                   "and at most 100%% (one whole CPU)", optarg);
+                        r = cli_parse_util("--util", optarg, &args->reserve.utilization_ppm);
                         if (r < 0)
-                                return usage_error("invalid --util '%s': expected a percentage such as 60%% "
-                                                   "or a fraction of one CPU such as 0.6", optarg);
+                                return r;
                         args->have_util = true;
                         break;
                 case 'c':
-                        if (parse_uint32(optarg, &cpu) < 0 || cpu > INT_MAX)
-                                return usage_error("invalid --cpu '%s': expected a CPU number (0, 1, ...)",
-                                                   optarg);
-                        args->reserve.cpu = (int) cpu;
+                        r = cli_parse_cpu("--cpu", optarg, &args->reserve.cpu);
+                        if (r < 0)
+                                return r;
                         break;
                 case 'b':
                         args->best_effort = true;
@@ -149,37 +124,28 @@ static int parse_args(int argc, char *argv[], Args *args) {
                         break;
                 case 's':
                         if (!*optarg)
-                                return usage_error("--socket needs a path");
+                                return cli_usage_error("--socket needs a path");
                         args->socket_path = optarg;
                         break;
                 case 'h':
                         help();
                         return 1;
                 case 'V':
-                        printf("%s (pace) %s\n", program_name, PACE_VERSION);
+                        printf("%s (pace) %s\n", cli_program, PACE_VERSION);
                         return 1;
                 case ':':
-                        if (strncmp(argv[optind - 1], "--", 2) == 0)
-                                return usage_error("option '%s' needs a value", argv[optind - 1]);
-                        return usage_error("option '-%c' needs a value", optopt);
                 case '?':
-                        if (optopt == 0)
-                                return usage_error("unknown option '%s'", argv[optind - 1]);
-                        /* A known long option with a value it does not take,
-                         * e.g. --quiet=yes: getopt reports its short name. */
-                        if (strchr("bqhV", optopt) && strncmp(argv[optind - 1], "--", 2) == 0)
-                                return usage_error("option '%s' takes no value", argv[optind - 1]);
-                        return usage_error("unknown option '-%c'", optopt);
+                        return cli_getopt_failure(c, argv, "bqhV");
                 default:
                         abort();
                 }
         }
 
         if (!args->have_period || !args->have_util)
-                return usage_error("--period and --util are required, e.g. "
-                                   "%s --period 50ms --util 60%% -- COMMAND", program_name);
+                return cli_usage_error("--period and --util are required, e.g. "
+                                   "%s --period 50ms --util 60%% -- COMMAND", cli_program);
         if (optind >= argc)
-                return usage_error("missing COMMAND to run");
+                return cli_usage_error("missing COMMAND to run");
 
         args->command = argv + optind;
         return 0;
@@ -195,7 +161,7 @@ static void print_grant(const pace_grant *g) {
                 ppm = (uint64_t) (((unsigned __int128) g->budget_ns * PPM + g->period_ns / 2) / g->period_ns);
 
         fprintf(stderr, "%s: reserved %s of CPU %d: %s in every %s (slot %s, reservation %" PRIu64 ")",
-                program_name, format_ppm(util, sizeof(util), (uint32_t) MIN(ppm, (uint64_t) UINT32_MAX)), g->cpu,
+                cli_program, format_ppm(util, sizeof(util), (uint32_t) MIN(ppm, (uint64_t) UINT32_MAX)), g->cpu,
                 format_duration(budget, sizeof(budget), g->budget_ns),
                 format_duration(period, sizeof(period), g->period_ns),
                 format_duration(slot, sizeof(slot), g->slot_ns), g->id);
@@ -216,7 +182,7 @@ static void print_free(pace *p) {
         if (pace_status(p, &s) < 0 || s->n_cpus == 0)
                 return;
 
-        fprintf(stderr, "%s: free now:", program_name);
+        fprintf(stderr, "%s: free now:", cli_program);
         for (size_t i = 0; i < s->n_cpus; i++)
                 fprintf(stderr, "%s CPU %d %s", i > 0 ? "," : "", s->cpus[i].cpu,
                         format_ppm(share, sizeof(share), s->cpus[i].free_ppm));
@@ -234,14 +200,14 @@ static int reserve(const Args *args) {
 
         r = pace_connect(socket_path, &p);
         if (r < 0) {
-                fprintf(stderr, "%s: cannot connect to pace-broker at %s: %s\n", program_name, socket_path,
+                fprintf(stderr, "%s: cannot connect to pace-broker at %s: %s\n", cli_program, socket_path,
                         pace_strerror(r));
                 if (args->socket_path)
                         fprintf(stderr, "%s: is pace-broker running and listening on that socket?\n",
-                                program_name);
+                                cli_program);
                 else
                         fprintf(stderr, "%s: is pace-broker running? Set PACE_SOCKET or use --socket "
-                                        "if it listens elsewhere.\n", program_name);
+                                        "if it listens elsewhere.\n", cli_program);
                 return EXIT_TRANSPORT;
         }
 
@@ -252,14 +218,14 @@ static int reserve(const Args *args) {
                 return 0;
         }
 
-        if (!is_refusal(r)) {
-                fprintf(stderr, "%s: reserving failed talking to pace-broker at %s: %s\n", program_name,
+        if (!cli_is_refusal(r)) {
+                fprintf(stderr, "%s: reserving failed talking to pace-broker at %s: %s\n", cli_program,
                         socket_path, pace_strerror(r));
                 return EXIT_TRANSPORT;
         }
 
         /* Printed before print_free(), whose call replaces the message. */
-        fprintf(stderr, "%s: reservation refused: %s\n", program_name,
+        fprintf(stderr, "%s: reservation refused: %s\n", cli_program,
                 pace_last_message() ? pace_last_message() : pace_strerror(r));
         print_free(p);
         return EXIT_REFUSED;
@@ -268,6 +234,8 @@ static int reserve(const Args *args) {
 int main(int argc, char *argv[]) {
         Args args;
         int r;
+
+        cli_program = "pace-run";
 
         r = parse_args(argc, argv, &args);
         if (r < 0)
@@ -281,13 +249,13 @@ int main(int argc, char *argv[]) {
         if (r != 0) {
                 if (!args.best_effort)
                         return r;
-                fprintf(stderr, "%s: warning: running %s without a reservation\n", program_name,
+                fprintf(stderr, "%s: warning: running %s without a reservation\n", cli_program,
                         args.command[0]);
         }
 
         execvp(args.command[0], args.command);
 
         r = errno;
-        fprintf(stderr, "%s: cannot run '%s': %s\n", program_name, args.command[0], strerror(r));
+        fprintf(stderr, "%s: cannot run '%s': %s\n", cli_program, args.command[0], strerror(r));
         return r == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_RUN;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "macro.h"
 #include "pace-build-config.h"
 #include "pace-limits.h"
@@ -49,7 +50,6 @@ typedef struct Args {
         bool have_period, have_util;
 } Args;
 
-static const char *program_name = "pacectl";
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(pace *, pace_close);
 DEFINE_TRIVIAL_CLEANUP_FUNC(pace_status_report *, pace_status_report_free);
@@ -86,22 +86,7 @@ static void help(void) {
                "\n"
                "Exit status: 0 success, 1 refused by the broker, 2 usage error,\n"
                "3 broker unreachable or not answering properly.\n",
-               program_name, PACE_DEFAULT_SOCKET);
-}
-
-_printf_(1, 2) static int usage_error(const char *format, ...) {
-        va_list ap;
-
-        fprintf(stderr, "%s: ", program_name);
-        va_start(ap, format);
-        vfprintf(stderr, format, ap);
-        va_end(ap);
-        fprintf(stderr, "\nTry '%s --help' for more information.\n", program_name);
-        return -EINVAL;
-}
-
-static bool is_refusal(int r) {
-        return r <= -(PACE_E_BASE + 1) && r > PACE_E_PROTOCOL;
+               cli_program, PACE_DEFAULT_SOCKET);
 }
 
 /* Release ids are 64-bit; parse-util has no parser that wide. Digits only, so
@@ -125,47 +110,6 @@ static int parse_id(const char *s, uint64_t *ret) {
         return 0;
 }
 
-static int parse_period_arg(const char *option, const char *s, uint64_t *ret) {
-        int r = parse_duration_ns(s, ret);
-
-        if (r == -ERANGE)
-                return usage_error("%s '%s' is out of range: it must be more than 0 and at most "
-                                   "about 584 years", option, s);
-        if (r < 0)
-                return usage_error("invalid %s '%s': expected a duration with a unit, "
-                                   "e.g. 50ms, 250us, 1.5ms or 1s", option, s);
-        return 0;
-}
-
-static int parse_util_arg(const char *option, const char *s, uint32_t *ret) {
-        int r = parse_utilization_ppm(s, ret);
-
-        if (r == -ERANGE)
-                return usage_error("%s '%s' is out of range: it must be more than 0%% and at most "
-                                   "100%% (one whole CPU)", option, s);
-        if (r < 0)
-                return usage_error("invalid %s '%s': expected a percentage such as 60%% "
-                                   "or a fraction of one CPU such as 0.6", option, s);
-        return 0;
-}
-
-static int parse_pid_arg(const char *option, const char *s, pid_t *ret) {
-        if (parse_pid(s, ret) < 0)
-                return usage_error("invalid %s '%s': expected a process id (a positive number)", option, s);
-        return 0;
-}
-
-static int parse_cpu_arg(const char *option, const char *s, int *ret) {
-        uint32_t v;
-
-        if (parse_uint32(s, &v) < 0 || v > INT_MAX)
-                return usage_error("invalid %s '%s': expected a CPU number (0, 1, ...)", option, s);
-        *ret = (int) v;
-        return 0;
-}
-
-/* Returns 0 to go on, 1 when the work is done (--help, --version), or a
- * negative value after a usage error has been reported. */
 static int parse_args(int argc, char *argv[], Args *args) {
         enum {
                 ARG_PID = 0x100,
@@ -188,7 +132,7 @@ static int parse_args(int argc, char *argv[], Args *args) {
 
         positional = calloc((size_t) argc + 1, sizeof(char *));
         if (!positional) {
-                fprintf(stderr, "%s: out of memory\n", program_name);
+                fprintf(stderr, "%s: out of memory\n", cli_program);
                 return -ENOMEM;
         }
 
@@ -209,14 +153,14 @@ static int parse_args(int argc, char *argv[], Args *args) {
                         break;
                 case 's':
                         if (!*optarg)
-                                return usage_error("--socket needs a path");
+                                return cli_usage_error("--socket needs a path");
                         args->socket_path = optarg;
                         break;
                 case 'j':
                         args->json = true;
                         break;
                 case 'p':
-                        r = parse_period_arg("--period", optarg, &args->reserve.period_ns);
+                        r = cli_parse_period("--period", optarg, &args->reserve.period_ns);
                         if (r < 0)
                                 return r;
                         args->have_period = true;
@@ -224,7 +168,7 @@ static int parse_args(int argc, char *argv[], Args *args) {
                                 args->reserve_option = "--period";
                         break;
                 case 'u':
-                        r = parse_util_arg("--util", optarg, &args->reserve.utilization_ppm);
+                        r = cli_parse_util("--util", optarg, &args->reserve.utilization_ppm);
                         if (r < 0)
                                 return r;
                         args->have_util = true;
@@ -232,14 +176,14 @@ static int parse_args(int argc, char *argv[], Args *args) {
                                 args->reserve_option = "--util";
                         break;
                 case ARG_PID:
-                        r = parse_pid_arg("--pid", optarg, &args->reserve.pid);
+                        r = cli_parse_pid("--pid", optarg, &args->reserve.pid);
                         if (r < 0)
                                 return r;
                         if (!args->reserve_option)
                                 args->reserve_option = "--pid";
                         break;
                 case ARG_CPU:
-                        r = parse_cpu_arg("--cpu", optarg, &args->reserve.cpu);
+                        r = cli_parse_cpu("--cpu", optarg, &args->reserve.cpu);
                         if (r < 0)
                                 return r;
                         if (!args->reserve_option)
@@ -249,20 +193,11 @@ static int parse_args(int argc, char *argv[], Args *args) {
                         help();
                         return 1;
                 case 'V':
-                        printf("%s (pace) %s\n", program_name, PACE_VERSION);
+                        printf("%s (pace) %s\n", cli_program, PACE_VERSION);
                         return 1;
                 case ':':
-                        if (strncmp(argv[optind - 1], "--", 2) == 0)
-                                return usage_error("option '%s' needs a value", argv[optind - 1]);
-                        return usage_error("option '-%c' needs a value", optopt);
                 case '?':
-                        if (optopt == 0)
-                                return usage_error("unknown option '%s'", argv[optind - 1]);
-                        /* A known long option with a value it does not take,
-                         * e.g. --json=yes: getopt reports its short name. */
-                        if (strchr("sjpuhV", optopt) && strncmp(argv[optind - 1], "--", 2) == 0)
-                                return usage_error("option '%s' takes no value", argv[optind - 1]);
-                        return usage_error("unknown option '-%c'", optopt);
+                        return cli_getopt_failure(c, argv, "sjpuhV");
                 default:
                         abort();
                 }
@@ -272,38 +207,38 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 positional[n_positional++] = argv[optind++];
 
         if (n_positional == 0)
-                return usage_error("missing command: expected status, reserve or release");
+                return cli_usage_error("missing command: expected status, reserve or release");
 
         if (streq(positional[0], "status")) {
                 args->command = COMMAND_STATUS;
                 if (n_positional > 1)
-                        return usage_error("status takes no arguments, got '%s'", positional[1]);
+                        return cli_usage_error("status takes no arguments, got '%s'", positional[1]);
         } else if (streq(positional[0], "reserve")) {
                 args->command = COMMAND_RESERVE;
                 if (n_positional > 1)
-                        return usage_error("reserve takes options only, got '%s'", positional[1]);
+                        return cli_usage_error("reserve takes options only, got '%s'", positional[1]);
                 if (!args->have_period || !args->have_util)
-                        return usage_error("reserve needs both --period and --util, "
+                        return cli_usage_error("reserve needs both --period and --util, "
                                            "e.g. --period 50ms --util 60%%");
         } else if (streq(positional[0], "release")) {
                 args->command = COMMAND_RELEASE;
                 if (n_positional < 2)
-                        return usage_error("release needs the reservation's ID (see '%s status')", program_name);
+                        return cli_usage_error("release needs the reservation's ID (see '%s status')", cli_program);
                 if (n_positional > 2)
-                        return usage_error("release takes one ID, got also '%s'", positional[2]);
+                        return cli_usage_error("release takes one ID, got also '%s'", positional[2]);
                 r = parse_id(positional[1], &args->release_id);
                 if (r < 0)
-                        return usage_error("invalid reservation ID '%s': expected a number as shown "
-                                           "by '%s status'", positional[1], program_name);
+                        return cli_usage_error("invalid reservation ID '%s': expected a number as shown "
+                                           "by '%s status'", positional[1], cli_program);
         } else if (streq(positional[0], "table")) {
                 args->command = COMMAND_TABLE;
                 if (n_positional > 1)
-                        return usage_error("table takes no arguments, got '%s'", positional[1]);
+                        return cli_usage_error("table takes no arguments, got '%s'", positional[1]);
         } else
-                return usage_error("unknown command '%s': expected status, reserve, release or table", positional[0]);
+                return cli_usage_error("unknown command '%s': expected status, reserve, release or table", positional[0]);
 
         if (args->command != COMMAND_RESERVE && args->reserve_option)
-                return usage_error("%s only applies to the reserve command", args->reserve_option);
+                return cli_usage_error("%s only applies to the reserve command", args->reserve_option);
 
         return 0;
 }
@@ -551,21 +486,21 @@ static void print_grant_text(const pace_grant *g) {
 static int report_failure(const char *what, const char *socket_path, int r) {
         const char *m = pace_last_message();
 
-        if (is_refusal(r)) {
-                fprintf(stderr, "%s: %s refused: %s\n", program_name, what, m ? m : pace_strerror(r));
+        if (cli_is_refusal(r)) {
+                fprintf(stderr, "%s: %s refused: %s\n", cli_program, what, m ? m : pace_strerror(r));
                 return EXIT_REFUSED;
         }
         if (r == -ENOMEM) {
-                fprintf(stderr, "%s: out of memory\n", program_name);
+                fprintf(stderr, "%s: out of memory\n", cli_program);
                 return EXIT_TRANSPORT;
         }
-        fprintf(stderr, "%s: %s failed talking to pace-broker at %s: %s\n", program_name, what, socket_path,
+        fprintf(stderr, "%s: %s failed talking to pace-broker at %s: %s\n", cli_program, what, socket_path,
                 pace_strerror(r));
         return EXIT_TRANSPORT;
 }
 
 static int report_output_failure(int r) {
-        fprintf(stderr, "%s: cannot format the output: %s\n", program_name, pace_strerror(r));
+        fprintf(stderr, "%s: cannot format the output: %s\n", cli_program, pace_strerror(r));
         return EXIT_TRANSPORT;
 }
 
@@ -595,7 +530,7 @@ static int do_reserve(pace *p, const Args *args, const char *socket_path) {
         if (args->reserve.pid == 0)
                 fprintf(stderr, "%s: note: without --pid the reservation is for pacectl itself and ends "
                                 "as soon as it exits (use pace-run to run a command reserved).\n",
-                        program_name);
+                        cli_program);
 
         r = pace_reserve(p, &args->reserve, &g);
         if (r < 0)
@@ -659,11 +594,11 @@ static int do_table(const char *socket_path) {
                                 break;
                 }
         if (r < 0) {
-                fprintf(stderr, "%s: cannot read the dispatch table %s: %s\n", program_name, path, strerror(-r));
+                fprintf(stderr, "%s: cannot read the dispatch table %s: %s\n", cli_program, path, strerror(-r));
                 return EXIT_TRANSPORT;
         }
         if (t->n_cpus > PACE_MAX_CPUS || t->n_reservations > PACE_MAX_RESERVATIONS || t->n_slots > PACE_TABLE_MAX_SLOTS) {
-                fprintf(stderr, "%s: %s is not a valid table\n", program_name, path);
+                fprintf(stderr, "%s: %s is not a valid table\n", cli_program, path);
                 return EXIT_TRANSPORT;
         }
 
@@ -708,7 +643,7 @@ static int run(const Args *args) {
 
         r = pace_connect(socket_path, &p);
         if (r < 0) {
-                fprintf(stderr, "%s: cannot connect to pace-broker at %s: %s\n", program_name, socket_path,
+                fprintf(stderr, "%s: cannot connect to pace-broker at %s: %s\n", cli_program, socket_path,
                         pace_strerror(r));
                 if (args->socket_path)
                         fprintf(stderr, "Is pace-broker running and listening on that socket?\n");
@@ -735,6 +670,8 @@ int main(int argc, char *argv[]) {
         Args args;
         int r;
 
+        cli_program = "pacectl";
+
         r = parse_args(argc, argv, &args);
         if (r < 0)
                 r = r == -ENOMEM ? EXIT_TRANSPORT : EXIT_USAGE;
@@ -745,7 +682,7 @@ int main(int argc, char *argv[]) {
 
         /* A status piped into a full disk must not look like success. */
         if (fflush(stdout) != 0 || ferror(stdout)) {
-                fprintf(stderr, "%s: cannot write the output: %s\n", program_name, strerror(errno));
+                fprintf(stderr, "%s: cannot write the output: %s\n", cli_program, strerror(errno));
                 if (r == EXIT_OK)
                         r = EXIT_TRANSPORT;
         }

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "pace/pace.h"
+#include "parse-util.h"
+
+const char *cli_program = "pace";
+
+int cli_usage_error(const char *format, ...) {
+        va_list ap;
+
+        fprintf(stderr, "%s: ", cli_program);
+        va_start(ap, format);
+        vfprintf(stderr, format, ap);
+        va_end(ap);
+        fprintf(stderr, "\nTry '%s --help' for more information.\n", cli_program);
+        return -EINVAL;
+}
+
+int cli_getopt_failure(int c, char **argv, const char *valueless) {
+        const char *arg = argv[optind - 1];
+        bool is_long = strncmp(arg, "--", 2) == 0;
+
+        if (c == ':')
+                return is_long ? cli_usage_error("option '%s' needs a value", arg)
+                               : cli_usage_error("option '-%c' needs a value", optopt);
+        if (optopt == 0)
+                return cli_usage_error("unknown option '%s'", arg);
+        /* A known long option given a value it does not take (--json=yes):
+         * getopt reports its short name. */
+        if (is_long && strchr(valueless, optopt))
+                return cli_usage_error("option '%s' takes no value", arg);
+        return cli_usage_error("unknown option '-%c'", optopt);
+}
+
+int cli_parse_period(const char *option, const char *s, uint64_t *ret) {
+        int r = parse_duration_ns(s, ret);
+
+        if (r == -ERANGE)
+                return cli_usage_error("%s '%s' is out of range: it must be more than 0 and at most "
+                                       "about 584 years", option, s);
+        if (r < 0)
+                return cli_usage_error("invalid %s '%s': expected a duration with a unit, "
+                                       "e.g. 50ms, 250us, 1.5ms or 1s", option, s);
+        return 0;
+}
+
+int cli_parse_util(const char *option, const char *s, uint32_t *ret) {
+        int r = parse_utilization_ppm(s, ret);
+
+        if (r == -ERANGE)
+                return cli_usage_error("%s '%s' is out of range: it must be more than 0%% and at most "
+                                       "100%% (one whole CPU)", option, s);
+        if (r < 0)
+                return cli_usage_error("invalid %s '%s': expected a percentage such as 60%% "
+                                       "or a fraction of one CPU such as 0.6", option, s);
+        return 0;
+}
+
+int cli_parse_pid(const char *option, const char *s, pid_t *ret) {
+        if (parse_pid(s, ret) < 0)
+                return cli_usage_error("invalid %s '%s': expected a process id (a positive number)", option, s);
+        return 0;
+}
+
+int cli_parse_cpu(const char *option, const char *s, int *ret) {
+        uint32_t v;
+
+        if (parse_uint32(s, &v) < 0 || v > INT_MAX)
+                return cli_usage_error("invalid %s '%s': expected a CPU number (0, 1, ...)", option, s);
+        *ret = (int) v;
+        return 0;
+}
+
+bool cli_is_refusal(int r) {
+        return r <= -(PACE_E_BASE + 1) && r > PACE_E_PROTOCOL;
+}

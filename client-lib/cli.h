@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* What pace-run and pacectl share: usage errors in one voice and option
+ * values parsed with the same messages. Each returns 0 or, after printing a
+ * usage error naming the option and what is allowed, -EINVAL. */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "macro.h"
+
+/* Set once by main(): the name every message starts with. */
+extern const char *cli_program;
+
+_printf_(1, 2) int cli_usage_error(const char *format, ...);
+
+/* getopt_long's ':' (missing value) and '?' (unknown option, or a value
+ * given to an option that takes none; valueless lists those short names). */
+int cli_getopt_failure(int c, char **argv, const char *valueless);
+
+int cli_parse_period(const char *option, const char *s, uint64_t *ret);
+int cli_parse_util(const char *option, const char *s, uint32_t *ret);
+int cli_parse_pid(const char *option, const char *s, pid_t *ret);
+int cli_parse_cpu(const char *option, const char *s, int *ret);
+
+/* The broker said no (as opposed to: could not be asked). */
+bool cli_is_refusal(int r);
