@@ -30,7 +30,7 @@ typedef struct PaceConfig {
         uint32_t max_utilization_per_user_ppm; /* "max_utilization_per_user": default 1.0 */
         uint32_t max_connections;           /* default 256, 1..65536 */
         uint64_t client_timeout_ns;         /* "client_timeout_ms": idle clients are dropped, default 10000 */
-        uint64_t switch_cost_ns;            /* "switch_cost_us": charged per ownership change, default 20 */
+        uint64_t switch_cost_ns;            /* "switch_cost_us": charged per ownership change, default 30 */
         PaceWaiting waiting;                /* "waiting": "nice" (default) | "freeze" */
         bool cpus_set;                      /* "cpus" given; otherwise all online CPUs */
         uint32_t n_cpus;
