@@ -1,0 +1,1019 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dispatcher.h"
+#include "held.h"
+#include "macro.h"
+#include "rt-check.h"
+#include "sched-util.h"
+#include "table-check.h"
+#include "table-shm.h"
+
+/* The signal that interrupts a dispatch thread's sleep (futex or
+ * clock_nanosleep) so it looks at the stop flag and the reader epoch. */
+#define KICK_SIGNAL SIGUSR1
+#define LOOP_STACK_SIZE (256u * 1024u)
+#define LOG_RING_SIZE 64u
+#define LOG_MESSAGE_MAX 384u
+/* A header written through mmap raises no inotify event: after the file
+ * appears, look again this often, this many times. */
+#define OPEN_RETRY_NS (10 * NSEC_PER_MSEC)
+#define OPEN_RETRIES 300u
+
+typedef enum LoopState {
+        LOOP_STARTING,
+        LOOP_RUNNING,
+        LOOP_EXITED,
+} LoopState;
+
+typedef struct Run {
+        uint32_t start; /* slot offset in the (rotated) frame */
+        Held *owner;    /* NULL: free */
+} Run;
+
+typedef struct CpuLoop {
+        Dispatcher *d;
+        int32_t cpu;
+        pthread_t thread;
+        bool created;
+        _Atomic int state;
+        _Atomic uint64_t acked_epoch;
+
+        /* Everything below belongs to the dispatch thread. */
+        HeldContext ctx;
+        const TableReader *reader;
+        bool reader_broken;
+        uint64_t epoch;
+        uint64_t seen_gen;  /* last generation looked at, accepted or not */
+        uint64_t table_gen; /* generation in force */
+        PaceTableBuffer *cur, *spare;
+        Held **held, **next_held;
+        size_t n_held;
+        Held **by_index; /* table index → Held, while building runs */
+        Run *runs, *next_runs;
+        uint32_t n_runs, frame_slots;
+} CpuLoop;
+
+typedef struct LogRing {
+        pthread_mutex_t lock;
+        unsigned head, tail, dropped;
+        DispatcherLogLevel levels[LOG_RING_SIZE];
+        char messages[LOG_RING_SIZE][LOG_MESSAGE_MAX];
+        int efd;
+} LogRing;
+
+struct Dispatcher {
+        PaceConfig config;
+        char *runtime_dir;
+        char *table_path;
+        ThreadRegistry *registry;
+        char freezer_name[64];
+        char freezer_root[512];
+        char freezer_base[PATH_MAX];
+        bool freezer;
+
+        CpuLoop *loops;
+        uint32_t n_loops;
+
+        _Atomic(const TableReader *) reader;
+        _Atomic uint64_t epoch;
+        _Atomic uint32_t epoch_word; /* futex for threads without a reader */
+        _Atomic bool stop;
+        _Atomic uint64_t broken_epoch;
+        _Atomic uint64_t refused_gen;
+
+        /* main thread */
+        bool have_table_file;
+        dev_t table_dev;
+        ino_t table_ino;
+        int last_open_error;
+        ino_t last_open_error_ino;
+        TableReader *leaked[8];
+
+        LogRing log;
+};
+
+static __thread sigjmp_buf *bus_guard;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+        if (bus_guard)
+                siglongjmp(*bus_guard, 1);
+        /* Not ours: die as the fault would have made us. */
+        signal(SIGBUS, SIG_DFL);
+        raise(SIGBUS);
+}
+
+static void on_kick(int sig) {
+}
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
+        return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
+}
+
+_printf_(3, 4) static void dlog(Dispatcher *d, DispatcherLogLevel level, const char *fmt, ...) {
+        LogRing *ring = &d->log;
+        va_list ap;
+
+        /* Dispatch threads must never block on the journal: they queue, the
+         * main thread writes. */
+        pthread_mutex_lock(&ring->lock);
+        if (ring->head - ring->tail >= LOG_RING_SIZE) {
+                ring->dropped++;
+        } else {
+                unsigned i = ring->head++ % LOG_RING_SIZE;
+                ring->levels[i] = level;
+                va_start(ap, fmt);
+                vsnprintf(ring->messages[i], LOG_MESSAGE_MAX, fmt, ap);
+                va_end(ap);
+        }
+        pthread_mutex_unlock(&ring->lock);
+        uint64_t one = 1;
+        (void) !write(ring->efd, &one, sizeof(one));
+}
+
+static void log_drain(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
+        LogRing *ring = &d->log;
+        char message[LOG_MESSAGE_MAX];
+        uint64_t v;
+
+        (void) !read(ring->efd, &v, sizeof(v));
+        for (;;) {
+                DispatcherLogLevel level;
+                unsigned dropped;
+
+                pthread_mutex_lock(&ring->lock);
+                if (ring->tail == ring->head) {
+                        dropped = ring->dropped;
+                        ring->dropped = 0;
+                        pthread_mutex_unlock(&ring->lock);
+                        if (dropped > 0) {
+                                snprintf(message, sizeof(message), "%u log messages dropped", dropped);
+                                log_fn(DISPATCHER_LOG_WARNING, message, userdata);
+                        }
+                        return;
+                }
+                unsigned i = ring->tail++ % LOG_RING_SIZE;
+                level = ring->levels[i];
+                memcpy(message, ring->messages[i], sizeof(message));
+                pthread_mutex_unlock(&ring->lock);
+                log_fn(level, message, userdata);
+        }
+}
+
+/* The broker may truncate the file under our mapping; a read of the missing
+ * pages raises SIGBUS. Every read of shared memory goes through a guard. */
+static int guarded_snapshot(const TableReader *r, PaceTableBuffer *out, uint64_t *ret_gen) {
+        sigjmp_buf jb;
+        volatile int ret = -EFAULT;
+
+        if (sigsetjmp(jb, 0) == 0) {
+                bus_guard = &jb;
+                ret = table_reader_snapshot(r, out, ret_gen);
+        }
+        bus_guard = NULL;
+        return ret;
+}
+
+static int guarded_generation(const TableReader *r, uint64_t *ret) {
+        sigjmp_buf jb;
+        volatile int ret_r = -EFAULT;
+
+        if (sigsetjmp(jb, 0) == 0) {
+                bus_guard = &jb;
+                *ret = table_reader_generation(r);
+                ret_r = 0;
+        }
+        bus_guard = NULL;
+        return ret_r;
+}
+
+static int guarded_wait(const TableReader *r, uint64_t seen) {
+        sigjmp_buf jb;
+        volatile int ret = -EFAULT;
+
+        if (sigsetjmp(jb, 0) == 0) {
+                bus_guard = &jb;
+                ret = table_reader_wait(r, seen, NULL);
+        }
+        bus_guard = NULL;
+        return ret;
+}
+
+static void loop_sync_epoch(CpuLoop *l) {
+        Dispatcher *d = l->d;
+        uint64_t e = atomic_load(&d->epoch);
+
+        if (e == l->epoch)
+                return;
+        l->reader = atomic_load(&d->reader);
+        l->epoch = e;
+        l->reader_broken = false;
+        /* A new file counts its generations from 1 again. */
+        l->seen_gen = 0;
+        atomic_store(&l->acked_epoch, e);
+}
+
+static void loop_reader_fault(CpuLoop *l) {
+        Dispatcher *d = l->d;
+
+        l->reader_broken = true;
+        if (atomic_exchange(&d->broken_epoch, l->epoch) != l->epoch)
+                dlog(d, DISPATCHER_LOG_WARNING,
+                     "CPU %" PRIi32 ": the table file shrank under its mapping (SIGBUS while reading it); "
+                     "keeping generation %" PRIu64 " until a new table file appears",
+                     l->cpu, l->table_gen);
+}
+
+static const char *identity_problem(int r) {
+        switch (r) {
+        case -ESRCH:
+                return "the process does not exist";
+        case -ESTALE:
+                return "the pid now belongs to another process (start time differs)";
+        case -EPERM:
+                return "pid 1 and kernel threads are never promoted";
+        default:
+                return strerror(-r);
+        }
+}
+
+static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
+        for (size_t i = 0; i < l->n_held; i++) {
+                Held *h = l->held[i];
+                if (h->id == res->id && h->pid == res->pid && h->start_time == res->start_time)
+                        return h;
+        }
+        return NULL;
+}
+
+/* Adopts l->spare (validated) as the table in force: carries over the
+ * processes both tables name, identifies new ones, restores the ones that
+ * left, and lays out this CPU's frame as runs of one owner each. */
+static int loop_adopt(CpuLoop *l, uint64_t gen) {
+        Dispatcher *d = l->d;
+        const PaceTableBuffer *t = l->spare;
+        const PaceTableCpu *tc = NULL;
+        size_t n_next = 0;
+        int r;
+
+        for (uint32_t c = 0; c < t->n_cpus; c++)
+                if (t->cpus[c].cpu == l->cpu)
+                        tc = &t->cpus[c];
+
+        for (size_t i = 0; i < l->n_held; i++)
+                l->held[i]->mark = false;
+
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                const PaceTableReservation *res = &t->reservations[i];
+                Held *h;
+
+                l->by_index[i] = NULL;
+                if (res->cpu != l->cpu)
+                        continue;
+                h = loop_find_held(l, res);
+                if (!h) {
+                        r = held_new(res, &h);
+                        if (r < 0) {
+                                dlog(d, DISPATCHER_LOG_WARNING,
+                                     "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s",
+                                     l->cpu, res->id, res->pid, identity_problem(r));
+                                r = held_new_inert(res, &h);
+                                if (r < 0)
+                                        return r;
+                        }
+                }
+                h->mark = true;
+                l->by_index[i] = h;
+                l->next_held[n_next++] = h;
+        }
+
+        for (size_t i = 0; i < l->n_held; i++)
+                if (!l->held[i]->mark)
+                        held_free(l->held[i], &l->ctx);
+
+        Held **swap = l->held;
+        l->held = l->next_held;
+        l->next_held = swap;
+        l->n_held = n_next;
+
+        /* Runs, rotated to begin where ownership changes, so every frame
+         * boundary is a wake-up anyway and a run never straddles one.
+         * Slots of an ignored reservation are free time: no wake-up. */
+        uint32_t frame = tc ? tc->frame_slots : 0, rot = UINT32_MAX, n = 0;
+        const uint16_t *slots = tc ? &t->slots[tc->first_slot] : NULL;
+#define OWNER(s) (slots[s] == PACE_SLOT_FREE || l->by_index[slots[s] - 1]->gone ? NULL : l->by_index[slots[s] - 1])
+        for (uint32_t s = 0; s < frame; s++)
+                if (OWNER(s) != OWNER((s + frame - 1) % frame)) {
+                        rot = s;
+                        break;
+                }
+        if (rot == UINT32_MAX && frame > 0 && OWNER(0) != NULL)
+                rot = 0; /* one owner all frame long: table_check forbids it, stay correct anyway */
+        if (rot != UINT32_MAX)
+                for (uint32_t k = 0; k < frame; k++) {
+                        uint32_t s = (rot + k) % frame;
+                        Held *o = OWNER(s);
+                        if (n == 0 || l->next_runs[n - 1].owner != o)
+                                l->next_runs[n++] = (Run) { .start = k, .owner = o };
+                }
+#undef OWNER
+        Run *runs = l->runs;
+        l->runs = l->next_runs;
+        l->next_runs = runs;
+        l->n_runs = n;
+        l->frame_slots = frame;
+
+        PaceTableBuffer *b = l->cur;
+        l->cur = l->spare;
+        l->spare = b;
+        l->table_gen = gen;
+
+        dlog(d, DISPATCHER_LOG_INFO,
+             "CPU %" PRIi32 ": table generation %" PRIu64 " in force: %zu reservation(s), frame of %" PRIu32
+             " slots, %" PRIu32 " wake-ups per frame",
+             l->cpu, gen, l->n_held, frame, n);
+        return 0;
+}
+
+/* Looks at the published table if its generation is new. Returns 1 if a
+ * new table is now in force, 0 if not. */
+static int loop_consider(CpuLoop *l) {
+        Dispatcher *d = l->d;
+        char err[256];
+        uint64_t gen = 0, seen;
+        int r;
+
+        if (!l->reader || l->reader_broken)
+                return 0;
+        if (guarded_generation(l->reader, &seen) < 0) {
+                loop_reader_fault(l);
+                return 0;
+        }
+        if (seen == l->seen_gen)
+                return 0;
+
+        r = guarded_snapshot(l->reader, l->spare, &gen);
+        if (r == -EFAULT) {
+                loop_reader_fault(l);
+                return 0;
+        }
+        if (r < 0) {
+                /* Nothing yet, or torn: the writer bumps the generation when
+                 * done, which is what we wait for next. */
+                l->seen_gen = seen;
+                return 0;
+        }
+        l->seen_gen = gen;
+
+        r = table_check(l->spare, &d->config, err, sizeof(err));
+        if (r < 0) {
+                if (atomic_exchange(&d->refused_gen, gen) != gen)
+                        dlog(d, DISPATCHER_LOG_ERROR,
+                             "refusing table generation %" PRIu64 ": %s; generation %" PRIu64 " stays in force",
+                             gen, err, l->table_gen);
+                return 0;
+        }
+        r = loop_adopt(l, gen);
+        if (r < 0) {
+                dlog(d, DISPATCHER_LOG_ERROR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
+                     l->cpu, gen, strerror(-r));
+                return 0;
+        }
+        return 1;
+}
+
+static bool loop_stopping(CpuLoop *l) {
+        return atomic_load_explicit(&l->d->stop, memory_order_relaxed);
+}
+
+/* Absolute deadlines: a late wake-up never shifts the slots after it. */
+static int loop_sleep_until(CpuLoop *l, uint64_t t) {
+        struct timespec ts = { .tv_sec = (time_t) (t / NSEC_PER_SEC), .tv_nsec = (long) (t % NSEC_PER_SEC) };
+
+        for (;;) {
+                int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+                if (r == 0)
+                        return 0;
+                if (r != EINTR)
+                        return -r;
+                if (loop_stopping(l))
+                        return -ECANCELED;
+                loop_sync_epoch(l);
+        }
+}
+
+static void loop_switch(CpuLoop *l, Held *from, Held *to) {
+        if (from == to)
+                return;
+        if (from)
+                (void) held_demote(from, &l->ctx);
+        if (to) {
+                int r = held_promote(to, &l->ctx);
+                if (r < 0 && !to->logged) {
+                        to->logged = true;
+                        if (r == -ESRCH)
+                                dlog(l->d, DISPATCHER_LOG_INFO,
+                                     "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
+                                     ") exited; its slots stay idle until the table drops it",
+                                     l->cpu, to->pid, to->id);
+                        else
+                                dlog(l->d, DISPATCHER_LOG_ERROR,
+                                     "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64 "): %s",
+                                     l->cpu, to->pid, to->id, strerror(-r));
+                }
+        }
+}
+
+/* Runs the frame in force until the table empties this CPU or we stop. */
+static void loop_active(CpuLoop *l) {
+        uint64_t slot_ns = l->d->config.slot_ns;
+        uint64_t frame_start = now_ns();
+        Held *prev = NULL;
+        uint32_t k = 0;
+
+        for (;;) {
+                uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
+
+                if (loop_sleep_until(l, t) < 0)
+                        break;
+
+                if (k == 0) {
+                        /* Frame boundary: the only place a new table may take
+                         * over, so no reservation loses slots of a window
+                         * that straddles the swap. */
+                        loop_sync_epoch(l);
+                        uint64_t gen;
+                        bool fresh = l->reader && !l->reader_broken &&
+                                     guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen;
+                        if (fresh) {
+                                /* Whoever owned the last run is done anyway
+                                 * (runs are rotated); demote before the copy
+                                 * and check so it gets no extra time. */
+                                loop_switch(l, prev, NULL);
+                                prev = NULL;
+                                if (loop_consider(l) > 0) {
+                                        if (l->n_runs == 0)
+                                                return;
+                                        frame_start = t;
+                                }
+                        }
+                        uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = now_ns();
+                        if (now > t + frame_ns) {
+                                /* Stalled (a VM pause): restart the frame now
+                                 * rather than replay the missed slots. */
+                                frame_start = now;
+                        }
+                }
+
+                loop_switch(l, prev, l->runs[k].owner);
+                prev = l->runs[k].owner;
+                if (++k == l->n_runs) {
+                        k = 0;
+                        frame_start += (uint64_t) l->frame_slots * slot_ns;
+                }
+        }
+        loop_switch(l, prev, NULL);
+}
+
+/* Sleeps, without any periodic wake-up, until a table gives this CPU a
+ * frame. Returns false when stopping. */
+static bool loop_idle(CpuLoop *l) {
+        Dispatcher *d = l->d;
+
+        for (;;) {
+                /* Read before looking: a change after this bumps the word
+                 * and the futex wait below returns at once. */
+                uint32_t word = atomic_load(&d->epoch_word);
+
+                if (loop_stopping(l))
+                        return false;
+                loop_sync_epoch(l);
+                if (l->reader && !l->reader_broken) {
+                        if (loop_consider(l) > 0 && l->n_runs > 0)
+                                return true;
+                        if (l->reader_broken)
+                                continue;
+                        /* -EINTR on a kick, -EFAULT if the file shrank. */
+                        if (guarded_wait(l->reader, l->seen_gen) == -EFAULT)
+                                loop_reader_fault(l);
+                } else {
+                        (void) futex_private(&d->epoch_word, FUTEX_WAIT, word);
+                }
+        }
+}
+
+static void *loop_main(void *userdata) {
+        CpuLoop *l = userdata;
+        sigset_t kick;
+
+        sigemptyset(&kick);
+        sigaddset(&kick, KICK_SIGNAL);
+        pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
+        atomic_store(&l->state, LOOP_RUNNING);
+
+        while (loop_idle(l)) {
+                loop_active(l);
+                if (loop_stopping(l))
+                        break;
+        }
+
+        for (size_t i = 0; i < l->n_held; i++)
+                held_free(l->held[i], &l->ctx);
+        l->n_held = 0;
+        atomic_store(&l->state, LOOP_EXITED);
+        return NULL;
+}
+
+static int resolve_cpus(PaceConfig *config) {
+        char buf[1024];
+        FILE *f;
+        int r;
+
+        if (config->cpus_set)
+                return 0;
+        f = fopen("/sys/devices/system/cpu/online", "re");
+        if (!f)
+                return negative_errno();
+        if (!fgets(buf, sizeof(buf), f)) {
+                fclose(f);
+                return -EIO;
+        }
+        fclose(f);
+        r = cpulist_parse(buf, config->cpus, PACE_MAX_CPUS, &config->n_cpus);
+        if (r < 0)
+                return r;
+        config->cpus_set = true;
+        return 0;
+}
+
+static uint64_t fnv1a(const char *s) {
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (; *s; s++) {
+                h ^= (unsigned char) *s;
+                h *= 0x100000001b3ULL;
+        }
+        return h;
+}
+
+int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err,
+                   size_t err_size) {
+        _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
+        struct sigaction sa = {};
+        sigset_t mask;
+        int r;
+
+        d = calloc(1, sizeof(*d));
+        if (!d)
+                return -ENOMEM;
+        d->log.efd = -EBADF;
+        pthread_mutex_init(&d->log.lock, NULL);
+        d->config = *config;
+        r = resolve_cpus(&d->config);
+        if (r < 0) {
+                snprintf(err, err_size, "cannot read the online CPUs: %s", strerror(-r));
+                return r;
+        }
+        if (d->config.n_cpus == 0) {
+                snprintf(err, err_size, "no CPUs to manage");
+                return -EINVAL;
+        }
+
+        d->runtime_dir = strdup(runtime_dir);
+        if (!d->runtime_dir || asprintf(&d->table_path, "%s/%s", runtime_dir, PACE_TABLE_NAME) < 0)
+                return -ENOMEM;
+        d->log.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (d->log.efd < 0)
+                return negative_errno();
+        r = thread_registry_new(&d->registry);
+        if (r < 0)
+                return r;
+
+        /* One pace.<hash> freezer group per runtime directory, so a test
+         * instance never touches the system's. */
+        snprintf(d->freezer_name, sizeof(d->freezer_name), "pace.%016" PRIx64, fnv1a(runtime_dir));
+
+        d->loops = calloc(d->config.n_cpus, sizeof(*d->loops));
+        if (!d->loops)
+                return -ENOMEM;
+        d->n_loops = d->config.n_cpus;
+        uint32_t max_frame = pace_config_frame_slots(&d->config);
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                l->d = d;
+                l->cpu = d->config.cpus[i];
+                l->cur = calloc(1, sizeof(PaceTableBuffer));
+                l->spare = calloc(1, sizeof(PaceTableBuffer));
+                l->held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
+                l->next_held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
+                l->by_index = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
+                l->runs = calloc(max_frame + 1, sizeof(Run));
+                l->next_runs = calloc(max_frame + 1, sizeof(Run));
+                if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_index || !l->runs || !l->next_runs)
+                        return -ENOMEM;
+        }
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, KICK_SIGNAL);
+        pthread_sigmask(SIG_BLOCK, &mask, NULL);
+
+        /* No SA_RESTART: a kick must end the futex wait or nanosleep. */
+        sa.sa_handler = on_kick;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(KICK_SIGNAL, &sa, NULL) < 0)
+                return negative_errno();
+        /* SA_NODEFER: siglongjmp(…, 0) then leaves no signal blocked, so the
+         * guard costs no sigprocmask() on the dispatch path. */
+        sa = (struct sigaction) { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER };
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, NULL) < 0)
+                return negative_errno();
+
+        *ret = TAKE_PTR(d);
+        return 0;
+}
+
+const PaceConfig *dispatcher_config(const Dispatcher *d) {
+        return &d->config;
+}
+
+static void kick_until(Dispatcher *d, bool (*done)(CpuLoop *l, uint64_t arg), uint64_t arg, uint64_t timeout_ns) {
+        uint64_t deadline = now_ns() + timeout_ns;
+
+        for (;;) {
+                bool all = true;
+
+                atomic_fetch_add(&d->epoch_word, 1);
+                (void) futex_private(&d->epoch_word, FUTEX_WAKE, INT_MAX);
+                for (uint32_t i = 0; i < d->n_loops; i++) {
+                        CpuLoop *l = &d->loops[i];
+                        if (!l->created || atomic_load(&l->state) == LOOP_EXITED || done(l, arg))
+                                continue;
+                        all = false;
+                        /* The kick can land just before the thread enters
+                         * its wait, so repeat it until acknowledged. */
+                        (void) pthread_kill(l->thread, KICK_SIGNAL);
+                }
+                if (all || now_ns() > deadline)
+                        return;
+                (void) usleep(2000);
+        }
+}
+
+static bool loop_acked(CpuLoop *l, uint64_t epoch) {
+        return atomic_load(&l->acked_epoch) >= epoch;
+}
+
+static bool loop_exited(CpuLoop *l, uint64_t unused) {
+        return atomic_load(&l->state) == LOOP_EXITED;
+}
+
+/* The v1 freezer flips a static key (kernel text patching, IPIs to every
+ * CPU) whenever the number of frozen groups goes between 0 and 1. An empty
+ * group kept frozen while we run keeps it from ever reaching 0, which cut
+ * the cost of a strict-mode switch from ~120 µs to the nice mode's level
+ * (see README.md). */
+static int freezer_anchor(Dispatcher *d, bool on) {
+        char path[PATH_MAX + 32];
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/anchor", d->freezer_base);
+        if (!on) {
+                snprintf(path, sizeof(path), "%s/anchor/freezer.state", d->freezer_base);
+                fd = open(path, O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                        (void) !write(fd, "THAWED", 6);
+                        close(fd);
+                }
+                snprintf(path, sizeof(path), "%s/anchor", d->freezer_base);
+                (void) rmdir(path);
+                return 0;
+        }
+        if (mkdir(d->freezer_base, 0755) < 0 && errno != EEXIST)
+                return negative_errno();
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                return negative_errno();
+        snprintf(path, sizeof(path), "%s/anchor/freezer.state", d->freezer_base);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        if (write(fd, "FROZEN", 6) < 0) {
+                int r = negative_errno();
+                close(fd);
+                return r;
+        }
+        close(fd);
+        return 0;
+}
+
+int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
+        int r;
+
+        /* A page fault in the middle of a slot switch would be charged to
+         * whoever owns the CPU. */
+        if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
+                r = negative_errno();
+                snprintf(err, err_size, "cannot lock memory (mlockall): %s; the dispatcher needs CAP_IPC_LOCK "
+                         "or a large enough RLIMIT_MEMLOCK", strerror(-r));
+                return r;
+        }
+        r = rt_check_privileges(err, err_size);
+        if (r < 0)
+                return r;
+        r = rt_check_cgroup("/proc", "/sys/fs/cgroup", err, err_size);
+        if (r < 0)
+                return r;
+
+        if (d->config.waiting == PACE_WAITING_FREEZE) {
+                r = rt_find_freezer("/proc", d->freezer_root, sizeof(d->freezer_root));
+                if (r < 0) {
+                        snprintf(err, err_size,
+                                 "\"waiting\": \"freeze\" needs the cgroup v1 freezer, which is not mounted here "
+                                 "(cgroup v2's cgroup.freeze is not supported by this version); use "
+                                 "\"waiting\": \"nice\"");
+                        return r;
+                }
+                snprintf(d->freezer_base, sizeof(d->freezer_base), "%s/%s", d->freezer_root, d->freezer_name);
+                d->freezer = true;
+                r = freezer_anchor(d, true);
+                if (r < 0) {
+                        snprintf(err, err_size, "cannot create the freezer cgroup %s/anchor: %s", d->freezer_base,
+                                 strerror(-r));
+                        return r;
+                }
+        }
+
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                pthread_attr_t attr;
+                struct sched_param sp = { .sched_priority = PACE_DISPATCHER_PRIORITY };
+                cpu_set_t set;
+
+                l->ctx = (HeldContext) {
+                        .registry = d->registry,
+                        .waiting = d->config.waiting,
+                        .cpu = l->cpu,
+                        .freezer_root = d->freezer ? d->freezer_root : NULL,
+                        .freezer_base = d->freezer ? d->freezer_base : NULL,
+                };
+                CPU_ZERO(&set);
+                CPU_SET(l->cpu, &set);
+                pthread_attr_init(&attr);
+                pthread_attr_setstacksize(&attr, LOOP_STACK_SIZE);
+                pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+                pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+                pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+                pthread_attr_setschedparam(&attr, &sp);
+                r = -pthread_create(&l->thread, &attr, loop_main, l);
+                pthread_attr_destroy(&attr);
+                if (r == -EPERM) {
+                        rt_explain_eperm("/proc", "/sys/fs/cgroup", err, err_size);
+                        return r;
+                }
+                if (r == -EINVAL) {
+                        snprintf(err, err_size, "cannot start the dispatch thread of CPU %" PRIi32
+                                 ": the CPU is not online", l->cpu);
+                        return r;
+                }
+                if (r < 0) {
+                        snprintf(err, err_size, "cannot start the dispatch thread of CPU %" PRIi32 ": %s", l->cpu,
+                                 strerror(-r));
+                        return r;
+                }
+                l->created = true;
+        }
+        return 0;
+}
+
+/* Opens the table file if it is new (another inode: a restarted broker) or
+ * the current mapping broke. Returns 0 if the file in place is in use. */
+static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
+        struct stat st, st2;
+        TableReader *reader = NULL;
+        char message[LOG_MESSAGE_MAX];
+        int r;
+
+        if (stat(d->table_path, &st) < 0)
+                return negative_errno();
+        if (d->have_table_file && st.st_dev == d->table_dev && st.st_ino == d->table_ino &&
+            atomic_load(&d->broken_epoch) != atomic_load(&d->epoch))
+                return 0;
+
+        r = table_reader_open(d->table_path, &reader);
+        if (r < 0)
+                return r;
+        if (stat(d->table_path, &st2) < 0 || st2.st_ino != st.st_ino || st2.st_dev != st.st_dev) {
+                table_reader_free(reader);
+                return -EAGAIN; /* replaced while we opened it: look again */
+        }
+
+        const TableReader *old = atomic_load(&d->reader);
+        atomic_store(&d->reader, reader);
+        uint64_t epoch = atomic_fetch_add(&d->epoch, 1) + 1;
+        d->have_table_file = true;
+        d->table_dev = st.st_dev;
+        d->table_ino = st.st_ino;
+        d->last_open_error = 0;
+
+        kick_until(d, loop_acked, epoch, 2 * NSEC_PER_SEC);
+        bool all = true;
+        for (uint32_t i = 0; i < d->n_loops; i++)
+                if (d->loops[i].created && atomic_load(&d->loops[i].state) != LOOP_EXITED &&
+                    !loop_acked(&d->loops[i], epoch))
+                        all = false;
+        if (all) {
+                table_reader_free((TableReader *) old);
+        } else {
+                /* A thread still might read it: keep the mapping. */
+                for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
+                        if (!d->leaked[i]) {
+                                d->leaked[i] = (TableReader *) old;
+                                break;
+                        }
+        }
+        snprintf(message, sizeof(message), "following table %s (inode %" PRIu64 ")", d->table_path,
+                 (uint64_t) st.st_ino);
+        log_fn(DISPATCHER_LOG_INFO, message, userdata);
+        return 0;
+}
+
+static void arm_timer(int tfd, uint64_t ns) {
+        struct itimerspec its = {
+                .it_value = { .tv_sec = (time_t) (ns / NSEC_PER_SEC), .tv_nsec = (long) (ns % NSEC_PER_SEC) },
+        };
+        (void) timerfd_settime(tfd, 0, &its, NULL);
+}
+
+int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
+        _cleanup_close_ int sfd = -EBADF, ifd = -EBADF, tfd = -EBADF;
+        char message[LOG_MESSAGE_MAX];
+        unsigned retries = 0;
+        sigset_t mask;
+        int r;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sfd < 0)
+                return negative_errno();
+        tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (tfd < 0)
+                return negative_errno();
+        ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+        if (ifd < 0)
+                return negative_errno();
+        if (inotify_add_watch(ifd, d->runtime_dir,
+                              IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB | IN_ONLYDIR) < 0) {
+                r = negative_errno();
+                snprintf(message, sizeof(message), "cannot watch the runtime directory %s: %s", d->runtime_dir,
+                         strerror(-r));
+                log_fn(DISPATCHER_LOG_ERROR, message, userdata);
+                return r;
+        }
+
+        bool check = true;
+        for (;;) {
+                struct pollfd p[] = {
+                        { .fd = sfd, .events = POLLIN },
+                        { .fd = ifd, .events = POLLIN },
+                        { .fd = tfd, .events = POLLIN },
+                        { .fd = d->log.efd, .events = POLLIN },
+                };
+
+                if (check) {
+                        check = false;
+                        r = dispatcher_open_table(d, log_fn, userdata);
+                        if (r == 0 || r == -ENOENT) {
+                                retries = 0;
+                        } else if (++retries < OPEN_RETRIES) {
+                                /* Probably a broker still writing the header. */
+                                arm_timer(tfd, OPEN_RETRY_NS);
+                        } else if (r != d->last_open_error || d->last_open_error_ino != d->table_ino) {
+                                d->last_open_error = r;
+                                d->last_open_error_ino = d->table_ino;
+                                snprintf(message, sizeof(message), "cannot use table %s: %s; waiting for a new one",
+                                         d->table_path,
+                                         r == -EBADMSG ? "not a pace table (size or magic)" :
+                                         r == -EPROTO ? "table version or layout differs from this dispatcher's" :
+                                         strerror(-r));
+                                log_fn(DISPATCHER_LOG_WARNING, message, userdata);
+                                retries = 0;
+                        }
+                }
+
+                if (poll(p, ELEMENTSOF(p), -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (p[3].revents & POLLIN)
+                        log_drain(d, log_fn, userdata);
+                if (p[0].revents & POLLIN) {
+                        struct signalfd_siginfo si;
+                        if (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+                                snprintf(message, sizeof(message), "%s received, restoring every thread and exiting",
+                                         strsignal((int) si.ssi_signo));
+                                log_fn(DISPATCHER_LOG_INFO, message, userdata);
+                                break;
+                        }
+                }
+                if (p[1].revents & POLLIN) {
+                        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+                        ssize_t n;
+                        while ((n = read(ifd, buf, sizeof(buf))) > 0)
+                                for (char *q = buf; q < buf + n;) {
+                                        struct inotify_event *ev = (struct inotify_event *) q;
+                                        q += sizeof(*ev) + ev->len;
+                                        if (ev->mask & IN_Q_OVERFLOW ||
+                                            (ev->len > 0 && strcmp(ev->name, PACE_TABLE_NAME) == 0))
+                                                check = true;
+                                }
+                        if (check)
+                                retries = 0;
+                }
+                if (p[2].revents & POLLIN) {
+                        uint64_t v;
+                        (void) !read(tfd, &v, sizeof(v));
+                        check = true;
+                }
+        }
+
+        /* Stop here, not in dispatcher_free(), so the restore messages are
+         * still written. */
+        atomic_store(&d->stop, true);
+        kick_until(d, loop_exited, 0, 5 * NSEC_PER_SEC);
+        for (uint32_t i = 0; i < d->n_loops; i++)
+                if (d->loops[i].created && atomic_load(&d->loops[i].state) == LOOP_EXITED) {
+                        pthread_join(d->loops[i].thread, NULL);
+                        d->loops[i].created = false;
+                }
+        log_drain(d, log_fn, userdata);
+        return 0;
+}
+
+Dispatcher *dispatcher_free(Dispatcher *d) {
+        if (!d)
+                return NULL;
+
+        atomic_store(&d->stop, true);
+        kick_until(d, loop_exited, 0, 5 * NSEC_PER_SEC);
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                if (l->created && atomic_load(&l->state) == LOOP_EXITED)
+                        pthread_join(l->thread, NULL);
+                else if (l->created)
+                        continue; /* wedged: leave its memory alone */
+                free(l->cur);
+                free(l->spare);
+                free(l->held);
+                free(l->next_held);
+                free(l->by_index);
+                free(l->runs);
+                free(l->next_runs);
+        }
+        free(d->loops);
+        if (d->freezer) {
+                (void) freezer_anchor(d, false);
+                (void) rmdir(d->freezer_base);
+        }
+        table_reader_free((TableReader *) atomic_load(&d->reader));
+        for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
+                table_reader_free(d->leaked[i]);
+        thread_registry_free(d->registry);
+        safe_close(d->log.efd);
+        pthread_mutex_destroy(&d->log.lock);
+        free(d->runtime_dir);
+        free(d->table_path);
+        free(d);
+        return NULL;
+}

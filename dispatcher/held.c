@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "held.h"
+#include "macro.h"
+#include "proc-util.h"
+
+#define PF_KTHREAD 0x00200000UL
+#define REGISTRY_BUCKETS 256u
+
+struct RegistryEntry {
+        pid_t tid;
+        pid_t tgid;
+        unsigned refs;
+        PaceSchedAttr orig;
+        bool affinity_saved;
+        cpu_set_t orig_affinity;
+        RegistryEntry *next;
+};
+
+struct ThreadRegistry {
+        pthread_mutex_t lock;
+        size_t size;
+        RegistryEntry *buckets[REGISTRY_BUCKETS];
+};
+
+int thread_registry_new(ThreadRegistry **ret) {
+        ThreadRegistry *reg = calloc(1, sizeof(*reg));
+        if (!reg)
+                return -ENOMEM;
+        pthread_mutex_init(&reg->lock, NULL);
+        *ret = reg;
+        return 0;
+}
+
+ThreadRegistry *thread_registry_free(ThreadRegistry *reg) {
+        if (!reg)
+                return NULL;
+        for (unsigned b = 0; b < REGISTRY_BUCKETS; b++)
+                while (reg->buckets[b]) {
+                        RegistryEntry *e = reg->buckets[b];
+                        reg->buckets[b] = e->next;
+                        free(e);
+                }
+        pthread_mutex_destroy(&reg->lock);
+        free(reg);
+        return NULL;
+}
+
+size_t thread_registry_size(ThreadRegistry *reg) {
+        size_t n;
+
+        pthread_mutex_lock(&reg->lock);
+        n = reg->size;
+        pthread_mutex_unlock(&reg->lock);
+        return n;
+}
+
+/* The first touch records the thread's state. A thread that already looks
+ * like our work (FIFO 98, or nice 19 after being born to a waiting parent)
+ * cannot tell us its real original: take the process's main thread's, or
+ * plain SCHED_OTHER, so restoring never leaves anything real-time. */
+static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const PaceSchedAttr *fallback, int cpu,
+                            RegistryEntry **ret) {
+        unsigned b = (unsigned) tid % REGISTRY_BUCKETS;
+        RegistryEntry *e;
+        int r = 0;
+
+        pthread_mutex_lock(&reg->lock);
+        for (e = reg->buckets[b]; e; e = e->next)
+                if (e->tid == tid && e->tgid == tgid)
+                        break;
+        if (e) {
+                e->refs++;
+                goto done;
+        }
+
+        e = calloc(1, sizeof(*e));
+        if (!e) {
+                r = -ENOMEM;
+                goto done;
+        }
+        e->tid = tid;
+        e->tgid = tgid;
+        e->refs = 1;
+        r = sched_attr_get(tid, &e->orig);
+        if (r < 0) {
+                free(e);
+                e = NULL;
+                goto done;
+        }
+        if (sched_attr_is_ours(&e->orig)) {
+                if (fallback)
+                        e->orig = *fallback;
+                else if (e->orig.sched_policy == SCHED_FIFO)
+                        e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
+        }
+        /* Held to its reserved CPU: a promoted thread elsewhere would spend
+         * its budget on a CPU whose frame does not account for it. */
+        if (sched_getaffinity(tid, sizeof(e->orig_affinity), &e->orig_affinity) == 0) {
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(cpu, &set);
+                e->affinity_saved = sched_setaffinity(tid, sizeof(set), &set) == 0;
+        }
+        e->next = reg->buckets[b];
+        reg->buckets[b] = e;
+        reg->size++;
+done:
+        pthread_mutex_unlock(&reg->lock);
+        if (r >= 0)
+                *ret = e;
+        return r;
+}
+
+static void registry_release(ThreadRegistry *reg, RegistryEntry *e, bool restore) {
+        unsigned b = (unsigned) e->tid % REGISTRY_BUCKETS;
+
+        pthread_mutex_lock(&reg->lock);
+        if (--e->refs > 0) {
+                pthread_mutex_unlock(&reg->lock);
+                return;
+        }
+        for (RegistryEntry **p = &reg->buckets[b]; *p; p = &(*p)->next)
+                if (*p == e) {
+                        *p = e->next;
+                        break;
+                }
+        reg->size--;
+        pthread_mutex_unlock(&reg->lock);
+
+        /* A thread that no longer exists has nothing to restore (ESRCH). */
+        if (restore) {
+                (void) sched_attr_set(e->tid, &e->orig);
+                if (e->affinity_saved)
+                        (void) sched_setaffinity(e->tid, sizeof(e->orig_affinity), &e->orig_affinity);
+        }
+        free(e);
+}
+
+static int read_at(int dirfd, const char *name, char *buf, size_t size) {
+        _cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        if (fd < 0)
+                return errno == ENOENT ? -ESRCH : negative_errno();
+        n = read(fd, buf, size - 1);
+        if (n < 0)
+                return errno == ESRCH ? -ESRCH : negative_errno();
+        buf[n] = '\0';
+        return 0;
+}
+
+int held_new(const PaceTableReservation *res, Held **ret) {
+        _cleanup_close_ int pidfd = -EBADF, procfd = -EBADF;
+        char path[64], stat[1024];
+        uint64_t start_time;
+        unsigned long flags;
+        int r;
+
+        if (res->pid <= 1)
+                return -EPERM;
+        r = pidfd_open_checked(res->pid, &pidfd);
+        if (r < 0)
+                return r == -EINVAL ? -ESRCH : r;
+        snprintf(path, sizeof(path), "/proc/%" PRIi32, res->pid);
+        procfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (procfd < 0)
+                return -ESRCH;
+        r = read_at(procfd, "stat", stat, sizeof(stat));
+        if (r < 0)
+                return r;
+        r = proc_stat_parse(stat, &start_time, &flags);
+        if (r < 0)
+                return r;
+        /* Alive after /proc/PID was opened: the directory is the pidfd's
+         * process, not a successor that inherited the number. */
+        r = pidfd_alive(pidfd);
+        if (r < 0)
+                return r;
+        if (flags & PF_KTHREAD)
+                return -EPERM;
+        if (start_time != res->start_time)
+                return -ESTALE;
+
+        Held *h = calloc(1, sizeof(*h));
+        if (!h)
+                return -ENOMEM;
+        h->id = res->id;
+        h->pid = res->pid;
+        h->start_time = res->start_time;
+        h->pidfd = TAKE_FD(pidfd);
+        h->procfd = TAKE_FD(procfd);
+        h->cg_state_fd = -EBADF;
+        *ret = h;
+        return 0;
+}
+
+static void held_forget_threads(Held *h, const HeldContext *ctx, bool restore) {
+        for (size_t i = 0; i < h->n_threads; i++)
+                registry_release(ctx->registry, h->threads[i].entry, restore);
+        h->n_threads = 0;
+}
+
+static void held_drop_thread(Held *h, const HeldContext *ctx, size_t i) {
+        registry_release(ctx->registry, h->threads[i].entry, false);
+        h->threads[i] = h->threads[--h->n_threads];
+}
+
+static int write_file(const char *path, const char *text) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        if (write(fd, text, strlen(text)) < 0)
+                return negative_errno();
+        return 0;
+}
+
+/* Strict mode: a freezer cgroup of its own, so freezing it touches no one
+ * else. Moved at first promotion; the whole thread group moves together via
+ * cgroup.procs, and threads it creates later are born inside. */
+static int held_freezer_enter(Held *h, const HeldContext *ctx) {
+        char path[PATH_MAX], buf[4096], pidbuf[32];
+        int r;
+
+        if (h->cg_dir)
+                return 0;
+        if (!ctx->freezer_root || !ctx->freezer_base)
+                return -EOPNOTSUPP;
+
+        r = read_at(h->procfd, "cgroup", buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        /* v1 line: "6:freezer:/some/path" */
+        const char *line = strstr(buf, ":freezer:");
+        if (!line)
+                return -EOPNOTSUPP;
+        line += strlen(":freezer:");
+        size_t len = strcspn(line, "\n");
+        h->cg_orig = strndup(line, len);
+        if (!h->cg_orig)
+                return -ENOMEM;
+
+        if (mkdir(ctx->freezer_base, 0755) < 0 && errno != EEXIST)
+                return negative_errno();
+        snprintf(path, sizeof(path), "%s/res-%" PRIu64, ctx->freezer_base, h->id);
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                return negative_errno();
+        h->cg_dir = strdup(path);
+        if (!h->cg_dir)
+                return -ENOMEM;
+
+        snprintf(path, sizeof(path), "%s/freezer.state", h->cg_dir);
+        h->cg_state_fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (h->cg_state_fd < 0)
+                return negative_errno();
+
+        snprintf(path, sizeof(path), "%s/cgroup.procs", h->cg_dir);
+        snprintf(pidbuf, sizeof(pidbuf), "%" PRIi32, h->pid);
+        return write_file(path, pidbuf);
+}
+
+static void held_freezer_leave(Held *h, const HeldContext *ctx) {
+        char path[PATH_MAX], dest[PATH_MAX], root[PATH_MAX];
+
+        if (!h->cg_dir)
+                return;
+        if (h->cg_state_fd >= 0)
+                (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
+
+        /* Everything inside goes back, including children the client forked
+         * (they were born into our cgroup); if its old group is gone, to the
+         * root, which always exists. */
+        snprintf(path, sizeof(path), "%s/cgroup.procs", h->cg_dir);
+        snprintf(dest, sizeof(dest), "%s%s/cgroup.procs", ctx->freezer_root,
+                 h->cg_orig && strcmp(h->cg_orig, "/") != 0 ? h->cg_orig : "");
+        snprintf(root, sizeof(root), "%s/cgroup.procs", ctx->freezer_root);
+        FILE *f = fopen(path, "re");
+        if (f) {
+                char pid[32];
+                while (fgets(pid, sizeof(pid), f)) {
+                        pid[strcspn(pid, "\n")] = '\0';
+                        if (write_file(dest, pid) < 0)
+                                (void) write_file(root, pid);
+                }
+                fclose(f);
+        }
+        h->cg_state_fd = safe_close(h->cg_state_fd);
+        (void) rmdir(h->cg_dir);
+        free(h->cg_dir);
+        h->cg_dir = NULL;
+        free(h->cg_orig);
+        h->cg_orig = NULL;
+}
+
+static int held_thread_find(const Held *h, pid_t tid) {
+        for (size_t i = 0; i < h->n_threads; i++)
+                if (h->threads[i].tid == tid)
+                        return (int) i;
+        return -1;
+}
+
+static void held_mark_gone(Held *h, const HeldContext *ctx) {
+        held_forget_threads(h, ctx, false);
+        held_freezer_leave(h, ctx);
+        h->gone = true;
+        h->running = false;
+        h->pidfd = safe_close(h->pidfd);
+        h->procfd = safe_close(h->procfd);
+}
+
+struct linux_dirent64 {
+        uint64_t d_ino;
+        int64_t d_off;
+        unsigned short d_reclen;
+        unsigned char d_type;
+        char d_name[];
+};
+
+int held_promote(Held *h, const HeldContext *ctx) {
+        PaceSchedAttr running;
+        _cleanup_close_ int taskfd = -EBADF;
+        unsigned scan;
+        int r;
+
+        if (h->gone)
+                return -ESRCH;
+
+        /* Stale once the process exits, even if its pid is reused: the
+         * directory fd belongs to the process we identified. */
+        taskfd = openat(h->procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (taskfd < 0) {
+                held_mark_gone(h, ctx);
+                return -ESRCH;
+        }
+
+        if (ctx->waiting == PACE_WAITING_FREEZE) {
+                r = held_freezer_enter(h, ctx);
+                if (r < 0)
+                        return r;
+        }
+
+        sched_attr_running(&running);
+        scan = ++h->scans;
+        /* getdents64 on a stack buffer: no allocation on the dispatch path. */
+        for (;;) {
+                char buf[4096] __attribute__((aligned(8)));
+                long n = syscall(SYS_getdents64, taskfd, buf, sizeof(buf));
+                if (n < 0) {
+                        held_mark_gone(h, ctx);
+                        return -ESRCH;
+                }
+                if (n == 0)
+                        break;
+                for (long off = 0; off < n;) {
+                        struct linux_dirent64 *de = (struct linux_dirent64 *) (buf + off);
+                        char *end;
+                        long tid;
+
+                        off += de->d_reclen;
+                        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                                continue;
+                        tid = strtol(de->d_name, &end, 10);
+                        if (*end != '\0' || tid <= 1)
+                                continue;
+
+                        int i = held_thread_find(h, (pid_t) tid);
+                        if (i < 0) {
+                                RegistryEntry *e;
+                                const PaceSchedAttr *fallback =
+                                        scan > 1 && h->main_orig_set ? &h->main_orig : NULL;
+
+                                if (h->n_threads == h->n_allocated) {
+                                        size_t k = MAX(h->n_allocated * 2, (size_t) 8);
+                                        HeldThread *t = realloc(h->threads, k * sizeof(*t));
+                                        if (!t)
+                                                return -ENOMEM;
+                                        h->threads = t;
+                                        h->n_allocated = k;
+                                }
+                                r = registry_acquire(ctx->registry, (pid_t) tid, h->pid, fallback, ctx->cpu, &e);
+                                if (r < 0)
+                                        continue; /* exited since the listing */
+                                if ((pid_t) tid == h->pid && !h->main_orig_set) {
+                                        h->main_orig = e->orig;
+                                        h->main_orig_set = true;
+                                }
+                                i = (int) h->n_threads++;
+                                h->threads[i] = (HeldThread) { .tid = (pid_t) tid, .entry = e };
+                        }
+                        h->threads[i].seen = scan;
+                        if (sched_attr_set((pid_t) tid, &running) == -ESRCH)
+                                h->threads[i].seen = 0;
+                }
+        }
+
+        for (size_t i = h->n_threads; i-- > 0;)
+                if (h->threads[i].seen != scan)
+                        held_drop_thread(h, ctx, i);
+
+        if (h->cg_state_fd >= 0)
+                (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
+        h->running = true;
+        return 0;
+}
+
+int held_demote(Held *h, const HeldContext *ctx) {
+        PaceSchedAttr waiting;
+
+        if (h->gone || !h->running)
+                return 0;
+        h->running = false;
+
+        if (ctx->waiting == PACE_WAITING_FREEZE && h->cg_state_fd >= 0) {
+                /* Frozen first, so nothing runs between losing FIFO and
+                 * stopping; then its own policy back, so a frozen thread is
+                 * never left real-time if we die. */
+                (void) !pwrite(h->cg_state_fd, "FROZEN", 6, 0);
+                for (size_t i = h->n_threads; i-- > 0;)
+                        if (sched_attr_set(h->threads[i].tid, &h->threads[i].entry->orig) == -ESRCH)
+                                held_drop_thread(h, ctx, i);
+                return 0;
+        }
+
+        sched_attr_waiting_nice(&waiting);
+        for (size_t i = h->n_threads; i-- > 0;)
+                if (sched_attr_set(h->threads[i].tid, &waiting) == -ESRCH)
+                        held_drop_thread(h, ctx, i);
+        return 0;
+}
+
+Held *held_free(Held *h, const HeldContext *ctx) {
+        if (!h)
+                return NULL;
+        held_forget_threads(h, ctx, true);
+        held_freezer_leave(h, ctx);
+        safe_close(h->pidfd);
+        safe_close(h->procfd);
+        free(h->threads);
+        free(h);
+        return NULL;
+}
+
+int held_new_inert(const PaceTableReservation *res, Held **ret) {
+        Held *h = calloc(1, sizeof(*h));
+        if (!h)
+                return -ENOMEM;
+        h->id = res->id;
+        h->pid = res->pid;
+        h->start_time = res->start_time;
+        h->pidfd = h->procfd = h->cg_state_fd = -EBADF;
+        h->gone = true;
+        h->logged = true;
+        *ret = h;
+        return 0;
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The processes a dispatch thread holds: identity, their threads, the
+ * original scheduling state of every thread it touched, and (strict mode)
+ * their freezer cgroup. Core code: returns negative errno, never logs. */
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "pace-table.h"
+#include "sched-util.h"
+
+typedef struct ThreadRegistry ThreadRegistry;
+typedef struct RegistryEntry RegistryEntry;
+
+/* Original state of every thread any dispatch thread changed, shared by all
+ * of them: one process may hold reservations on several CPUs, and the state
+ * to restore is whatever it had before the first of them touched it. */
+int thread_registry_new(ThreadRegistry **ret);
+ThreadRegistry *thread_registry_free(ThreadRegistry *reg);
+/* Threads currently held (tests and the exit path). */
+size_t thread_registry_size(ThreadRegistry *reg);
+
+typedef struct HeldContext {
+        ThreadRegistry *registry;
+        PaceWaiting waiting;
+        int cpu;
+        /* Strict mode: the freezer hierarchy's mount point and the
+         * dispatcher's own directory below it (pace.<hash>). */
+        const char *freezer_root;
+        const char *freezer_base;
+} HeldContext;
+
+typedef struct HeldThread {
+        pid_t tid;
+        RegistryEntry *entry;
+        unsigned seen; /* scan number that last listed it */
+} HeldThread;
+
+typedef struct Held {
+        uint64_t id;
+        pid_t pid;
+        uint64_t start_time;
+        int pidfd;
+        int procfd; /* /proc/PID, pinned to this process: stale once it exits */
+        bool gone;
+        bool running;
+        unsigned scans;
+        bool main_orig_set;
+        PaceSchedAttr main_orig;
+        HeldThread *threads;
+        size_t n_threads, n_allocated;
+        /* strict mode */
+        char *cg_dir;
+        char *cg_orig;
+        int cg_state_fd;
+        /* owned by the dispatch loop: whether the current/next table uses it */
+        bool mark;
+        bool logged;
+} Held;
+
+/* Checks that the reservation names a live, ordinary process with the
+ * table's start time. -ESRCH: no such process (or it exited during the
+ * check); -ESTALE: the pid belongs to another process now; -EPERM: pid 1 or
+ * a kernel thread. */
+int held_new(const PaceTableReservation *res, Held **ret);
+/* Promotes every thread of the process (rescanning /proc/PID/task).
+ * -ESRCH once the process has exited (the Held is then inert). */
+int held_promote(Held *h, const HeldContext *ctx);
+/* To the waiting policy (or frozen, in strict mode). */
+int held_demote(Held *h, const HeldContext *ctx);
+/* Restores every thread it touched to its original state and undoes the
+ * freezer cgroup. Accepts NULL. */
+Held *held_free(Held *h, const HeldContext *ctx);
+
+/* A reservation that failed its identity check: kept (inert) so that the
+ * same reservation in later tables is recognised and not reported again. */
+int held_new_inert(const PaceTableReservation *res, Held **ret);

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stddef.h>
+
+/* Start-up checks: can this process make threads SCHED_FIFO, and change
+ * other processes' policies? Returns 0, or -EPERM with a plain-words
+ * explanation of what stands in the way and how to fix it.
+ * proc_root/cgroup_root are "/proc" and "/sys/fs/cgroup" outside tests. */
+int rt_check_privileges(char *err, size_t err_size);
+int rt_check_cgroup(const char *proc_root, const char *cgroup_root, char *err, size_t err_size);
+
+/* After SCHED_FIFO was refused anyway: the most likely reason, in words. */
+void rt_explain_eperm(const char *proc_root, const char *cgroup_root, char *err, size_t err_size);
+
+/* Strict mode: where the v1 freezer hierarchy is mounted. -EOPNOTSUPP if it
+ * is not (e.g. a pure cgroup v2 system, which this version does not drive). */
+int rt_find_freezer(const char *proc_root, char *ret_path, size_t size);

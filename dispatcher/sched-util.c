@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "sched-util.h"
+
+int sched_attr_get(pid_t tid, PaceSchedAttr *ret) {
+        PaceSchedAttr a = {};
+
+        if (syscall(SYS_sched_getattr, tid, &a, (unsigned) sizeof(a), 0u) < 0)
+                return negative_errno();
+        *ret = a;
+        return 0;
+}
+
+int sched_attr_set(pid_t tid, const PaceSchedAttr *attr) {
+        PaceSchedAttr a = *attr;
+
+        /* The kernel rejects unknown utilization clamps on kernels without
+         * uclamp; we never change them, so never pass them. */
+        a.size = (uint32_t) offsetof(PaceSchedAttr, sched_util_min);
+        a.sched_flags &= PACE_SCHED_FLAG_RESET_ON_FORK;
+        if (syscall(SYS_sched_setattr, tid, &a, 0u) < 0)
+                return negative_errno();
+        return 0;
+}
+
+void sched_attr_running(PaceSchedAttr *ret) {
+        *ret = (PaceSchedAttr) {
+                .sched_policy = SCHED_FIFO,
+                .sched_priority = PACE_RUNNING_PRIORITY,
+                .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
+        };
+}
+
+void sched_attr_waiting_nice(PaceSchedAttr *ret) {
+        /* Reset-on-fork stays set: a child forked while waiting must not come
+         * back real-time through some later inheritance path. */
+        *ret = (PaceSchedAttr) {
+                .sched_policy = SCHED_OTHER,
+                .sched_nice = PACE_WAITING_NICE_VALUE,
+                .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
+        };
+}
+
+bool sched_attr_is_ours(const PaceSchedAttr *a) {
+        if (a->sched_policy == SCHED_FIFO && a->sched_priority == PACE_RUNNING_PRIORITY)
+                return true;
+        return a->sched_policy == SCHED_OTHER && a->sched_nice == PACE_WAITING_NICE_VALUE;
+}
+
+static int cmp_int32(const void *a, const void *b) {
+        int32_t x = *(const int32_t *) a, y = *(const int32_t *) b;
+        return (x > y) - (x < y);
+}
+
+int cpulist_parse(const char *s, int32_t *cpus, uint32_t max, uint32_t *ret_n) {
+        uint32_t n = 0;
+        const char *p = s;
+
+        while (*p && *p != '\n') {
+                char *end;
+                long lo, hi;
+
+                errno = 0;
+                lo = strtol(p, &end, 10);
+                if (errno != 0 || end == p || lo < 0)
+                        return -EINVAL;
+                hi = lo;
+                p = end;
+                if (*p == '-') {
+                        p++;
+                        hi = strtol(p, &end, 10);
+                        if (errno != 0 || end == p || hi < lo)
+                                return -EINVAL;
+                        p = end;
+                }
+                for (long c = lo; c <= hi; c++) {
+                        if (n >= max)
+                                return -E2BIG;
+                        cpus[n++] = (int32_t) c;
+                }
+                if (*p == ',')
+                        p++;
+                else if (*p && *p != '\n')
+                        return -EINVAL;
+        }
+        qsort(cpus, n, sizeof(*cpus), cmp_int32);
+        uint32_t out = 0;
+        for (uint32_t i = 0; i < n; i++)
+                if (out == 0 || cpus[out - 1] != cpus[i])
+                        cpus[out++] = cpus[i];
+        *ret_n = out;
+        return 0;
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Thin wrappers over the scheduling system calls the dispatcher needs.
+ * glibc 2.36 (Debian 12) has no sched_setattr(), and newer glibc declares
+ * its own struct sched_attr, so the kernel ABI layout is spelled out here
+ * under a name of our own. */
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifndef SCHED_RESET_ON_FORK
+#define SCHED_RESET_ON_FORK 0x40000000
+#endif
+#define PACE_SCHED_FLAG_RESET_ON_FORK 0x01ULL
+
+/* Priorities fixed by DESIGN.md: the dispatcher preempts the reservations it
+ * runs, and reservations preempt every ordinary real-time user below them. */
+#define PACE_DISPATCHER_PRIORITY 99
+#define PACE_RUNNING_PRIORITY 98
+#define PACE_WAITING_NICE_VALUE 19
+
+typedef struct PaceSchedAttr {
+        uint32_t size;
+        uint32_t sched_policy;
+        uint64_t sched_flags;
+        int32_t sched_nice;
+        uint32_t sched_priority;
+        uint64_t sched_runtime;
+        uint64_t sched_deadline;
+        uint64_t sched_period;
+        uint32_t sched_util_min;
+        uint32_t sched_util_max;
+} PaceSchedAttr;
+
+int sched_attr_get(pid_t tid, PaceSchedAttr *ret);
+int sched_attr_set(pid_t tid, const PaceSchedAttr *attr);
+
+/* The attributes the dispatcher hands out. */
+void sched_attr_running(PaceSchedAttr *ret);
+void sched_attr_waiting_nice(PaceSchedAttr *ret);
+bool sched_attr_is_ours(const PaceSchedAttr *a);
+
+/* "0-3,5,7-8" (sysfs cpulist syntax) into a sorted list without duplicates. */
+int cpulist_parse(const char *s, int32_t *cpus, uint32_t max, uint32_t *ret_n);
