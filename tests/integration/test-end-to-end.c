@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/* The whole stack on the real kernel: pace-broker (as nobody) admits through
+ * pace-run, publishes the table, pace-dispatcher enforces it. Root only;
+ * every process it starts is pinned to CPU 1, bounded in time and reaped. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker-harness.h"
+#include "macro.h"
+#include "pace/pace.h"
+#include "test.h"
+
+#define CPU 1
+#define CHILD_LIFETIME_S 30
+
+static const char *config_json = "{ \"slot_us\": 1000, \"cpus\": [1] }";
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms) {
+        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
+}
+
+static void pin(int cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* utime + stime of a whole process, from /proc/PID/stat, in ns. */
+static uint64_t cpu_time_ns(pid_t pid) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')');
+        unsigned long long ut = 0, st = 0;
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+                return 0;
+        return (ut + st) * (NSEC_PER_SEC / (uint64_t) sysconf(_SC_CLK_TCK));
+}
+
+/* The policy without the SCHED_RESET_ON_FORK flag the kernel ORs into it. */
+static int policy_of(pid_t tid) {
+        int pol = sched_getscheduler(tid);
+        return pol < 0 ? pol : pol & ~SCHED_RESET_ON_FORK;
+}
+
+/* Whether any thread of a process is real-time. */
+static bool any_thread_realtime(pid_t pid) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        DIR *d = opendir(path);
+        bool rt = false;
+        if (!d)
+                return false;
+        for (struct dirent *de; (de = readdir(d));) {
+                int tid = atoi(de->d_name);
+                if (tid > 0) {
+                        int pol = policy_of(tid);
+                        rt |= pol == SCHED_FIFO || pol == SCHED_RR;
+                }
+        }
+        closedir(d);
+        return rt;
+}
+
+static pid_t spawn(void (*fn)(const void *), const void *arg) {
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                alarm(CHILD_LIFETIME_S);
+                pin(CPU);
+                fn(arg);
+                _exit(0);
+        }
+        return pid;
+}
+
+static void hog(const void *arg) {
+        for (volatile uint64_t i = 0;; i++)
+                ;
+}
+
+static const char *reserve_argv_socket;
+/* pace-run --period 50ms --util 60% --cpu 1 -- sh -c 'while :; do :; done' */
+static void reserved_hog(const void *arg) {
+        const char *pace_run = getenv("PACE_RUN");
+        setenv("PACE_SOCKET", reserve_argv_socket, 1);
+        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", (const char *) arg, "--cpu", "1", "--",
+              "/bin/sh", "-c", "while :; do :; done", (char *) NULL);
+        _exit(127);
+}
+
+static void reap(pid_t pid) {
+        if (pid <= 0)
+                return;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+}
+
+typedef struct Stack {
+        BrokerInstance broker;
+        pid_t dispatcher;
+} Stack;
+
+static void stack_start(Stack *s) {
+        ASSERT_OK(broker_start(&s->broker, config_json));
+        reserve_argv_socket = s->broker.socket;
+        s->dispatcher = fork();
+        ASSERT_OK(s->dispatcher);
+        if (s->dispatcher == 0) {
+                char log[320];
+                snprintf(log, sizeof(log), "%s/dispatcher.log", s->broker.dir);
+                int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                dup2(fd, STDERR_FILENO);
+                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+                dup2(null, STDOUT_FILENO);
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                execl(getenv("PACE_DISPATCHER"), "pace-dispatcher", "--config", s->broker.config, "--runtime-dir",
+                      s->broker.dir, (char *) NULL);
+                _exit(127);
+        }
+        sleep_ms(500);
+        ASSERT_EQ(waitpid(s->dispatcher, NULL, WNOHANG), 0);
+}
+
+static int stack_stop_dispatcher(Stack *s) {
+        int status = -1;
+        if (s->dispatcher <= 0)
+                return 0;
+        kill(s->dispatcher, SIGTERM);
+        for (int i = 0; i < 500; i++) {
+                if (waitpid(s->dispatcher, &status, WNOHANG) == s->dispatcher)
+                        break;
+                sleep_ms(10);
+        }
+        s->dispatcher = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static bool skip(void) {
+        if (geteuid() != 0)
+                return true;
+        if (!getenv("PACE_DISPATCHER") || !getenv("PACE_RUN") || !getenv("PACE_BROKER"))
+                return true;
+        return sysconf(_SC_NPROCESSORS_ONLN) < 2;
+}
+
+static size_t n_reservations(const char *socket) {
+        pace *p = NULL;
+        pace_status_report *st = NULL;
+        ASSERT_OK(pace_connect(socket, &p));
+        ASSERT_OK(pace_status(p, &st));
+        size_t n = st->n_reservations;
+        pace_status_report_free(st);
+        pace_close(p);
+        return n;
+}
+
+TEST(pace_run_gets_its_share_and_leaves_the_rest) {
+        Stack s = {};
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start(&s);
+
+        pid_t other = spawn(hog, NULL);
+        pid_t client = spawn(reserved_hog, "60%");
+        for (int i = 0; i < 200 && n_reservations(s.broker.socket) == 0; i++)
+                sleep_ms(10);
+        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        sleep_ms(500);
+
+        /* While it runs, the client is sometimes SCHED_FIFO (in its slots)
+         * and sometimes not (between them). Sampled from CPU 0. */
+        pin(0);
+        unsigned fifo = 0, samples = 0;
+        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+                fifo += policy_of(client) == SCHED_FIFO;
+                sleep_ms(1);
+        }
+        printf("  client SCHED_FIFO in %u of %u samples\n", fifo, samples);
+        ASSERT_CMP(fifo, >, samples / 4);
+        ASSERT_CMP(fifo, <, samples * 9 / 10);
+
+        /* Shares over 5 s. 60% granted; 40% left for the other hog. The
+         * band is 2 points (issue 3); the dispatcher tests explain why it
+         * holds on this VM, and foreign load on CPU 1 can only lower both. */
+        uint64_t c0 = cpu_time_ns(client), o0 = cpu_time_ns(other), t0 = now_ns();
+        sleep_ms(5000);
+        uint64_t c1 = cpu_time_ns(client), o1 = cpu_time_ns(other), t1 = now_ns();
+        double client_share = 100.0 * (double) (c1 - c0) / (double) (t1 - t0);
+        double other_share = 100.0 * (double) (o1 - o0) / (double) (t1 - t0);
+        printf("  reserved 60%%: got %.2f%%; SCHED_OTHER hog: %.2f%%\n", client_share, other_share);
+        ASSERT_CMP(client_share, >=, 58.0);
+        ASSERT_CMP(client_share, <=, 62.0);
+        ASSERT_CMP(other_share, >=, 40.0 - 2.0 - 1.0); /* free share - 2, less the switch costs (~1 point) */
+
+        /* Killing the client frees its slots within a frame or so. */
+        reap(client);
+        uint64_t k0 = now_ns();
+        while (n_reservations(s.broker.socket) != 0) {
+                ASSERT_CMP(now_ns() - k0, <, NSEC_PER_SEC);
+                sleep_ms(2);
+        }
+        printf("  slots freed %.1f ms after the client died\n", (double) (now_ns() - k0) / 1e6);
+
+        reap(other);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+}
+
+TEST(two_clients_are_isolated_from_each_other) {
+        Stack s = {};
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start(&s);
+
+        pid_t a = spawn(reserved_hog, "30%");
+        for (int i = 0; i < 200 && n_reservations(s.broker.socket) < 1; i++)
+                sleep_ms(10);
+        pid_t b = spawn(reserved_hog, "40%");
+        pid_t other = spawn(hog, NULL);
+        for (int i = 0; i < 200 && n_reservations(s.broker.socket) < 2; i++)
+                sleep_ms(10);
+        ASSERT_EQ(n_reservations(s.broker.socket), 2);
+        sleep_ms(500);
+
+        uint64_t a0 = cpu_time_ns(a), b0 = cpu_time_ns(b), o0 = cpu_time_ns(other), t0 = now_ns();
+        sleep_ms(5000);
+        uint64_t a1 = cpu_time_ns(a), b1 = cpu_time_ns(b), o1 = cpu_time_ns(other), t1 = now_ns();
+        double sa = 100.0 * (double) (a1 - a0) / (double) (t1 - t0);
+        double sb = 100.0 * (double) (b1 - b0) / (double) (t1 - t0);
+        double so = 100.0 * (double) (o1 - o0) / (double) (t1 - t0);
+        printf("  30%% got %.2f%%, 40%% got %.2f%%, SCHED_OTHER hog %.2f%%\n", sa, sb, so);
+        ASSERT_CMP(sa, >=, 28.0);
+        ASSERT_CMP(sa, <=, 32.0);
+        ASSERT_CMP(sb, >=, 38.0);
+        ASSERT_CMP(sb, <=, 42.0);
+        ASSERT_CMP(so, >=, 30.0 - 2.0 - 1.0);
+
+        reap(a);
+        reap(b);
+        reap(other);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+}
+
+TEST(stopping_the_dispatcher_leaves_nothing_realtime) {
+        Stack s = {};
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start(&s);
+
+        pid_t client = spawn(reserved_hog, "50%");
+        pid_t other = spawn(hog, NULL);
+        for (int i = 0; i < 200 && n_reservations(s.broker.socket) == 0; i++)
+                sleep_ms(10);
+        /* Catch it inside a slot, then stop the dispatcher. */
+        bool seen = false;
+        for (int i = 0; i < 1000 && !seen; i++) {
+                seen = any_thread_realtime(client);
+                if (!seen)
+                        sleep_ms(1);
+        }
+        ASSERT_TRUE(seen);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        for (int i = 0; i < 50; i++) {
+                ASSERT_FALSE(any_thread_realtime(client));
+                sleep_ms(2);
+        }
+        /* The broker keeps the reservation (the dispatcher may come back);
+         * the client merely runs as an ordinary process meanwhile. */
+        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        reap(client);
+        reap(other);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+}
+
+TEST_MAIN()
