@@ -231,6 +231,13 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                                            "cannot keep a handle on the calling process: %s", strerror(errno)) ?: 1;
         } else {
                 r = pidfd_open_checked(pid, &pidfd);
+                /* Kernels say EINVAL (older) or ENOENT (6.9+) for a thread
+                 * that is not its process's leader. */
+                if (r == -EINVAL || r == -ENOENT)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                           "%" PRIi32 " is a thread, not a process; reserve its process "
+                                           "(the Tgid in /proc/%" PRIi32 "/status)", (int32_t) pid,
+                                           (int32_t) pid) ?: 1;
                 if (r == -ESRCH)
                         return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
                                            "no process with pid %" PRIi32, (int32_t) pid) ?: 1;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -163,6 +164,27 @@ static int open_listen_socket(int *ret_fd) {
         return 0;
 }
 
+/* Each client costs two fds (socket, pidfd) and each reservation one: make
+ * sure the configured limits fit, raising the soft limit if need be. */
+static int ensure_fd_limit(const PaceConfig *config) {
+        struct rlimit rl;
+        rlim_t need = (rlim_t) config->max_connections * 2 + PACE_MAX_RESERVATIONS + 64;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return negative_errno();
+        if (rl.rlim_cur >= need)
+                return 0;
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return negative_errno();
+        if (rl.rlim_cur < need)
+                log_fmt(PROGRAM, LOG_WARNING, "file descriptor limit %llu is below the %llu that max_connections = %u "
+                        "and %u reservations can need; clients beyond it will wait",
+                        (unsigned long long) rl.rlim_cur, (unsigned long long) need, config->max_connections,
+                        PACE_MAX_RESERVATIONS);
+        return 0;
+}
+
 int main(int argc, char **argv) {
         _cleanup_(server_freep) Server *server = NULL;
         _cleanup_close_ int dir_fd = -EBADF;
@@ -177,6 +199,9 @@ int main(int argc, char **argv) {
         r = load_config(&config);
         if (r < 0)
                 return 1;
+        r = ensure_fd_limit(&config);
+        if (r < 0)
+                log_fmt(PROGRAM, LOG_WARNING, "cannot check the file descriptor limit: %s", strerror(-r));
 
         if (mkdir(arg_runtime_dir, 0755) < 0 && errno != EEXIST) {
                 log_fmt(PROGRAM, LOG_ERR, "cannot create runtime directory %s: %m", arg_runtime_dir);

@@ -264,16 +264,42 @@ static uint32_t fold_base(const Plan *p, uint32_t period) {
         return 1;
 }
 
+/* The slots a budget leaves over after whole classes: taken class by class
+ * (offsets cls, cls + base, cls + 2 base ...), so they fill one residue class
+ * before touching the next and leave the other classes whole for
+ * reservations of other periods. Within a class they are evenly spaced. */
+static uint32_t assign_leftover(uint32_t *slots, uint32_t frame, uint32_t period, uint32_t base, uint32_t want,
+                                uint32_t owner) {
+        uint32_t given = 0;
+
+        for (uint32_t cls = 0; cls < base && given < want; cls++)
+                for (uint32_t t = cls; t < period && given < want; t += base) {
+                        bool usable = true;
+                        for (uint32_t k = t; k < frame; k += period)
+                                if (slots[k] != 0) {
+                                        usable = false;
+                                        break;
+                                }
+                        if (!usable)
+                                continue;
+                        for (uint32_t k = t; k < frame; k += period)
+                                slots[k] = owner;
+                        given++;
+                }
+        return given;
+}
+
 /* Places `budget` slots in every `period`: whole residue classes of the fold
- * base first (identical in every base window), the remainder on the period
- * itself. Writes the reservation into `slots` (length frame). */
+ * base first (identical in every base window, chosen against the non-RT
+ * server), the leftover class by class. Writes the reservation into `slots`
+ * (length frame). */
 static int place(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget, uint32_t owner) {
         uint32_t base = fold_base(p, period);
         uint32_t per_base = budget / (period / base);
         uint32_t given;
 
         given = assign(p, slots, frame, base, per_base, owner) * (period / base);
-        given += assign(p, slots, frame, period, budget - given, owner);
+        given += assign_leftover(slots, frame, period, base, budget - given, owner);
         return given == budget ? 0 : -ENOSPC;
 }
 
@@ -364,6 +390,35 @@ int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_s
         return 0;
 }
 
+/* The smallest grant that covers every window of the request on a CPU with
+ * nothing else on it: what the request costs in whole slots, whatever else
+ * is reserved. UINT32_MAX if nothing within the reservable share does. */
+static void cheapest_cover(Plan *p, const PlanRequest *req, uint32_t *ret_ppm, uint32_t *ret_budget,
+                           uint32_t *ret_period) {
+        const PlanCpu empty = { .cpu = -1 };
+
+        *ret_ppm = UINT32_MAX;
+        for (uint32_t pi = 0; pi < p->n_periods; pi++) {
+                uint32_t cand = p->periods[pi], frame;
+                bool short_window;
+                if ((uint64_t) cand * p->config.slot_ns > req->period_ns)
+                        break;
+                for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
+                        uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
+                        if (granted > p->cap_ppm || granted >= *ret_ppm)
+                                break;
+                        if (try_cpu(p, &empty, req, cand, budget, UINT32_MAX, &frame, &short_window) == 0) {
+                                *ret_ppm = granted;
+                                *ret_budget = budget;
+                                *ret_period = cand;
+                                break;
+                        }
+                        if (!short_window)
+                                break;
+                }
+        }
+}
+
 int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
         char a[32], b[32];
         int r;
@@ -421,67 +476,93 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         }
 
         uint32_t owner = p->n_entries + 1;
-        bool window_short_seen = false;
-        for (uint32_t o = 0; o < n_order; o++) {
-                PlanCpu *c = &p->cpus[order[o]];
+        bool over_quota = false;
 
-                /* A rounded-down period may need more than U of each granted
-                 * period to cover every window of the requested one. */
-                for (uint32_t budget = min_budget; budget <= period; budget++) {
-                        uint32_t frame;
-                        bool window_short;
-                        r = try_cpu(p, c, req, period, budget, owner, &frame, &window_short);
-                        if (r < 0) {
-                                window_short_seen |= window_short;
-                                if (window_short)
-                                        continue;
-                                break;
-                        }
-                        if (req->uid != 0 &&
-                            user_ppm + (uint64_t) budget * PPM / period > p->config.max_utilization_per_user_ppm) {
-                                explain(why, why_size, "after rounding to slots the grant would be %s, which passes the "
-                                        "per-user limit of %s (max_utilization_per_user)",
-                                        format_ppm(a, sizeof(a), (uint32_t) ((uint64_t) budget * PPM / period)),
-                                        format_ppm(b, sizeof(b), p->config.max_utilization_per_user_ppm));
-                                return -EDQUOT;
-                        }
+        /* Periods from the longest the request allows downwards, and for each
+         * every CPU: an exact grant on any CPU beats a rounded one. A shorter
+         * period can fit where a longer one's slots collide with what is
+         * there already; it then needs a larger budget to cover every window
+         * of the requested period. */
+        for (uint32_t pi = p->n_periods; pi-- > 0;) {
+                uint32_t cand = p->periods[pi];
+                if ((uint64_t) cand * slot_ns > req->period_ns)
+                        continue;
+                for (uint32_t o = 0; o < n_order; o++) {
+                        PlanCpu *c = &p->cpus[order[o]];
 
-                        memcpy(c->slots, p->scratch, frame * sizeof(uint32_t));
-                        c->frame_slots = frame;
-                        PlanEntry *e = &p->entries[p->n_entries++];
-                        *e = (PlanEntry) {
-                                .id = req->id,
-                                .pid = req->pid,
-                                .start_time = req->start_time,
-                                .uid = req->uid,
-                                .cpu = c->cpu,
-                                .requested_period_ns = req->period_ns,
-                                .requested_utilization_ppm = req->utilization_ppm,
-                                .period_slots = period,
-                                .budget_slots = budget,
-                        };
-                        if (ret_entry)
-                                *ret_entry = *e;
-                        return 0;
+                        for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
+                                uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
+                                uint32_t frame;
+                                bool window_short;
+
+                                if (granted > p->cap_ppm)
+                                        break;
+                                if (req->uid != 0 && user_ppm + granted > p->config.max_utilization_per_user_ppm) {
+                                        over_quota = true;
+                                        break;
+                                }
+                                r = try_cpu(p, c, req, cand, budget, owner, &frame, &window_short);
+                                if (r < 0) {
+                                        if (window_short)
+                                                continue;
+                                        break;
+                                }
+
+                                memcpy(c->slots, p->scratch, frame * sizeof(uint32_t));
+                                c->frame_slots = frame;
+                                PlanEntry *e = &p->entries[p->n_entries++];
+                                *e = (PlanEntry) {
+                                        .id = req->id,
+                                        .pid = req->pid,
+                                        .start_time = req->start_time,
+                                        .uid = req->uid,
+                                        .cpu = c->cpu,
+                                        .requested_period_ns = req->period_ns,
+                                        .requested_utilization_ppm = req->utilization_ppm,
+                                        .period_slots = cand,
+                                        .budget_slots = budget,
+                                };
+                                if (ret_entry)
+                                        *ret_entry = *e;
+                                return 0;
+                        }
                 }
         }
 
-        /* Say what is free, so the user can ask for something that fits. */
-        {
-                char list[256] = "";
-                size_t len = 0;
-                for (uint32_t o = 0; o < n_order && len < sizeof(list); o++) {
-                        const PlanCpu *c = &p->cpus[order[o]];
-                        uint32_t reserved = cpu_reserved_ppm(c);
-                        len += (size_t) snprintf(list + len, sizeof(list) - len, "%sCPU %" PRId32 ": %s free",
-                                                 o ? ", " : "", c->cpu,
-                                                 format_ppm(a, sizeof(a), reserved < p->cap_ppm ? p->cap_ppm - reserved : 0));
-                }
-                explain(why, why_size, "not enough free CPU time for %s every %s%s (%s)",
-                        format_ppm(b, sizeof(b), req->utilization_ppm),
-                        format_duration((char[32]) {}, 32, req->period_ns),
-                        window_short_seen ? " with the period rounded to the table's grid" : "", list);
+        /* Say why, in terms the user can act on: what the request costs in
+         * whole slots, what the user may still hold, what is free. */
+        uint32_t cheapest_ppm, cheapest_budget = 0, cheapest_period = 0;
+        cheapest_cover(p, req, &cheapest_ppm, &cheapest_budget, &cheapest_period);
+        char asked[96];
+        snprintf(asked, sizeof(asked), "%s every %s", format_ppm(a, sizeof(a), req->utilization_ppm),
+                 format_duration(b, sizeof(b), req->period_ns));
+        if (cheapest_ppm == UINT32_MAX && !over_quota) {
+                explain(why, why_size, "%s cannot be granted: in whole slots of %s the smallest grant that covers it "
+                        "is more than the %s of a CPU that can be reserved (non_rt_share); ask for a longer period",
+                        asked, format_duration(a, sizeof(a), slot_ns), format_ppm(b, sizeof(b), p->cap_ppm));
+                return -ENOSPC;
         }
+        if (over_quota) {
+                explain(why, why_size, "uid %u already holds %s of CPU time; %s, which in whole slots is %s, would "
+                        "pass the per-user limit of %s (max_utilization_per_user)", (unsigned) req->uid,
+                        format_ppm(a, sizeof(a), (uint32_t) user_ppm), asked,
+                        format_ppm(b, sizeof(b), cheapest_ppm),
+                        format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
+                return -EDQUOT;
+        }
+        char list[256] = "", rounded[96] = "";
+        size_t len = 0;
+        for (uint32_t o = 0; o < n_order && len < sizeof(list); o++) {
+                const PlanCpu *c = &p->cpus[order[o]];
+                uint32_t reserved = cpu_reserved_ppm(c);
+                len += (size_t) snprintf(list + len, sizeof(list) - len, "%sCPU %" PRId32 ": %s free", o ? ", " : "",
+                                         c->cpu, format_ppm(a, sizeof(a), reserved < p->cap_ppm ? p->cap_ppm - reserved : 0));
+        }
+        if ((uint64_t) cheapest_ppm * 1000 > (uint64_t) req->utilization_ppm * 1005)
+                snprintf(rounded, sizeof(rounded), "; in whole slots that is at least %" PRIu32 " of every %" PRIu32
+                         " (%s)", cheapest_budget, cheapest_period, format_ppm(a, sizeof(a), cheapest_ppm));
+        explain(why, why_size, "not enough free CPU time for %s%s (%s; free time also pays the dispatcher's "
+                "switch costs)", asked, rounded, list);
         return -ENOSPC;
 }
 

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,9 @@ struct Server {
         PaceConfig config;
         int listen_fd;
         sd_event_source *listen_io;
+        /* While out of fds, accepting pauses instead of spinning. */
+        sd_event_source *listen_resume;
+        bool out_of_fds; /* logged once per episode */
         Broker *broker;
         Connection *connections;
         size_t n_connections;
@@ -218,13 +222,28 @@ static int listen_io(sd_event_source *src, int fd, uint32_t revents, void *userd
                 if (r == -EAGAIN || r == -EINTR)
                         break;
                 if (r == -EMFILE || r == -ENFILE) {
-                        server_log(s, LOG_WARNING, "out of file descriptors; connection left waiting");
+                        /* The listening socket stays readable: without a
+                         * pause, the loop would spin on it. */
+                        if (!s->out_of_fds)
+                                server_log(s, LOG_WARNING, "out of file descriptors with %zu clients connected; "
+                                           "accepting again when some are free", s->n_connections);
+                        s->out_of_fds = true;
+                        (void) sd_event_source_set_enabled(s->listen_io, SD_EVENT_OFF);
+                        (void) sd_event_source_set_time_relative(s->listen_resume, 100 * 1000);
+                        (void) sd_event_source_set_enabled(s->listen_resume, SD_EVENT_ONESHOT);
                         break;
                 }
                 if (r < 0)
                         server_log(s, LOG_WARNING, "accepting a client failed: %s", strerror(-r));
+                else
+                        s->out_of_fds = false;
         }
         return 0;
+}
+
+static int listen_resume(sd_event_source *src, uint64_t usec, void *userdata) {
+        Server *s = userdata;
+        return sd_event_source_set_enabled(s->listen_io, SD_EVENT_ON);
 }
 
 static int pid_exited(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
@@ -300,6 +319,10 @@ int server_new(sd_event *event, const ServerOptions *options, Server **ret) {
         r = sd_event_add_io(event, &s->listen_io, s->listen_fd, EPOLLIN, listen_io, s);
         if (r < 0)
                 return r;
+        r = sd_event_add_time_relative(event, &s->listen_resume, CLOCK_MONOTONIC, 100 * 1000, 0, listen_resume, s);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(s->listen_resume, SD_EVENT_OFF);
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -310,6 +333,7 @@ Server *server_free(Server *s) {
         while (s->connections)
                 connection_free(s->connections);
         sd_event_source_disable_unref(s->listen_io);
+        sd_event_source_disable_unref(s->listen_resume);
         broker_free(s->broker);
         safe_close(s->listen_fd);
         sd_event_unref(s->event);

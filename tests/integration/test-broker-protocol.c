@@ -2,6 +2,7 @@
 /* pace-broker over a real socket: every bad input of issue 2 gets a clear
  * error and changes nothing; reservations die with their process. */
 #include <errno.h>
+#include <pthread.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -571,6 +572,34 @@ TEST(bad_config_refuses_to_start_and_says_why) {
 
         /* No config file at all: built-in defaults. */
         ASSERT_OK(broker_start(&b, NULL));
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+static void *park(void *arg) {
+        _Atomic pid_t *tid = arg;
+        *tid = gettid();
+        pause();
+        return NULL;
+}
+
+TEST(a_thread_id_is_refused_as_not_a_process) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        pthread_t thread;
+        _Atomic pid_t tid = 0;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        ASSERT_EQ(pthread_create(&thread, NULL, park, (void *) &tid), 0);
+        while (tid == 0)
+                sleep_ms(1);
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = tid, .cpu = -1 };
+        ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "is a thread, not a process");
+        pace_close(p);
+        pthread_cancel(thread);
+        pthread_join(thread, NULL);
         ASSERT_EQ(broker_stop(&b), 0);
 }
 

@@ -403,6 +403,76 @@ TEST(same_requests_same_table) {
         ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
 }
 
+/* Periods with small common divisors used to block each other's slots
+ * completely (every orbit collides); a shorter grid period then fits. */
+TEST(non_harmonic_periods_share_a_cpu) {
+        static const struct {
+                uint64_t p1_ms;
+                uint32_t u1;
+                uint64_t p2_ms;
+                uint32_t u2;
+        } pairs[] = {
+                { 25, 10000, 24, 10000 },  { 5, 10000, 8, 10000 },     { 3, 10000, 100, 10000 },
+                { 10, 300000, 16, 300000 }, { 25, 300000, 24, 300000 }, { 50, 300000, 40, 400000 },
+                { 33, 250000, 40, 250000 },
+        };
+        char why[512];
+
+        for (size_t i = 0; i < ELEMENTSOF(pairs); i++) {
+                PaceConfig c;
+                _cleanup_(plan_freep) Plan *p = NULL;
+                PlanEntry e1, e2;
+                config_for(&c, 1);
+                ASSERT_OK(plan_new(&c, &p));
+                PlanRequest a = { .id = 1, .pid = 100, .uid = 0, .period_ns = pairs[i].p1_ms * NSEC_PER_MSEC,
+                                  .utilization_ppm = pairs[i].u1, .cpu = -1 };
+                PlanRequest b = { .id = 2, .pid = 101, .uid = 0, .period_ns = pairs[i].p2_ms * NSEC_PER_MSEC,
+                                  .utilization_ppm = pairs[i].u2, .cpu = -1 };
+                ASSERT_OK(plan_admit(p, &a, &e1, why, sizeof(why)));
+                int r = plan_admit(p, &b, &e2, why, sizeof(why));
+                if (r < 0)
+                        TEST_FAIL_("%" PRIu64 " ms/%u ppm beside %" PRIu64 " ms/%u ppm refused: %s", pairs[i].p2_ms,
+                                   pairs[i].u2, pairs[i].p1_ms, pairs[i].u1, why);
+                printf("  %" PRIu64 " ms beside %" PRIu64 " ms: granted %" PRIu32 " of %" PRIu32 " slots\n",
+                       pairs[i].p2_ms, pairs[i].p1_ms, e2.budget_slots, e2.period_slots);
+                export_and_check(p, &c, &table);
+                assert_requested_windows(&table, &e1);
+                assert_requested_windows(&table, &e2);
+        }
+}
+
+TEST(refusals_name_the_real_reason) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[512];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        /* One slot per period: any grant is the whole CPU. */
+        PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = NSEC_PER_MSEC, .utilization_ppm = 10000, .cpu = -1 };
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "in whole slots of 1ms");
+        ASSERT_CONTAINS(why, "ask for a longer period");
+        /* 51% of 2 ms needs 2 of 2 slots. */
+        r.period_ns = 2 * NSEC_PER_MSEC;
+        r.utilization_ppm = 510000;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "in whole slots");
+        /* 20% every 7 ms beside 50% every 100 ms: no grid period divides 7 ms
+         * and every shorter one needs a third of the CPU to cover each 7 ms
+         * window (1 of 3, 2 of 6 slots); 25% is free. */
+        r.period_ns = 100 * NSEC_PER_MSEC;
+        r.utilization_ppm = 500000;
+        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        r.id = 2;
+        r.period_ns = 7 * NSEC_PER_MSEC;
+        r.utilization_ppm = 200000;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "in whole slots that is at least");
+        ASSERT_CONTAINS(why, "(33.3333%)");
+        ASSERT_CONTAINS(why, "CPU 0: 25% free");
+}
+
 TEST(min_supply_matches_brute_force) {
         /* Independent check of the window arithmetic the builder relies on. */
         uint32_t slots[10] = { 1, 1, 0, 0, 1, 0, 1, 1, 1, 0 };
