@@ -264,7 +264,10 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                                    (int32_t) pid, (unsigned) ret_info->uid, (unsigned) peer->uid) ?: 1;
         for (size_t i = 0; i < b->n_reservations; i++) {
                 const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
-                if (e && e->pid == pid && e->start_time == ret_info->start_time)
+                /* Same pid, even with another start time: that one's exit
+                 * is about to be noticed, and the table holds one
+                 * reservation per pid. */
+                if (e && e->pid == pid)
                         return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
                                            "pid %" PRIi32 " already holds reservation %" PRIu64
                                            "; release it first (one reservation per process)",

@@ -161,6 +161,12 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                         return refuse(err, err_size, "reservation %" PRIu64 ": budget of %" PRIu32
                                       " slots in a period of %" PRIu32, res->id, res->budget_slots,
                                       res->period_slots);
+                /* One reservation per process: two CPU loops driving the
+                 * same threads would undo each other's promotions. */
+                for (uint32_t j = 0; j < i; j++)
+                        if (t->reservations[j].pid == res->pid)
+                                return refuse(err, err_size, "pid %" PRIi32 " holds reservations %" PRIu64
+                                              " and %" PRIu64, res->pid, t->reservations[j].id, res->id);
                 if (res->flags != 0)
                         return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
                                       res->flags);
@@ -185,13 +191,8 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                 if (count > config->max_reservations_per_user)
                         return refuse(err, err_size, "uid %" PRIu32 " holds %" PRIu32 " reservations, limit %" PRIu32,
                                       res->uid, count, config->max_reservations_per_user);
-                /* Granted utilization is rounded up to whole slots, so allow one
-                 * slot of rounding per reservation over the configured share. */
-                uint64_t slack = 0;
-                for (uint32_t j = 0; j < t->n_reservations; j++)
-                        if (t->reservations[j].uid == res->uid)
-                                slack += PPM / t->reservations[j].period_slots + 1;
-                if (util > (uint64_t) config->max_utilization_per_user_ppm + slack)
+                /* The same floored sum the broker admits against: no slack. */
+                if (util > config->max_utilization_per_user_ppm)
                         return refuse(err, err_size, "uid %" PRIu32 " holds %" PRIu64 " ppm, limit %" PRIu32 " ppm",
                                       res->uid, util, config->max_utilization_per_user_ppm);
         }

@@ -259,7 +259,9 @@ static const char *identity_problem(int r) {
         case -ESTALE:
                 return "the pid now belongs to another process (start time differs)";
         case -EPERM:
-                return "pid 1 and kernel threads are never promoted";
+                return "pid 1, kernel threads and the dispatcher itself are never promoted";
+        case -EACCES:
+                return "the process belongs to another user than the one the table names";
         default:
                 return strerror(-r);
         }

@@ -169,7 +169,9 @@ int held_new(const PaceTableReservation *res, Held **ret) {
         unsigned long flags;
         int r;
 
-        if (res->pid <= 1)
+        /* pid 1, and the dispatcher itself: demoting ourselves would stop
+         * the dispatch of every CPU. */
+        if (res->pid <= 1 || res->pid == getpid())
                 return -EPERM;
         r = pidfd_open_checked(res->pid, &pidfd);
         if (r < 0)
@@ -193,6 +195,18 @@ int held_new(const PaceTableReservation *res, Held **ret) {
                 return -EPERM;
         if (start_time != res->start_time)
                 return -ESTALE;
+        /* The table's uid is who asked; only root may ask for another
+         * user's process, so anything else names the wrong owner. */
+        if (res->uid != 0) {
+                char status[4096];
+                const char *line;
+                r = read_at(procfd, "status", status, sizeof(status));
+                if (r < 0)
+                        return r;
+                line = strstr(status, "\nUid:");
+                if (!line || strtoul(line + 5, NULL, 10) != res->uid)
+                        return -EACCES;
+        }
 
         Held *h = calloc(1, sizeof(*h));
         if (!h)

@@ -453,6 +453,37 @@ TEST(pid1_and_wrong_start_time) {
  * up (±2 context switches for anything incidental, e.g. the log write). With
  * a frame of 4 ownership changes per 50 ms, about 80 wake-ups a second, not
  * one per 1 ms slot. */
+/* The table's uid must be the process's owner (or root, who may reserve
+ * anything), and the dispatcher never demotes itself. */
+TEST(wrong_owner_and_own_pid_are_ignored) {
+        DispatchEnv e;
+        unsigned n;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A', .uid = 4321 };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
+        bool ignored = env_wait_log(&e, "belongs to another user", 1000);
+        double f = sample_fifo_fraction(client, 300, 300, &n);
+
+        TestReservation self = { .pid = e.dispatcher, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &self, 1);
+        bool self_ignored = env_wait_log(&e, "the dispatcher itself are never promoted", 1000);
+        /* Had it taken the reservation, its main thread would be SCHED_FIFO
+         * in 60% of the samples. */
+        double self_fifo = sample_fifo_fraction(e.dispatcher, 300, 300, &n);
+        if (!ignored || !self_ignored)
+                env_dump_log(&e);
+        env_cleanup(&e);
+        ASSERT_TRUE(ignored);
+        ASSERT_EQ(f, 0.0);
+        ASSERT_TRUE(self_ignored);
+        ASSERT_EQ(self_fifo, 0.0);
+}
+
 TEST(wakeups_idle_and_active) {
         DispatchEnv e;
 

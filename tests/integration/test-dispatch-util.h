@@ -290,6 +290,7 @@ typedef struct TestReservation {
         uint32_t period_slots;
         uint32_t budget_slots;
         char letter; /* its slots in the pattern */
+        uint32_t uid; /* who asked, as the table says */
 } TestReservation;
 
 /* Publishes one table for CPU 1: pattern holds one character per slot,
@@ -309,7 +310,7 @@ static inline uint64_t env_publish(DispatchEnv *e, uint64_t slot_ns, const char 
                 b->reservations[i] = (PaceTableReservation) {
                         .id = 100 + i,
                         .pid = res[i].pid,
-                        .uid = 0,
+                        .uid = res[i].uid,
                         .start_time = res[i].start_time ?: start_time_of(res[i].pid),
                         .cpu = TEST_CPU,
                         .period_slots = res[i].period_slots,

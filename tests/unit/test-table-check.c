@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+/* The dispatcher's trust boundary: every way a table can break a bound is
+ * refused whole, with a reason; a sound table is accepted. */
+#include <string.h>
+
+#include "config.h"
+#include "macro.h"
+#include "table-check.h"
+#include "test.h"
+
+static PaceTableBuffer t;
+static PaceConfig config;
+
+/* One CPU (1) with a 50-slot frame: reservation A (pid 4242, uid 1000) holds
+ * 6 of every 10 slots, the rest is free. Sound by construction. */
+static void sound_table(void) {
+        pace_config_init(&config);
+        config.cpus_set = true;
+        config.n_cpus = 2;
+        config.cpus[0] = 0;
+        config.cpus[1] = 1;
+        config.max_utilization_per_user_ppm = 700000;
+        memset(&t, 0, sizeof(t));
+        t.slot_ns = config.slot_ns;
+        t.n_cpus = 1;
+        t.cpus[0] = (PaceTableCpu) { .cpu = 1, .frame_slots = 50, .first_slot = 0 };
+        t.n_slots = 50;
+        t.n_reservations = 1;
+        t.reservations[0] = (PaceTableReservation) { .id = 7, .pid = 4242, .uid = 1000, .start_time = 99, .cpu = 1,
+                                                     .period_slots = 50, .budget_slots = 30 };
+        for (uint32_t s = 0; s < 50; s++)
+                t.slots[s] = s % 10 < 6 ? 1 : PACE_SLOT_FREE;
+}
+
+static void assert_refused(const char *says) {
+        char err[256] = "";
+        ASSERT_ERR(table_check(&t, &config, err, sizeof(err)), -EBADMSG);
+        ASSERT_CONTAINS(err, says);
+}
+
+TEST(sound_table_is_accepted) {
+        char err[256] = "";
+        sound_table();
+        int r = table_check(&t, &config, err, sizeof(err));
+        if (r < 0)
+                TEST_FAIL_("refused: %s", err);
+}
+
+TEST(sizes_and_cpus) {
+        sound_table();
+        t.slot_ns = 2 * config.slot_ns;
+        assert_refused("slot is");
+        sound_table();
+        t.n_cpus = 3;
+        assert_refused("CPUs, at most 2");
+        sound_table();
+        t.n_reservations = PACE_MAX_RESERVATIONS + 1;
+        assert_refused("reservations, limit");
+        sound_table();
+        t.n_slots = PACE_TABLE_MAX_SLOTS + 1;
+        assert_refused("slots, limit");
+        sound_table();
+        t.cpus[0].cpu = 5;
+        assert_refused("CPU 5 is not managed");
+        sound_table();
+        t.n_cpus = 2;
+        t.cpus[1] = t.cpus[0];
+        assert_refused("listed twice");
+        sound_table();
+        t.cpus[0].frame_slots = 7;
+        assert_refused("does not divide the longest frame");
+        sound_table();
+        t.cpus[0].first_slot = 3;
+        assert_refused("frame starts at slot 3");
+        sound_table();
+        t.n_slots = 40;
+        assert_refused("frame runs past");
+        sound_table();
+        t.n_slots = 60;
+        assert_refused("the frames cover 50");
+        sound_table();
+        t.cpus[0].first_slot = UINT32_MAX - 10; /* overflow must not wrap into range */
+        assert_refused("frame starts at slot");
+}
+
+TEST(reservations) {
+        sound_table();
+        t.reservations[0].id = 0;
+        assert_refused("has id 0");
+        sound_table();
+        t.reservations[0].pid = 1;
+        assert_refused("pid 1 is not allowed");
+        sound_table();
+        t.reservations[0].pid = -5;
+        assert_refused("pid -5 is not allowed");
+        sound_table();
+        t.reservations[0].cpu = 0;
+        assert_refused("CPU 0 has no frame");
+        sound_table();
+        t.reservations[0].period_slots = 0;
+        assert_refused("does not divide its CPU's frame");
+        sound_table();
+        t.reservations[0].period_slots = 20;
+        assert_refused("does not divide its CPU's frame");
+        sound_table();
+        t.reservations[0].budget_slots = 51;
+        assert_refused("budget of 51 slots");
+        sound_table();
+        t.reservations[0].flags = 4;
+        assert_refused("unknown flags");
+}
+
+TEST(owners_and_exact_grants) {
+        sound_table();
+        t.slots[9] = 2; /* reservation 2 does not exist */
+        assert_refused("owner 2 does not exist");
+        sound_table();
+        t.slots[9] = UINT16_MAX;
+        assert_refused("does not exist");
+        sound_table();
+        t.slots[9] = 1; /* 31 slots held, 30 granted */
+        assert_refused("holds 31 slots per frame, granted 30");
+        sound_table();
+        t.slots[0] = PACE_SLOT_FREE; /* 29 held */
+        assert_refused("granted 30");
+        sound_table();
+        /* 30 slots, but bunched: some window of 50 would still hold 30
+         * (the frame is 50), so use period 10 budget 6 and move one slot. */
+        t.reservations[0].period_slots = 10;
+        t.reservations[0].budget_slots = 6;
+        t.slots[5] = PACE_SLOT_FREE;
+        t.slots[6] = 1;
+        t.slots[15] = PACE_SLOT_FREE;
+        t.slots[17] = 1;
+        {
+                char err[256];
+                int r = table_check(&t, &config, err, sizeof(err));
+                ASSERT_EQ(r, -EBADMSG);
+                ASSERT_CONTAINS(err, "in some window of its period");
+        }
+}
+
+TEST(another_cpu_cannot_borrow_a_reservation) {
+        sound_table();
+        t.n_cpus = 2;
+        t.cpus[1] = (PaceTableCpu) { .cpu = 0, .frame_slots = 10, .first_slot = 50 };
+        t.n_slots = 60;
+        t.slots[50] = 1; /* reservation on CPU 1 given a slot on CPU 0 */
+        assert_refused("belongs to CPU 1");
+}
+
+TEST(free_share_and_gaps) {
+        sound_table();
+        /* 8 of 10: only 20% free, below 25%. */
+        t.reservations[0].period_slots = 10;
+        t.reservations[0].budget_slots = 8;
+        for (uint32_t s = 0; s < 50; s++)
+                t.slots[s] = s % 10 < 8 ? 1 : PACE_SLOT_FREE;
+        config.max_utilization_per_user_ppm = PPM;
+        assert_refused("below the non-real-time share");
+        sound_table();
+        /* 30 slots in one block: a gap of 30 > 20 ms. */
+        for (uint32_t s = 0; s < 50; s++)
+                t.slots[s] = s < 30 ? 1 : PACE_SLOT_FREE;
+        assert_refused("consecutive reserved slots");
+        sound_table();
+        /* Switch costs count: 60% spread as 1-slot runs is 60 switches per
+         * 50 ms frame; at 1 ms each, nothing of the 40% free is left. */
+        t.reservations[0].period_slots = 5;
+        t.reservations[0].budget_slots = 3;
+        for (uint32_t s = 0; s < 50; s++)
+                t.slots[s] = (s % 5 == 0 || s % 5 == 2 || s % 5 == 4) ? 1 : PACE_SLOT_FREE;
+        config.switch_cost_ns = NSEC_PER_MSEC;
+        assert_refused("after dispatch costs");
+}
+
+TEST(per_user_limits_without_slack_and_one_reservation_per_process) {
+        /* Two reservations of uid 1000, each 1 of every 2 slots: 100% against
+         * a 50% limit. Once let through by a rounding allowance. */
+        pace_config_init(&config);
+        config.cpus_set = true;
+        config.n_cpus = 2;
+        config.cpus[0] = 0;
+        config.cpus[1] = 1;
+        config.non_rt_share_ppm = 50000;
+        config.switch_cost_ns = 0;
+        config.max_utilization_per_user_ppm = 500000;
+        memset(&t, 0, sizeof(t));
+        t.slot_ns = config.slot_ns;
+        t.n_cpus = 2;
+        t.cpus[0] = (PaceTableCpu) { .cpu = 0, .frame_slots = 2, .first_slot = 0 };
+        t.cpus[1] = (PaceTableCpu) { .cpu = 1, .frame_slots = 2, .first_slot = 2 };
+        t.n_slots = 4;
+        t.n_reservations = 2;
+        t.reservations[0] = (PaceTableReservation) { .id = 1, .pid = 500, .uid = 1000, .cpu = 0, .period_slots = 2, .budget_slots = 1 };
+        t.reservations[1] = (PaceTableReservation) { .id = 2, .pid = 501, .uid = 1000, .cpu = 1, .period_slots = 2, .budget_slots = 1 };
+        t.slots[0] = 1;
+        t.slots[2] = 2;
+        assert_refused("uid 1000 holds 1000000 ppm, limit 500000 ppm");
+
+        /* The same process on both CPUs. */
+        config.max_utilization_per_user_ppm = PPM;
+        t.reservations[1].pid = 500;
+        assert_refused("pid 500 holds reservations 1 and 2");
+
+        /* Count limit. */
+        t.reservations[1].pid = 501;
+        config.max_reservations_per_user = 1;
+        assert_refused("holds 2 reservations, limit 1");
+}
+
+TEST(garbage_never_crashes_and_is_refused) {
+        /* Random bytes, many times: refused, no out-of-bounds read (ASan). */
+        uint64_t state = 0x1234567;
+        pace_config_init(&config);
+        config.cpus_set = true;
+        config.n_cpus = 1;
+        config.cpus[0] = 0;
+        for (int round = 0; round < 200; round++) {
+                uint8_t *bytes = (uint8_t *) &t;
+                for (size_t i = 0; i < offsetof(PaceTableBuffer, slots) + 256; i++) {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        bytes[i] = (uint8_t) state;
+                }
+                t.slot_ns = config.slot_ns; /* get past the first check now and then */
+                if (round % 2)
+                        t.n_cpus = 1;
+                ASSERT_EQ(table_check(&t, &config, NULL, 0), -EBADMSG);
+        }
+}
+
+TEST_MAIN()
