@@ -15,6 +15,7 @@
 #include "pace.pb-c.h"
 #include "parse-util.h"
 #include "proc-util.h"
+#include "table-check.h"
 
 typedef struct Reservation {
         uint64_t id;
@@ -51,7 +52,104 @@ static void publish(Broker *b) {
                 return;
         PaceTableBuffer *buf = table_writer_begin(b->table);
         plan_export(b->plan, buf);
+        buf->next_id = b->next_id;
         table_writer_publish(b->table);
+}
+
+/* Reads the table a previous broker left in the runtime directory and adopts
+ * every reservation whose process still lives (same pid, same start time)
+ * in exactly its slots. Anything doubtful is dropped with a log line; only
+ * allocation failures are errors. */
+static int adopt_previous_table(Broker *b, int dir_fd) {
+        _cleanup_(table_reader_freep) TableReader *reader = NULL;
+        _cleanup_free_ PaceTableBuffer *old = malloc(sizeof(PaceTableBuffer));
+        _cleanup_free_ PaceTableBuffer *check = malloc(sizeof(PaceTableBuffer));
+        static bool keep[PACE_MAX_RESERVATIONS];
+        static int pidfds[PACE_MAX_RESERVATIONS];
+        char err[256];
+        size_t kept = 0;
+        int r;
+
+        if (!old || !check)
+                return -ENOMEM;
+        r = table_reader_openat(dir_fd, PACE_TABLE_NAME, &reader);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0) {
+                broker_log(b, LOG_WARNING, "previous table not adopted: cannot map it: %s", strerror(-r));
+                return 0;
+        }
+        for (int tries = 0; tries < 100; tries++) {
+                r = table_reader_snapshot(reader, old, NULL);
+                if (r != -EAGAIN)
+                        break;
+        }
+        if (r == -ENODATA)
+                return 0;
+        if (r < 0) {
+                broker_log(b, LOG_WARNING, "previous table not adopted: cannot read it: %s", strerror(-r));
+                return 0;
+        }
+        /* Written by a broker of the same user, but checked like any table:
+         * the configuration may have changed since. */
+        if (table_check(old, &b->config, err, sizeof(err)) < 0) {
+                broker_log(b, LOG_WARNING, "previous table not adopted: %s", err);
+                return 0;
+        }
+
+        for (uint32_t i = 0; i < old->n_reservations; i++) {
+                const PaceTableReservation *res = &old->reservations[i];
+                ProcInfo info;
+
+                keep[i] = false;
+                pidfds[i] = -EBADF;
+                if (pidfd_open_checked(res->pid, &pidfds[i]) < 0 ||
+                    proc_info_read(b->proc_root, res->pid, &info) < 0 || pidfd_alive(pidfds[i]) < 0 ||
+                    info.start_time != res->start_time) {
+                        broker_log(b, LOG_INFO, "reservation %" PRIu64 " not adopted: process %" PRIi32 " is gone",
+                                   res->id, res->pid);
+                        pidfds[i] = safe_close(pidfds[i]);
+                        continue;
+                }
+                keep[i] = true;
+        }
+
+        b->next_id = MAX(b->next_id, old->next_id);
+        for (uint32_t i = 0; i < old->n_reservations; i++)
+                b->next_id = MAX(b->next_id, old->reservations[i].id + 1);
+
+        r = plan_restore(b->plan, old, keep);
+        if (r >= 0) {
+                memset(check, 0, sizeof(*check));
+                plan_export(b->plan, check);
+                r = table_check(check, &b->config, err, sizeof(err)) < 0 ? -EBADMSG : 0;
+        }
+        if (r < 0) {
+                broker_log(b, LOG_WARNING, "previous table not adopted: %s", r == -EBADMSG ? err : strerror(-r));
+                plan_free(b->plan);
+                b->plan = NULL;
+                for (uint32_t i = 0; i < old->n_reservations; i++)
+                        safe_close(pidfds[i]);
+                return plan_new(&b->config, &b->plan);
+        }
+
+        for (uint32_t i = 0; i < old->n_reservations; i++) {
+                const PaceTableReservation *res = &old->reservations[i];
+                if (!keep[i])
+                        continue;
+                Reservation *nr = &b->reservations[b->n_reservations];
+                *nr = (Reservation) { .id = res->id, .owner_uid = (uid_t) res->uid, .pidfd = pidfds[i] };
+                if (b->hooks.watch_pidfd && b->hooks.watch_pidfd(b->hooks.userdata, nr->pidfd, nr->id, &nr->watch) < 0) {
+                        /* Unwatched, it would never end: give it up now. */
+                        (void) plan_remove(b->plan, nr->id);
+                        safe_close(nr->pidfd);
+                        continue;
+                }
+                b->n_reservations++;
+                kept++;
+        }
+        broker_log(b, LOG_INFO, "adopted %zu reservation(s) from the previous table", kept);
+        return 0;
 }
 
 int broker_new(const BrokerOptions *options, Broker **ret) {
@@ -72,6 +170,11 @@ int broker_new(const BrokerOptions *options, Broker **ret) {
         if (r < 0)
                 return r;
         if (options->runtime_dir_fd >= 0) {
+                /* Before the old table is replaced: a broker that restarts
+                 * keeps what its predecessor granted. */
+                r = adopt_previous_table(b, options->runtime_dir_fd);
+                if (r < 0)
+                        return r;
                 r = table_writer_new(options->runtime_dir_fd, &b->table);
                 if (r < 0)
                         return r;

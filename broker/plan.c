@@ -661,6 +661,55 @@ void plan_export(const Plan *p, PaceTableBuffer *out) {
                         .cpu = e->cpu,
                         .period_slots = e->period_slots,
                         .budget_slots = e->budget_slots,
+                        .requested_period_ns = e->requested_period_ns,
+                        .requested_utilization_ppm = e->requested_utilization_ppm,
                 };
         }
+}
+
+int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
+        uint32_t map[PACE_MAX_RESERVATIONS];
+
+        if (p->n_entries != 0 || old->n_reservations > PACE_MAX_RESERVATIONS || old->n_cpus > PACE_MAX_CPUS)
+                return -EINVAL;
+
+        /* Entries first, so old indexes can be mapped to new ones. */
+        for (uint32_t i = 0; i < old->n_reservations; i++) {
+                const PaceTableReservation *r = &old->reservations[i];
+                map[i] = 0;
+                if (!keep[i] || cpu_index(p, r->cpu) < 0)
+                        continue;
+                p->entries[p->n_entries] = (PlanEntry) {
+                        .id = r->id,
+                        .pid = r->pid,
+                        .start_time = r->start_time,
+                        .uid = (uid_t) r->uid,
+                        .cpu = r->cpu,
+                        .requested_period_ns = r->requested_period_ns,
+                        .requested_utilization_ppm = r->requested_utilization_ppm,
+                        .period_slots = r->period_slots,
+                        .budget_slots = r->budget_slots,
+                };
+                map[i] = ++p->n_entries;
+        }
+
+        /* The very same slots: a reservation adopted by a new broker must not
+         * move, or a window spanning the switch could come up short. */
+        for (uint32_t c = 0; c < old->n_cpus; c++) {
+                const PaceTableCpu *oc = &old->cpus[c];
+                int idx = cpu_index(p, oc->cpu);
+                if (idx < 0 || oc->frame_slots > p->max_frame_slots)
+                        continue;
+                PlanCpu *pc = &p->cpus[idx];
+                uint32_t frame = 0;
+                for (uint32_t j = 0; j < p->n_entries; j++)
+                        if (p->entries[j].cpu == pc->cpu)
+                                frame = lcm32(frame, p->entries[j].period_slots);
+                for (uint32_t s = 0; s < frame && frame <= oc->frame_slots; s++) {
+                        uint16_t owner = old->slots[oc->first_slot + s];
+                        pc->slots[s] = owner == PACE_SLOT_FREE || owner > old->n_reservations ? 0 : map[owner - 1];
+                }
+                pc->frame_slots = frame;
+        }
+        return 0;
 }

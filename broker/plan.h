@@ -22,6 +22,7 @@
  *    accepted: free share after the dispatcher's switch costs, longest busy
  *    run, the client's supply in every window of its *requested* period. */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -88,6 +89,12 @@ size_t plan_n_entries(const Plan *p);
 const PlanEntry *plan_entry(const Plan *p, size_t i);
 size_t plan_n_cpus(const Plan *p);
 void plan_cpu_info(const Plan *p, size_t i, PlanCpuInfo *ret);
+
+/* Takes over the reservations of a table published earlier (by a broker that
+ * has since died) whose keep[] is true, in exactly the slots they had. The
+ * table must have passed table_check(); the plan must be empty. Callers
+ * check the result with table_check() again. */
+int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep);
 
 /* Writes the whole plan into a (zeroed) table buffer. */
 void plan_export(const Plan *p, PaceTableBuffer *out);

@@ -125,11 +125,15 @@ uint64_t table_writer_publish(TableWriter *w) {
 }
 
 int table_reader_open(const char *path, TableReader **ret) {
+        return table_reader_openat(AT_FDCWD, path, ret);
+}
+
+int table_reader_openat(int dir_fd, const char *name, TableReader **ret) {
         _cleanup_close_ int fd = -EBADF;
         struct stat st;
         const void *base;
 
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
                 return negative_errno();
         if (fstat(fd, &st) < 0)

@@ -42,6 +42,11 @@ typedef struct PaceTableReservation {
         uint32_t period_slots;
         uint32_t budget_slots;
         uint32_t flags; /* reserved, 0 */
+        /* What was asked for: unused by the dispatcher, kept so a restarted
+         * broker can adopt the reservation without losing it. */
+        uint64_t requested_period_ns;
+        uint32_t requested_utilization_ppm;
+        uint32_t reserved;
 } PaceTableReservation;
 
 typedef struct PaceTableCpu {
@@ -61,6 +66,9 @@ typedef struct PaceTableBuffer {
         uint32_t n_reservations;
         uint32_t n_slots;
         uint32_t reserved;
+        /* The broker's next reservation id: ids are never reused, not even
+         * across a broker restart. Unused by the dispatcher. */
+        uint64_t next_id;
         PaceTableCpu cpus[PACE_MAX_CPUS];
         PaceTableReservation reservations[PACE_MAX_RESERVATIONS];
         /* Owner of each slot: PACE_SLOT_FREE, or 1 + an index into reservations[]. */

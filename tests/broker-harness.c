@@ -22,6 +22,51 @@ static int write_file(const char *path, const char *content) {
         return fclose(f) == 0 ? 0 : -errno;
 }
 
+static int broker_spawn(BrokerInstance *b) {
+        const char *exe = getenv("PACE_BROKER");
+
+        b->pid = fork();
+        if (b->pid < 0)
+                return -errno;
+        if (b->pid == 0) {
+                int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+                if (fd >= 0)
+                        dup2(fd, STDERR_FILENO);
+                /* Test runners wait for stdout to close: the broker must not hold it. */
+                if (null >= 0) {
+                        dup2(null, STDIN_FILENO);
+                        dup2(null, STDOUT_FILENO);
+                }
+                if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
+                                       setuid(HARNESS_BROKER_UID) < 0))
+                        _exit(126);
+                /* After setuid, which clears it: a test that dies takes its broker along. */
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (getppid() == 1)
+                        _exit(125);
+                if (b->with_config)
+                        execl(exe, exe, "--verbose", "--config", b->config, "--runtime-dir", b->dir, (char *) NULL);
+                else
+                        execl(exe, exe, "--verbose", "--runtime-dir", b->dir, (char *) NULL);
+                _exit(127);
+        }
+
+        /* Ready when the socket exists; give up after 5 s. */
+        for (int i = 0; i < 500; i++) {
+                struct stat st;
+                int status;
+                if (stat(b->socket, &st) == 0)
+                        return 0;
+                if (waitpid(b->pid, &status, WNOHANG) == b->pid) {
+                        b->pid = 0;
+                        return -ECHILD;
+                }
+                nanosleep(&(struct timespec) { .tv_nsec = 10 * 1000 * 1000 }, NULL);
+        }
+        return -ETIMEDOUT;
+}
+
 int broker_start(BrokerInstance *b, const char *config_json) {
         const char *exe = getenv("PACE_BROKER");
         int r;
@@ -43,47 +88,21 @@ int broker_start(BrokerInstance *b, const char *config_json) {
         }
         if (geteuid() == 0 && chown(b->dir, HARNESS_BROKER_UID, HARNESS_BROKER_UID) < 0)
                 return -errno;
+        b->with_config = config_json != NULL;
+        return broker_spawn(b);
+}
 
-        b->pid = fork();
-        if (b->pid < 0)
-                return -errno;
-        if (b->pid == 0) {
-                int fd = open(b->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (fd >= 0)
-                        dup2(fd, STDERR_FILENO);
-                /* Test runners wait for stdout to close: the broker must not hold it. */
-                if (null >= 0) {
-                        dup2(null, STDIN_FILENO);
-                        dup2(null, STDOUT_FILENO);
-                }
-                if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
-                                       setuid(HARNESS_BROKER_UID) < 0))
-                        _exit(126);
-                /* After setuid, which clears it: a test that dies takes its broker along. */
-                prctl(PR_SET_PDEATHSIG, SIGTERM);
-                if (getppid() == 1)
-                        _exit(125);
-                if (config_json)
-                        execl(exe, exe, "--verbose", "--config", b->config, "--runtime-dir", b->dir, (char *) NULL);
-                else
-                        execl(exe, exe, "--verbose", "--runtime-dir", b->dir, (char *) NULL);
-                _exit(127);
-        }
+int broker_restart(BrokerInstance *b, int sig) {
+        int status;
 
-        /* Ready when the socket exists; give up after 5 s. */
-        for (int i = 0; i < 500; i++) {
-                struct stat st;
-                int status;
-                if (stat(b->socket, &st) == 0)
-                        return 0;
-                if (waitpid(b->pid, &status, WNOHANG) == b->pid) {
-                        b->pid = 0;
-                        return -ECHILD;
-                }
-                nanosleep(&(struct timespec) { .tv_nsec = 10 * 1000 * 1000 }, NULL);
+        if (b->pid > 0) {
+                kill(b->pid, sig);
+                waitpid(b->pid, &status, 0);
+                b->pid = 0;
         }
-        return -ETIMEDOUT;
+        /* The socket of the dead broker is still there: wait for a new one. */
+        unlink(b->socket);
+        return broker_spawn(b);
 }
 
 int broker_stop(BrokerInstance *b) {

@@ -16,10 +16,15 @@ typedef struct BrokerInstance {
         char socket[300];
         char config[300];
         char log[300];
+        int with_config;
 } BrokerInstance;
 
 /* config_json NULL: no --config at all (built-in defaults). */
 int broker_start(BrokerInstance *b, const char *config_json);
+/* Sends sig (e.g. SIGKILL), waits, and starts a new broker in the same
+ * directory with the same configuration: what a crash and a restart by
+ * systemd do. */
+int broker_restart(BrokerInstance *b, int sig);
 /* SIGTERM, wait, remove the directory. Returns the broker's exit status. */
 int broker_stop(BrokerInstance *b);
 /* The broker's stderr so far (malloc'ed). */

@@ -20,6 +20,7 @@
 #include "broker-harness.h"
 #include "macro.h"
 #include "pace-limits.h"
+#include "table-shm.h"
 #include "pace.pb-c.h"
 #include "pace/pace.h"
 #include "test.h"
@@ -580,6 +581,118 @@ static void *park(void *arg) {
         *tid = gettid();
         pause();
         return NULL;
+}
+
+static pid_t spawn_sleeper(void) {
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                pause();
+                _exit(0);
+        }
+        return pid;
+}
+
+static PaceTableBuffer table_before, table_after;
+
+static void read_table(const BrokerInstance *b, PaceTableBuffer *out) {
+        char path[320];
+        TableReader *r = NULL;
+        snprintf(path, sizeof(path), "%s/table", b->dir);
+        ASSERT_OK(table_reader_open(path, &r));
+        int rr;
+        for (int i = 0; i < 100 && (rr = table_reader_snapshot(r, out, NULL)) == -EAGAIN; i++)
+                ;
+        ASSERT_OK(rr);
+        table_reader_free(r);
+}
+
+/* A broker that crashes and is restarted keeps what it granted: the same
+ * ids, owners and slots; reservations of processes that died meanwhile are
+ * dropped; the adopted ones still end with their process. */
+TEST(a_restarted_broker_adopts_the_reservations_in_force) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g1, g2, g3;
+        pace_status_report *st = NULL;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        pid_t keeper = spawn_sleeper(), goner = spawn_sleeper(), third = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000, .pid = keeper, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &g1));
+        params.pid = goner;
+        params.period_ns = 40 * NSEC_PER_MSEC;
+        params.utilization_ppm = 200000;
+        ASSERT_OK(pace_reserve(p, &params, &g2));
+        pace_close(p);
+        read_table(&b, &table_before);
+
+        /* The broker dies hard; during the outage one client dies too. */
+        kill(b.pid, SIGKILL);
+        waitpid(b.pid, NULL, 0);
+        b.pid = 0;
+        kill(goner, SIGKILL);
+        waitpid(goner, NULL, 0);
+        ASSERT_OK(broker_restart(&b, SIGKILL));
+
+        ASSERT_OK(pace_connect(b.socket, &p));
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->n_reservations, 1);
+        ASSERT_EQ(st->reservations[0].id, g1.id);
+        ASSERT_EQ(st->reservations[0].pid, keeper);
+        ASSERT_EQ(st->reservations[0].budget_ns, g1.budget_ns);
+        ASSERT_EQ(st->reservations[0].period_ns, g1.period_ns);
+        ASSERT_EQ(st->reservations[0].requested_utilization_ppm, 300000);
+        ASSERT_EQ(st->reservations[0].requested_period_ns, 50 * NSEC_PER_MSEC);
+        pace_status_report_free(st);
+
+        /* Not a slot moved: the keeper's slots in the new table are those
+         * it had (the frame may have shrunk to its own period). */
+        read_table(&b, &table_after);
+        ASSERT_EQ(table_after.n_reservations, 1);
+        uint32_t frame = 0;
+        for (uint32_t c = 0; c < table_after.n_cpus; c++)
+                if (table_after.cpus[c].cpu == 1)
+                        frame = table_after.cpus[c].frame_slots;
+        ASSERT_EQ(frame, 50);
+        uint16_t keeper_old = 0;
+        for (uint32_t i = 0; i < table_before.n_reservations; i++)
+                if (table_before.reservations[i].id == g1.id)
+                        keeper_old = (uint16_t) (i + 1);
+        uint32_t first_before = 0, first_after = 0;
+        for (uint32_t c = 0; c < table_before.n_cpus; c++)
+                if (table_before.cpus[c].cpu == 1)
+                        first_before = table_before.cpus[c].first_slot;
+        for (uint32_t c = 0; c < table_after.n_cpus; c++)
+                if (table_after.cpus[c].cpu == 1)
+                        first_after = table_after.cpus[c].first_slot;
+        for (uint32_t s = 0; s < frame; s++)
+                ASSERT_EQ(table_after.slots[first_after + s] == 1, table_before.slots[first_before + s] == keeper_old);
+
+        /* New requests work at once, with fresh ids. */
+        params.pid = third;
+        ASSERT_OK(pace_reserve(p, &params, &g3));
+        ASSERT_CMP(g3.id, >, g2.id);
+
+        /* The adopted reservation still dies with its process. */
+        kill(keeper, SIGKILL);
+        waitpid(keeper, NULL, 0);
+        size_t n = 2;
+        for (int i = 0; i < 200 && n != 1; i++) {
+                status_generation(p, &n);
+                sleep_ms(5);
+        }
+        ASSERT_EQ(n, 1);
+        pace_close(p);
+        kill(third, SIGKILL);
+        waitpid(third, NULL, 0);
+        char *log = broker_log(&b);
+        ASSERT_CONTAINS(log, "not adopted: process");
+        ASSERT_CONTAINS(log, "adopted 1 reservation(s)");
+        free(log);
+        ASSERT_EQ(broker_stop(&b), 0);
 }
 
 TEST(a_thread_id_is_refused_as_not_a_process) {

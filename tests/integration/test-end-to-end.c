@@ -269,6 +269,50 @@ TEST(two_clients_are_isolated_from_each_other) {
         ASSERT_EQ(broker_stop(&s.broker), 0);
 }
 
+static double share_over(pid_t pid, unsigned ms) {
+        uint64_t c0 = cpu_time_ns(pid), t0 = now_ns();
+        sleep_ms(ms);
+        return 100.0 * (double) (cpu_time_ns(pid) - c0) / (double) (now_ns() - t0);
+}
+
+/* The broker crashes: the dispatcher keeps enforcing the last table; the
+ * restarted broker adopts the reservation in its very slots. */
+TEST(a_broker_crash_does_not_interrupt_a_reservation) {
+        Stack s = {};
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start(&s);
+
+        pid_t other = spawn(hog, NULL);
+        pid_t client = spawn(reserved_hog, "60%");
+        for (int i = 0; i < 200 && n_reservations(s.broker.socket) == 0; i++)
+                sleep_ms(10);
+        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        sleep_ms(300);
+        double before = share_over(client, 2000);
+
+        kill(s.broker.pid, SIGKILL);
+        waitpid(s.broker.pid, NULL, 0);
+        s.broker.pid = 0;
+        double outage = share_over(client, 2000);
+
+        ASSERT_OK(broker_restart(&s.broker, SIGKILL));
+        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        sleep_ms(200);
+        double after = share_over(client, 2000);
+        printf("  reserved 60%%: %.2f%% before, %.2f%% with the broker dead, %.2f%% after its restart\n", before,
+               outage, after);
+        ASSERT_CMP(outage, >=, 58.0);
+        ASSERT_CMP(outage, <=, 62.0);
+        ASSERT_CMP(after, >=, 58.0);
+        ASSERT_CMP(after, <=, 62.0);
+
+        reap(client);
+        reap(other);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+}
+
 TEST(stopping_the_dispatcher_leaves_nothing_realtime) {
         Stack s = {};
         if (skip())
