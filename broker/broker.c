@@ -24,8 +24,20 @@ typedef struct Reservation {
         void *watch;
 } Reservation;
 
+/* A token bucket per uid: refilled at max_requests_per_second, holding at
+ * most one second's worth. Least recently used buckets are reused. */
+#define RATE_BUCKETS 256
+
+typedef struct RateBucket {
+        uid_t uid;
+        bool used;
+        uint64_t tokens_ppm; /* in millionths of a request */
+        uint64_t last_ns;
+} RateBucket;
+
 struct Broker {
         PaceConfig config;
+        RateBucket buckets[RATE_BUCKETS];
         char *proc_root;
         BrokerHooks hooks;
         Plan *plan;
@@ -238,6 +250,53 @@ void broker_process_exited(Broker *b, uint64_t id) {
         broker_log(b, LOG_INFO, "reservation %" PRIu64 " ended: process %" PRIi32 " exited", id,
                    e ? (int32_t) e->pid : -1);
         drop_reservation(b, res);
+}
+
+/* Whether the peer may take another request now; takes a token if so. */
+static bool rate_allows(Broker *b, const BrokerPeer *peer) {
+        uint64_t rate = b->config.max_requests_per_second, cap = rate * PPM;
+        RateBucket *bucket = NULL, *oldest = &b->buckets[0];
+
+        if (peer->uid == 0)
+                return true;
+        for (size_t i = 0; i < RATE_BUCKETS; i++) {
+                RateBucket *r = &b->buckets[i];
+                if (r->used && r->uid == peer->uid) {
+                        bucket = r;
+                        break;
+                }
+                if (!r->used || (oldest->used && r->last_ns < oldest->last_ns))
+                        oldest = r;
+        }
+        if (!bucket) {
+                bucket = oldest;
+                *bucket = (RateBucket) { .uid = peer->uid, .used = true, .tokens_ppm = cap, .last_ns = peer->now_ns };
+        }
+        if (peer->now_ns > bucket->last_ns) {
+                /* elapsed ns * rate / 1e9 requests, in ppm: elapsed * rate / 1000. */
+                uint64_t elapsed = peer->now_ns - bucket->last_ns;
+                uint64_t refill = elapsed >= NSEC_PER_SEC ? cap : elapsed * rate / 1000;
+                bucket->tokens_ppm = MIN(cap, bucket->tokens_ppm + refill);
+                bucket->last_ns = peer->now_ns;
+        }
+        if (bucket->tokens_ppm < PPM)
+                return false;
+        bucket->tokens_ppm -= PPM;
+        return true;
+}
+
+/* Root always; otherwise anyone, or members of allowed_groups if set. */
+static bool group_allows(const Broker *b, const BrokerPeer *peer) {
+        if (peer->uid == 0 || !b->config.allowed_groups_set)
+                return true;
+        for (uint32_t i = 0; i < b->config.n_allowed_groups; i++) {
+                if (b->config.allowed_groups[i] == peer->gid)
+                        return true;
+                for (size_t j = 0; j < peer->n_groups; j++)
+                        if (b->config.allowed_groups[i] == peer->groups[j])
+                                return true;
+        }
+        return false;
 }
 
 /* Replies. Each builder packs a complete Response; the caller frees it. */
@@ -477,6 +536,99 @@ static int handle_release(Broker *b, const BrokerPeer *peer, const Pace__Release
         return pack_response(&resp, reply, reply_size);
 }
 
+int broker_reload(Broker *b, const PaceConfig *config, char *why, size_t why_size) {
+        _cleanup_(plan_freep) Plan *next = NULL;
+        _cleanup_free_ PaceTableBuffer *now = calloc(1, sizeof(PaceTableBuffer));
+        _cleanup_free_ PaceTableBuffer *then = calloc(1, sizeof(PaceTableBuffer));
+        static bool keep[PACE_MAX_RESERVATIONS];
+        char err[256];
+        int r;
+
+        if (!now || !then)
+                return -ENOMEM;
+        r = plan_new(config, &next);
+        if (r < 0) {
+                snprintf(why, why_size, "the new configuration cannot be used: %s", strerror(-r));
+                return -EINVAL;
+        }
+        /* The live reservations, in their very slots, under the new rules. */
+        plan_export(b->plan, now);
+        for (uint32_t i = 0; i < now->n_reservations; i++)
+                keep[i] = true;
+        r = plan_restore(next, now, keep);
+        if (r < 0)
+                return r;
+        if (plan_n_entries(next) != plan_n_entries(b->plan)) {
+                for (uint32_t i = 0; i < now->n_reservations; i++)
+                        if (!plan_find(next, now->reservations[i].id)) {
+                                snprintf(why, why_size, "reservation %" PRIu64 " lives on CPU %" PRIi32
+                                         ", which the new configuration does not manage",
+                                         now->reservations[i].id, now->reservations[i].cpu);
+                                break;
+                        }
+                return -EBUSY;
+        }
+        plan_export(next, then);
+        if (table_check(then, config, err, sizeof(err)) < 0) {
+                snprintf(why, why_size, "the %zu live reservation(s) would violate it: %s", plan_n_entries(b->plan),
+                         err);
+                return -EBUSY;
+        }
+
+        plan_free(b->plan);
+        b->plan = TAKE_PTR(next);
+        b->config = *config;
+        publish(b);
+        return 0;
+}
+
+size_t broker_reset(Broker *b) {
+        size_t n = b->n_reservations;
+        while (b->n_reservations > 0)
+                drop_reservation(b, &b->reservations[b->n_reservations - 1]);
+        return n;
+}
+
+static int admin_reply(uint8_t **reply, size_t *reply_size, const char *message) {
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__AdminReply admin = PACE__ADMIN_REPLY__INIT;
+
+        admin.message = (char *) message;
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_ADMIN;
+        resp.admin = &admin;
+        return pack_response(&resp, reply, reply_size);
+}
+
+static int handle_admin(Broker *b, const BrokerPeer *peer, int body, uint8_t **reply, size_t *reply_size) {
+        char message[512];
+
+        if (peer->uid != 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "only root may %s the broker", body == PACE__REQUEST__BODY_RESET ? "reset" : "reload");
+        if (body == PACE__REQUEST__BODY_RESET) {
+                size_t n = broker_reset(b);
+                broker_log(b, LOG_NOTICE, "reset by pid %" PRIi32 ": %zu reservation(s) dropped", (int32_t) peer->pid, n);
+                snprintf(message, sizeof(message), "%zu reservation(s) dropped", n);
+                return admin_reply(reply, reply_size, message);
+        }
+        if (!b->hooks.reload)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "this broker cannot reload its configuration");
+        int r = b->hooks.reload(b->hooks.userdata, message, sizeof(message));
+        if (r < 0)
+                broker_log(b, LOG_ERR, "reload refused, the old configuration stays (asked by pid %" PRIi32 "): %s",
+                           (int32_t) peer->pid, message);
+        else
+                broker_log(b, LOG_INFO, "reloaded on request of pid %" PRIi32, (int32_t) peer->pid);
+        if (r < 0)
+                return error_reply(reply, reply_size,
+                                   r == -EBUSY || r == -EINVAL ? PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT
+                                                               : PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "reload refused, the old configuration stays: %s", message);
+        return admin_reply(reply, reply_size, "configuration reloaded");
+}
+
 static int handle_status(Broker *b, uint8_t **reply, size_t *reply_size) {
         size_t n = plan_n_entries(b->plan), n_cpus = plan_n_cpus(b->plan);
         _cleanup_free_ Pace__Grant *grants = calloc(n ? n : 1, sizeof(Pace__Grant));
@@ -520,6 +672,11 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
         Pace__Request *req;
         int r;
 
+        /* Before decoding: flooding with garbage costs tokens too. */
+        if (!rate_allows(b, peer))
+                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                   "uid %u sends more than %" PRIu32 " requests per second (max_requests_per_second); "
+                                   "slow down", (unsigned) peer->uid, b->config.max_requests_per_second);
         if (request_size == 0)
                 return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
                                    "empty message; expected a pace.Request");
@@ -540,13 +697,26 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
         else
                 switch (req->body_case) {
                 case PACE__REQUEST__BODY_RESERVE:
-                        r = handle_reserve(b, peer, req->reserve, ret_reply, ret_reply_size);
-                        break;
                 case PACE__REQUEST__BODY_RELEASE:
-                        r = handle_release(b, peer, req->release, ret_reply, ret_reply_size);
+                        if (!group_allows(b, peer)) {
+                                r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                                "uid %u is in none of the groups allowed to reserve (allowed_groups "
+                                                "in the configuration); ask the administrator",
+                                                (unsigned) peer->uid);
+                                break;
+                        }
+                        if (req->body_case == PACE__REQUEST__BODY_RELEASE) {
+                                r = handle_release(b, peer, req->release, ret_reply, ret_reply_size);
+                                break;
+                        }
+                        r = handle_reserve(b, peer, req->reserve, ret_reply, ret_reply_size);
                         break;
                 case PACE__REQUEST__BODY_STATUS:
                         r = handle_status(b, ret_reply, ret_reply_size);
+                        break;
+                case PACE__REQUEST__BODY_RELOAD:
+                case PACE__REQUEST__BODY_RESET:
+                        r = handle_admin(b, peer, req->body_case, ret_reply, ret_reply_size);
                         break;
                 default:
                         r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,

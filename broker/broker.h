@@ -18,11 +18,19 @@
 typedef struct Broker Broker;
 
 /* Who is asking, from SO_PEERCRED / SO_PEERPIDFD, never from the message. */
+#define BROKER_PEER_MAX_GROUPS 64
+
 typedef struct BrokerPeer {
         pid_t pid;
         uid_t uid;
         gid_t gid;
         int pidfd; /* -1 if the kernel could not give one */
+        /* Supplementary groups (SO_PEERGROUPS); beyond the first 64 a user
+         * is judged by these and its primary group. */
+        size_t n_groups;
+        gid_t groups[BROKER_PEER_MAX_GROUPS];
+        /* When the request arrived (CLOCK_MONOTONIC): the rate limit's clock. */
+        uint64_t now_ns;
 } BrokerPeer;
 
 /* How a live reservation's end is noticed: the broker asks its embedder to
@@ -34,6 +42,9 @@ typedef struct BrokerHooks {
         void (*unwatch)(void *userdata, void *watch);
         /* One line of log, with a syslog priority. */
         void (*log)(void *userdata, int priority, const char *message);
+        /* Re-read the configuration and apply it with broker_reload(); on
+         * refusal a sentence in why. NULL: reloading is not offered. */
+        int (*reload)(void *userdata, char *why, size_t why_size);
 } BrokerHooks;
 
 typedef struct BrokerOptions {
@@ -59,6 +70,14 @@ int broker_error_reply(int code, const char *message, uint8_t **ret_reply, size_
 
 /* The process behind reservation `id` has exited: free its slots. */
 void broker_process_exited(Broker *b, uint64_t id);
+
+/* Applies a new configuration, or refuses it (-EBUSY, with why) if the live
+ * reservations would violate it (a CPU no longer managed, a smaller limit, a
+ * different slot...); nothing changes then. The caller has parsed it. */
+int broker_reload(Broker *b, const PaceConfig *config, char *why, size_t why_size);
+
+/* Drops every reservation. Returns how many there were. */
+size_t broker_reset(Broker *b);
 
 size_t broker_n_reservations(const Broker *b);
 uint64_t broker_generation(const Broker *b);

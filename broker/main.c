@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,8 @@ static int parse_argv(int argc, char **argv) {
         return 1;
 }
 
-static int load_config(PaceConfig *config) {
+/* Reads and checks the configuration; on failure a sentence in why. */
+static int read_config(PaceConfig *config, char *why, size_t why_size) {
         _cleanup_free_ char *error = NULL;
         const char *path = arg_config ?: PACE_DEFAULT_CONFIG;
         int r;
@@ -101,9 +103,9 @@ static int load_config(PaceConfig *config) {
                 log_fmt(PROGRAM, LOG_INFO, "%s does not exist; using built-in defaults", path);
         else if (r < 0) {
                 if (error)
-                        log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", error);
+                        snprintf(why, why_size, "%s", error);
                 else
-                        log_fmt(PROGRAM, LOG_ERR, "refusing to start: cannot read %s: %s", path, strerror(-r));
+                        snprintf(why, why_size, "cannot read %s: %s", path, strerror(-r));
                 return r;
         }
 
@@ -111,9 +113,36 @@ static int load_config(PaceConfig *config) {
         error = NULL;
         r = config_resolve_cpus(config, "/sys/devices/system/cpu/online", &error);
         if (r < 0) {
-                log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", error ?: strerror(-r));
+                snprintf(why, why_size, "%s", error ?: strerror(-r));
                 return r;
         }
+        return 0;
+}
+
+static int load_config(PaceConfig *config) {
+        char why[1024];
+        int r = read_config(config, why, sizeof(why));
+        if (r < 0)
+                log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", why);
+        return r;
+}
+
+static int reload_source(void *userdata, PaceConfig *ret, char *why, size_t why_size) {
+        return read_config(ret, why, why_size);
+}
+
+static int on_sighup(sd_event_source *src, const struct signalfd_siginfo *si, void *userdata) {
+        Server *server = *(Server **) userdata;
+        char why[1024] = "";
+        int r;
+
+        (void) sd_notify(0, "RELOADING=1\nSTATUS=Reloading the configuration");
+        r = server_reload(server, why, sizeof(why));
+        if (r < 0)
+                log_fmt(PROGRAM, LOG_ERR, "reload refused, the old configuration stays: %s", why);
+        else
+                log_fmt(PROGRAM, LOG_INFO, "reloaded %s", arg_config ?: PACE_DEFAULT_CONFIG);
+        (void) sd_notify(0, "READY=1\nSTATUS=Serving reservations");
         return 0;
 }
 
@@ -185,6 +214,29 @@ static int ensure_fd_limit(const PaceConfig *config) {
         return 0;
 }
 
+/* What the broker never needs: new processes, locked memory. A compromised
+ * broker gets no further with them. (Not RLIMIT_FSIZE: stderr may be a file,
+ * and SIGXFSZ would kill the broker for logging.) */
+static int cap_own_resources(void) {
+        static const struct {
+                int resource;
+                rlim_t limit;
+                const char *name;
+        } caps[] = {
+                { RLIMIT_NPROC, 0, "RLIMIT_NPROC" },
+                { RLIMIT_MEMLOCK, 0, "RLIMIT_MEMLOCK" },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(caps); i++) {
+                struct rlimit rl = { .rlim_cur = caps[i].limit, .rlim_max = caps[i].limit };
+                if (setrlimit(caps[i].resource, &rl) < 0) {
+                        log_fmt(PROGRAM, LOG_WARNING, "cannot set %s: %m", caps[i].name);
+                        return negative_errno();
+                }
+        }
+        return 0;
+}
+
 int main(int argc, char **argv) {
         _cleanup_(server_freep) Server *server = NULL;
         _cleanup_close_ int dir_fd = -EBADF;
@@ -202,6 +254,7 @@ int main(int argc, char **argv) {
         r = ensure_fd_limit(&config);
         if (r < 0)
                 log_fmt(PROGRAM, LOG_WARNING, "cannot check the file descriptor limit: %s", strerror(-r));
+        (void) cap_own_resources();
 
         if (mkdir(arg_runtime_dir, 0755) < 0 && errno != EEXIST) {
                 log_fmt(PROGRAM, LOG_ERR, "cannot create runtime directory %s: %m", arg_runtime_dir);
@@ -227,9 +280,11 @@ int main(int argc, char **argv) {
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
         sigprocmask(SIG_BLOCK, &mask, NULL);
         (void) sd_event_add_signal(event, NULL, SIGTERM, NULL, NULL);
         (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
+        (void) sd_event_add_signal(event, NULL, SIGHUP, on_sighup, &server);
         /* A client that hangs up mid-reply must not kill us. */
         signal(SIGPIPE, SIG_IGN);
 
@@ -239,6 +294,7 @@ int main(int argc, char **argv) {
                 .runtime_dir_fd = dir_fd,
                 .proc_root = "/proc",
                 .log = log_sink,
+                .load_config = reload_source,
         };
         r = server_new(event, &options, &server);
         if (r < 0) {

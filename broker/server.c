@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "macro.h"
@@ -53,6 +54,7 @@ struct Server {
         size_t n_connections;
         void *log_userdata;
         void (*log)(void *userdata, int priority, const char *message);
+        int (*load_config)(void *userdata, PaceConfig *ret, char *why, size_t why_size);
         uint8_t buffer[PACE_MAX_MESSAGE_SIZE];
 };
 
@@ -66,6 +68,12 @@ _printf_(3, 4) static void server_log(Server *s, int priority, const char *fmt, 
         vsnprintf(line, sizeof(line), fmt, ap);
         va_end(ap);
         s->log(s->log_userdata, priority, line);
+}
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
 }
 
 static void connection_free(Connection *c) {
@@ -112,6 +120,7 @@ static int connection_io(sd_event_source *src, int fd, uint32_t revents, void *u
         int r;
 
         n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        c->peer.now_ns = now_ns();
         if (n < 0) {
                 if (errno == EAGAIN || errno == EINTR)
                         return 0;
@@ -161,6 +170,17 @@ static void refuse_connection(Server *s, int fd) {
                 (void) send(fd, reply, size, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+static void refuse_user(Server *s, int fd, uid_t uid) {
+        _cleanup_free_ uint8_t *reply = NULL;
+        size_t size;
+        char message[200];
+
+        snprintf(message, sizeof(message), "uid %u already holds %u connections (max_connections_per_user); "
+                 "close some or reuse one", (unsigned) uid, s->config.max_connections_per_user);
+        if (broker_error_reply(PACE__ERROR_CODE__ERROR_BUSY, message, &reply, &size) >= 0)
+                (void) send(fd, reply, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 static int accept_one(Server *s) {
         _cleanup_close_ int fd = -EBADF;
         _cleanup_free_ Connection *c = NULL;
@@ -181,6 +201,17 @@ static int accept_one(Server *s) {
         }
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
                 return negative_errno();
+
+        /* One user may not fill the broker: root excepted, as everywhere. */
+        if (cred.uid != 0) {
+                size_t mine = 0;
+                for (Connection *o = s->connections; o; o = o->next)
+                        mine += o->peer.uid == cred.uid;
+                if (mine >= s->config.max_connections_per_user) {
+                        refuse_user(s, fd, cred.uid);
+                        return 0;
+                }
+        }
         len = sizeof(pidfd);
         /* Best effort: kernels before 6.5 have no SO_PEERPIDFD; the caller's
          * pid is then opened by number, which the start-time check guards. */
@@ -194,6 +225,16 @@ static int accept_one(Server *s) {
         }
         c->server = s;
         c->peer = (BrokerPeer) { .pid = cred.pid, .uid = cred.uid, .gid = cred.gid, .pidfd = pidfd };
+        /* Supplementary groups as the kernel recorded them at connect time;
+         * if there are more than fit, the first ones are judged. */
+        {
+                gid_t groups[BROKER_PEER_MAX_GROUPS * 4];
+                socklen_t glen = sizeof(groups);
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
+                        c->peer.n_groups = MIN((size_t) glen / sizeof(gid_t), (size_t) BROKER_PEER_MAX_GROUPS);
+                        memcpy(c->peer.groups, groups, c->peer.n_groups * sizeof(gid_t));
+                }
+        }
         c->fd = fd;
 
         r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN | EPOLLRDHUP, connection_io, c);
@@ -288,6 +329,28 @@ static void broker_log_hook(void *userdata, int priority, const char *message) {
                 s->log(s->log_userdata, priority, message);
 }
 
+int server_reload(Server *s, char *why, size_t why_size) {
+        PaceConfig config;
+        int r;
+
+        if (!s->load_config) {
+                snprintf(why, why_size, "no configuration source to reload from");
+                return -EOPNOTSUPP;
+        }
+        r = s->load_config(s->log_userdata, &config, why, why_size);
+        if (r < 0)
+                return r;
+        r = broker_reload(s->broker, &config, why, why_size);
+        if (r < 0)
+                return r;
+        s->config = config;
+        return 0;
+}
+
+static int broker_reload_hook(void *userdata, char *why, size_t why_size) {
+        return server_reload(userdata, why, why_size);
+}
+
 int server_new(sd_event *event, const ServerOptions *options, Server **ret) {
         _cleanup_(server_freep) Server *s = NULL;
         int r;
@@ -300,6 +363,7 @@ int server_new(sd_event *event, const ServerOptions *options, Server **ret) {
         s->listen_fd = options->listen_fd;
         s->log = options->log;
         s->log_userdata = options->log_userdata;
+        s->load_config = options->load_config;
 
         BrokerOptions bo = {
                 .config = options->config,
@@ -310,6 +374,7 @@ int server_new(sd_event *event, const ServerOptions *options, Server **ret) {
                         .watch_pidfd = watch_pidfd,
                         .unwatch = unwatch,
                         .log = broker_log_hook,
+                        .reload = options->load_config ? broker_reload_hook : NULL,
                 },
         };
         r = broker_new(&bo, &s->broker);

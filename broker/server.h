@@ -22,6 +22,8 @@ typedef struct ServerOptions {
         const char *proc_root;
         void *log_userdata;
         void (*log)(void *userdata, int priority, const char *message);
+        /* Reads the configuration anew (for reloads); NULL: no reloading. */
+        int (*load_config)(void *userdata, PaceConfig *ret, char *why, size_t why_size);
 } ServerOptions;
 
 int server_new(sd_event *event, const ServerOptions *options, Server **ret);
@@ -29,6 +31,10 @@ Server *server_free(Server *s);
 static inline void server_freep(Server **s) {
         server_free(*s);
 }
+
+/* Re-reads the configuration and applies it, or refuses it with why and
+ * keeps the old one (SIGHUP, and root's reload request). */
+int server_reload(Server *s, char *why, size_t why_size);
 
 size_t server_n_connections(const Server *s);
 Broker *server_broker(Server *s);

@@ -333,6 +333,8 @@ static int check_response(const Pace__Response *resp, Pace__Response__BodyCase e
                 return resp->released ? 0 : PACE_E_PROTOCOL;
         case PACE__RESPONSE__BODY_STATUS:
                 return resp->status ? 0 : PACE_E_PROTOCOL;
+        case PACE__RESPONSE__BODY_ADMIN:
+                return resp->admin && resp->admin->message ? 0 : PACE_E_PROTOCOL;
         default:
                 return PACE_E_PROTOCOL;
         }
@@ -426,6 +428,43 @@ _public_ int pace_release(pace *p, uint64_t id) {
                 return PACE_E_PROTOCOL;
 
         return 0;
+}
+
+/* reload and reset: root's requests, answered with a sentence. */
+static int admin_request(pace *p, Pace__Request__BodyCase body_case) {
+        _cleanup_(response_freep) Pace__Response *resp = NULL;
+        Pace__Request req = PACE__REQUEST__INIT;
+        Pace__ReloadRequest reload = PACE__RELOAD_REQUEST__INIT;
+        Pace__ResetRequest reset = PACE__RESET_REQUEST__INIT;
+        int r;
+
+        clear_last_message();
+        if (!p)
+                return -EINVAL;
+
+        req.version = PACE_PROTOCOL_VERSION;
+        req.body_case = body_case;
+        if (body_case == PACE__REQUEST__BODY_RELOAD)
+                req.reload = &reload;
+        else
+                req.reset = &reset;
+
+        r = exchange(p, &req, &resp);
+        if (r < 0)
+                return r;
+        r = check_response(resp, PACE__RESPONSE__BODY_ADMIN);
+        if (r < 0)
+                return r;
+        set_last_message(resp->admin->message);
+        return 0;
+}
+
+_public_ int pace_reload(pace *p) {
+        return admin_request(p, PACE__REQUEST__BODY_RELOAD);
+}
+
+_public_ int pace_reset(pace *p) {
+        return admin_request(p, PACE__REQUEST__BODY_RESET);
 }
 
 _public_ void pace_status_report_free(pace_status_report *report) {

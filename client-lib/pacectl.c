@@ -37,6 +37,8 @@ typedef enum Command {
         COMMAND_RESERVE,
         COMMAND_RELEASE,
         COMMAND_TABLE,
+        COMMAND_RELOAD,
+        COMMAND_RESET,
 } Command;
 
 typedef struct Args {
@@ -63,6 +65,7 @@ static void help(void) {
                "       %1$s [OPTIONS] reserve --period DURATION --util SHARE [--pid PID] [--cpu N]\n"
                "       %1$s [OPTIONS] release ID\n"
                "       %1$s [OPTIONS] table\n"
+               "       %1$s [OPTIONS] reload | reset         (root)\n"
                "\n"
                "Show and manage pace soft real-time CPU reservations.\n"
                "\n"
@@ -72,6 +75,9 @@ static void help(void) {
                "  release ID          end the reservation with this id\n"
                "  table               draw the dispatch table the broker published (it lives\n"
                "                      next to the socket): one letter per reservation, '.' free\n"
+               "  reload              root: the broker re-reads its configuration; refused, and\n"
+               "                      the old one kept, if the live reservations would violate it\n"
+               "  reset               root: drop every reservation\n"
                "\n"
                "Options:\n"
                "  -s, --socket PATH   broker socket (default: $PACE_SOCKET, else %2$s)\n"
@@ -230,12 +236,16 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 if (r < 0)
                         return cli_usage_error("invalid reservation ID '%s': expected a number as shown "
                                            "by '%s status'", positional[1], cli_program);
+        } else if (streq(positional[0], "reload") || streq(positional[0], "reset")) {
+                args->command = streq(positional[0], "reload") ? COMMAND_RELOAD : COMMAND_RESET;
+                if (n_positional > 1)
+                        return cli_usage_error("%s takes no arguments, got '%s'", positional[0], positional[1]);
         } else if (streq(positional[0], "table")) {
                 args->command = COMMAND_TABLE;
                 if (n_positional > 1)
                         return cli_usage_error("table takes no arguments, got '%s'", positional[1]);
         } else
-                return cli_usage_error("unknown command '%s': expected status, reserve, release or table", positional[0]);
+                return cli_usage_error("unknown command '%s': expected status, reserve, release, table, reload or reset", positional[0]);
 
         if (args->command != COMMAND_RESERVE && args->reserve_option)
                 return cli_usage_error("%s only applies to the reserve command", args->reserve_option);
@@ -567,6 +577,16 @@ static int do_release(pace *p, const Args *args, const char *socket_path) {
         return EXIT_OK;
 }
 
+static int do_admin(pace *p, const Args *args, const char *socket_path) {
+        const char *what = args->command == COMMAND_RELOAD ? "reload" : "reset";
+        int r = args->command == COMMAND_RELOAD ? pace_reload(p) : pace_reset(p);
+
+        if (r < 0)
+                return report_failure(what, socket_path, r);
+        printf("%s\n", pace_last_message() ?: "done");
+        return EXIT_OK;
+}
+
 /* The published table, drawn: enough to see where the free time is. */
 static int do_table(const char *socket_path) {
         _cleanup_(table_reader_freep) TableReader *reader = NULL;
@@ -660,6 +680,9 @@ static int run(const Args *args) {
                 return do_reserve(p, args, socket_path);
         case COMMAND_RELEASE:
                 return do_release(p, args, socket_path);
+        case COMMAND_RELOAD:
+        case COMMAND_RESET:
+                return do_admin(p, args, socket_path);
         case COMMAND_TABLE:
                 break;
         }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <grp.h>
 
 #include "config.h"
 #include "macro.h"
@@ -37,6 +38,9 @@ typedef enum KeyId {
         KEY_SWITCH_COST_US,
         KEY_WAITING,
         KEY_CPUS,
+        KEY_MAX_CONNECTIONS_PER_USER,
+        KEY_MAX_REQUESTS_PER_SECOND,
+        KEY_ALLOWED_GROUPS,
         _KEY_MAX,
 } KeyId;
 
@@ -46,6 +50,7 @@ typedef enum KeyKind {
         KIND_NUMBER,
         KIND_CHOICE,
         KIND_CPUS,
+        KIND_GROUPS,
 } KeyKind;
 
 typedef struct KeyDef {
@@ -85,6 +90,9 @@ static const KeyDef keys[_KEY_MAX] = {
         [KEY_SWITCH_COST_US] = { "switch_cost_us", KIND_NUMBER, 0, 1000, false, " (microseconds)", NULL },
         [KEY_WAITING] = { "waiting", KIND_CHOICE, 0, 0, false, NULL, waiting_names },
         [KEY_CPUS] = { "cpus", KIND_CPUS, 0, PACE_MAX_CPUS - 1, false, NULL, NULL },
+        [KEY_MAX_CONNECTIONS_PER_USER] = { "max_connections_per_user", KIND_INTEGER, 1, 65536, false, NULL, NULL },
+        [KEY_MAX_REQUESTS_PER_SECOND] = { "max_requests_per_second", KIND_INTEGER, 1, 100000, false, " (per user)", NULL },
+        [KEY_ALLOWED_GROUPS] = { "allowed_groups", KIND_GROUPS, 0, 0, false, NULL, NULL },
 };
 
 void pace_config_init(PaceConfig *config) {
@@ -100,6 +108,9 @@ void pace_config_init(PaceConfig *config) {
                 .client_timeout_ns = 10000 * NSEC_PER_MSEC,
                 .switch_cost_ns = 30 * NSEC_PER_USEC,
                 .waiting = PACE_WAITING_NICE,
+                .max_connections_per_user = 64,
+                .max_requests_per_second = 50,
+                .allowed_groups_set = false,
                 .cpus_set = false,
                 .n_cpus = 0,
         };
@@ -231,6 +242,10 @@ static const char *describe_allowed(char *buf, size_t size, const KeyDef *def) {
         case KIND_CPUS:
                 snprintf(buf, size, "an array of 1 to %u distinct CPU numbers from 0 to %u",
                          PACE_MAX_CPUS, PACE_MAX_CPUS - 1);
+                break;
+        case KIND_GROUPS:
+                snprintf(buf, size, "an array of 1 to %u existing group names or numeric gids",
+                         PACE_MAX_ALLOWED_GROUPS);
                 break;
         case KIND_ANY:
         default:
@@ -399,6 +414,50 @@ static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char **
         return 0;
 }
 
+/* Group names are resolved once, here: a name that does not exist is a
+ * mistake worth refusing to start over, not a silent "nobody may ask". */
+static int get_groups(const cJSON *item, const KeyDef *def, PaceConfig *c, char **ret_error) {
+        char allowed[128], value[QUOTE_MAX * 4 + 32];
+        const cJSON *e;
+        uint32_t n = 0;
+        int index = 0;
+
+        if (!cJSON_IsArray(item))
+                return error_wrong_type(ret_error, def, "an array", item);
+        if (!item->child)
+                return config_error(ret_error, "\"%s\": [] would let only root ask; allowed: %s (leave the key out "
+                                    "to let every local user ask)", def->name,
+                                    describe_allowed(allowed, sizeof(allowed), def));
+        cJSON_ArrayForEach(e, item) {
+                uint32_t gid;
+
+                if (n >= PACE_MAX_ALLOWED_GROUPS)
+                        return config_error(ret_error, "\"%s\": more than %u groups; allowed: %s", def->name,
+                                            PACE_MAX_ALLOWED_GROUPS, describe_allowed(allowed, sizeof(allowed), def));
+                if (cJSON_IsString(e)) {
+                        struct group *g = getgrnam(e->valuestring);
+                        if (!g)
+                                return config_error(ret_error, "\"%s\"[%d]: group %s does not exist; allowed: %s",
+                                                    def->name, index, quote(value, sizeof(value), e->valuestring),
+                                                    describe_allowed(allowed, sizeof(allowed), def));
+                        gid = (uint32_t) g->gr_gid;
+                } else if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < 4294967295.0 &&
+                           e->valuedouble == (double) (uint32_t) e->valuedouble) {
+                        gid = (uint32_t) e->valuedouble;
+                } else
+                        return config_error(ret_error, "\"%s\"[%d]: expected a group name or gid, got %s; allowed: %s",
+                                            def->name, index,
+                                            cJSON_IsNumber(e) ? format_number(value, sizeof(value), e->valuedouble)
+                                                              : describe_value(value, sizeof(value), e),
+                                            describe_allowed(allowed, sizeof(allowed), def));
+                c->allowed_groups[n++] = gid;
+                index++;
+        }
+        c->allowed_groups_set = true;
+        c->n_allowed_groups = n;
+        return 0;
+}
+
 /* Rounds a non-negative, range-checked double to the nearest integer. */
 static uint64_t round_u64(double v) {
         return (uint64_t) (v + 0.5);
@@ -425,6 +484,8 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
                 break;
         case KIND_CPUS:
                 return get_cpus(item, def, c, ret_error);
+        case KIND_GROUPS:
+                return get_groups(item, def, c, ret_error);
         default:
                 return -EINVAL;
         }
@@ -465,6 +526,12 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
                 break;
         case KEY_WAITING:
                 c->waiting = (PaceWaiting) choice;
+                break;
+        case KEY_MAX_CONNECTIONS_PER_USER:
+                c->max_connections_per_user = (uint32_t) i;
+                break;
+        case KEY_MAX_REQUESTS_PER_SECOND:
+                c->max_requests_per_second = (uint32_t) i;
                 break;
         default:
                 return -EINVAL;
@@ -541,6 +608,16 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
                                     format_number(a, sizeof(a), raw[KEY_NON_RT_MAX_GAP_MS]), gap_default,
                                     format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default,
                                     format_ns_as_ms(y, sizeof(y), 2 * c->slot_ns));
+
+        /* Only max_connections lowered: the default per-user cap follows it
+         * (pace_config_parse clamps); one written down must fit. */
+        if (c->max_connections_per_user > c->max_connections && given[KEY_MAX_CONNECTIONS_PER_USER])
+                return config_error(ret_error,
+                                    "\"max_connections_per_user\": %s is more than \"max_connections\": %s%s; "
+                                    "allowed: at most max_connections",
+                                    format_number(a, sizeof(a), raw[KEY_MAX_CONNECTIONS_PER_USER]),
+                                    format_number(b, sizeof(b), (double) c->max_connections),
+                                    given[KEY_MAX_CONNECTIONS] ? "" : " (default)");
 
         if (c->max_frame_ns < c->non_rt_max_gap_ns)
                 return config_error(ret_error,
@@ -746,6 +823,8 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
         }
 
         r = check_cross_keys(&c, raw, given, ret_error);
+        if (r >= 0 && c.max_connections_per_user > c.max_connections)
+                c.max_connections_per_user = c.max_connections;
         if (r < 0)
                 return r;
 

@@ -10,6 +10,8 @@
 
 #include "pace-limits.h"
 
+#define PACE_MAX_ALLOWED_GROUPS 32u
+
 typedef enum PacePolicy {
         PACE_POLICY_EDF,
         PACE_POLICY_RM,
@@ -32,6 +34,13 @@ typedef struct PaceConfig {
         uint64_t client_timeout_ns;         /* "client_timeout_ms": idle clients are dropped, default 10000 */
         uint64_t switch_cost_ns;            /* "switch_cost_us": charged per ownership change, default 30 */
         PaceWaiting waiting;                /* "waiting": "nice" (default) | "freeze" */
+        uint32_t max_connections_per_user;  /* default 64, 1..65536, at most max_connections */
+        uint32_t max_requests_per_second;   /* per user (root exempt), default 50, 1..100000 */
+        /* "allowed_groups": names or gids; unset means every local user may
+         * ask. Root may always. */
+        bool allowed_groups_set;
+        uint32_t n_allowed_groups;
+        uint32_t allowed_groups[PACE_MAX_ALLOWED_GROUPS];
         bool cpus_set;                      /* "cpus" given; otherwise all online CPUs */
         uint32_t n_cpus;
         int32_t cpus[PACE_MAX_CPUS];        /* ascending, no duplicates */

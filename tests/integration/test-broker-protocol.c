@@ -716,6 +716,177 @@ TEST(a_thread_id_is_refused_as_not_a_process) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+static int write_config(const BrokerInstance *b, const char *json) {
+        FILE *f = fopen(b->config, "we");
+        if (!f)
+                return -errno;
+        fputs(json, f);
+        return fclose(f) == 0 ? 0 : -errno;
+}
+
+static int try_status_and_reserve_denied_by_group(const char *socket, pid_t target, uint64_t id) {
+        pace *p = NULL;
+        pace_grant g;
+        pace_status_report *st = NULL;
+        if (pace_connect(socket, &p) < 0)
+                return 10;
+        /* Status is read-only and open to all. */
+        if (pace_status(p, &st) < 0)
+                return 11;
+        pace_status_report_free(st);
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
+        int r = pace_reserve(p, &params, &g);
+        const char *msg = pace_last_message();
+        int rc = r == PACE_E_PERMISSION_DENIED && msg && strstr(msg, "allowed_groups") ? 0 : 12;
+        pace_close(p);
+        return rc;
+}
+
+static int try_rate_limit(const char *socket, pid_t target, uint64_t id) {
+        pace *p = NULL;
+        pace_status_report *st = NULL;
+        int limited = 0, served = 0;
+        if (pace_connect(socket, &p) < 0)
+                return 10;
+        /* max_requests_per_second = 5: a burst of 20 cannot all pass. */
+        for (int i = 0; i < 20; i++) {
+                int r = pace_status(p, &st);
+                if (r == 0) {
+                        served++;
+                        pace_status_report_free(st);
+                } else if (r == PACE_E_LIMIT_EXCEEDED && strstr(pace_last_message(), "max_requests_per_second"))
+                        limited++;
+        }
+        pace_close(p);
+        return served >= 1 && served <= 7 && limited >= 13 ? 0 : 20 + served;
+}
+
+static int try_connection_cap(const char *socket, pid_t target, uint64_t id) {
+        int fds[4];
+        uint8_t buf[512];
+        for (int i = 0; i < 4; i++)
+                fds[i] = raw_connect(socket);
+        /* max_connections_per_user = 3: the fourth is refused. */
+        ssize_t n = recv(fds[3], buf, sizeof(buf), 0);
+        if (n <= 0)
+                return 30;
+        Pace__Response *resp = pace__response__unpack(NULL, (size_t) n, buf);
+        int rc = resp && resp->body_case == PACE__RESPONSE__BODY_ERROR && resp->error->code == PACE__ERROR_CODE__ERROR_BUSY &&
+                                 strstr(resp->error->message, "max_connections_per_user")
+                         ? 0
+                         : 31;
+        if (resp)
+                pace__response__free_unpacked(resp, NULL);
+        for (int i = 0; i < 4; i++)
+                close(fds[i]);
+        return rc;
+}
+
+static int try_admin(const char *socket, pid_t target, uint64_t id) {
+        pace *p = NULL;
+        if (pace_connect(socket, &p) < 0)
+                return 10;
+        int r1 = pace_reset(p);
+        int r2 = pace_reload(p);
+        pace_close(p);
+        return r1 == PACE_E_PERMISSION_DENIED && r2 == PACE_E_PERMISSION_DENIED ? 0 : 40;
+}
+
+TEST(who_may_ask_and_how_often) {
+        BrokerInstance b;
+        pace *p = NULL;
+        size_t n;
+
+        if (skip_unless_root())
+                TEST_SKIP("needs root to act as a second user");
+        ASSERT_OK(broker_start(&b, "{ \"allowed_groups\": [\"root\"], \"max_requests_per_second\": 5,"
+                                   "  \"max_connections_per_user\": 3 }"));
+        ASSERT_EQ(as_other_user(try_status_and_reserve_denied_by_group, b.socket, 0, 0), 0);
+        /* The other user's status was served and its reserve refused: the
+         * rate limit is per user, so wait for its bucket to refill. */
+        sleep_ms(1100);
+        ASSERT_EQ(as_other_user(try_rate_limit, b.socket, 0, 0), 0);
+        ASSERT_EQ(as_other_user(try_connection_cap, b.socket, 0, 0), 0);
+        sleep_ms(1100);
+        ASSERT_EQ(as_other_user(try_admin, b.socket, 0, 0), 0);
+        /* Root is exempt from all of it. */
+        ASSERT_OK(pace_connect(b.socket, &p));
+        for (int i = 0; i < 30; i++)
+                status_generation(p, &n);
+        pace_close(p);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(reload_applies_a_valid_config_and_refuses_one_the_reservations_break) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        pace_status_report *st = NULL;
+        size_t n;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        pid_t kid = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = kid, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+
+        /* Valid: a larger non-RT share that the 60% still fits under. */
+        ASSERT_OK(write_config(&b, "{ \"non_rt_share\": 0.3 }"));
+        ASSERT_OK(pace_reload(p));
+        ASSERT_CONTAINS(pace_last_message(), "reloaded");
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->non_rt_share_ppm, 300000);
+        ASSERT_EQ(st->n_reservations, 1);
+        pace_status_report_free(st);
+
+        /* Violated by the live reservation: 60% no longer fits under 1 - 0.5. */
+        ASSERT_OK(write_config(&b, "{ \"non_rt_share\": 0.5 }"));
+        ASSERT_ERR(pace_reload(p), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "reload refused");
+        ASSERT_CONTAINS(pace_last_message(), "non-real-time share");
+        /* Not even parseable. */
+        ASSERT_OK(write_config(&b, "{ \"non_rt_share\": \"lots\" }"));
+        ASSERT_ERR(pace_reload(p), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "non_rt_share");
+        /* A CPU the reservation lives on is no longer managed. */
+        ASSERT_OK(write_config(&b, "{ \"cpus\": [0] }"));
+        ASSERT_ERR(pace_reload(p), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "CPU 1, which the new configuration does not manage");
+
+        /* Nothing was dropped, and the last good configuration is in force. */
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->non_rt_share_ppm, 300000);
+        ASSERT_EQ(st->n_reservations, 1);
+        pace_status_report_free(st);
+
+        /* The same through SIGHUP, as systemctl reload does it. */
+        ASSERT_OK(write_config(&b, "{ \"non_rt_share\": 0.2 }"));
+        ASSERT_OK(kill(b.pid, SIGHUP));
+        for (int i = 0; i < 200; i++) {
+                ASSERT_OK(pace_status(p, &st));
+                uint32_t share = st->non_rt_share_ppm;
+                pace_status_report_free(st);
+                if (share == 200000)
+                        break;
+                ASSERT_TRUE(i < 199);
+                sleep_ms(5);
+        }
+        char *log = broker_log(&b);
+        ASSERT_CONTAINS(log, "reload refused, the old configuration stays");
+        ASSERT_CONTAINS(log, "reloaded");
+        free(log);
+
+        /* Reset drops everything. */
+        ASSERT_OK(pace_reset(p));
+        ASSERT_CONTAINS(pace_last_message(), "1 reservation(s) dropped");
+        status_generation(p, &n);
+        ASSERT_EQ(n, 0);
+        pace_close(p);
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
 TEST(socket_activation_is_used_when_offered) {
         const char *activate = "/usr/bin/systemd-socket-activate";
         char dir[] = "/tmp/pace-test-XXXXXX", sock[300], table[300], cmd[400];

@@ -705,6 +705,36 @@ TEST(load_too_large) {
         ASSERT_OK(unlink(path));
 }
 
+TEST(access_and_rate_keys) {
+        PaceConfig c;
+
+        pace_config_init(&c);
+        ASSERT_EQ(c.max_connections_per_user, 64);
+        ASSERT_EQ(c.max_requests_per_second, 50);
+        ASSERT_FALSE(c.allowed_groups_set);
+
+        ASSERT_PARSES("{\"allowed_groups\": [\"root\", 4242]}", &c);
+        ASSERT_TRUE(c.allowed_groups_set);
+        ASSERT_EQ(c.n_allowed_groups, 2);
+        ASSERT_EQ(c.allowed_groups[0], 0);
+        ASSERT_EQ(c.allowed_groups[1], 4242);
+        ASSERT_PARSE_FAILS("{\"allowed_groups\": [\"no-such-group-pace\"]}", "\"allowed_groups\"[0]",
+                           "group \"no-such-group-pace\" does not exist");
+        ASSERT_PARSE_FAILS("{\"allowed_groups\": []}", "would let only root ask");
+        ASSERT_PARSE_FAILS("{\"allowed_groups\": [1.5]}", "expected a group name or gid, got 1.5");
+        ASSERT_PARSE_FAILS("{\"allowed_groups\": \"root\"}", "expected an array");
+
+        ASSERT_PARSES("{\"max_requests_per_second\": 5, \"max_connections_per_user\": 3}", &c);
+        ASSERT_EQ(c.max_requests_per_second, 5);
+        ASSERT_EQ(c.max_connections_per_user, 3);
+        ASSERT_PARSE_FAILS("{\"max_requests_per_second\": 0}", "\"max_requests_per_second\": 0 is out of range");
+        ASSERT_PARSE_FAILS("{\"max_connections_per_user\": 100, \"max_connections\": 10}",
+                           "\"max_connections_per_user\": 100 is more than \"max_connections\": 10");
+        /* Lowering only max_connections takes the per-user default along. */
+        ASSERT_PARSES("{\"max_connections\": 10}", &c);
+        ASSERT_EQ(c.max_connections_per_user, 10);
+}
+
 TEST(load_not_a_file) {
         _cleanup_free_ char *error = NULL;
         PaceConfig c;

@@ -80,9 +80,17 @@ int pace_release(pace *p, uint64_t id);
 int pace_status(pace *p, pace_status_report **ret);
 void pace_status_report_free(pace_status_report *report);
 
+/* Administrator requests, root only. pace_reload: the broker re-reads its
+ * configuration, or refuses one the live reservations would violate (and
+ * keeps the old). pace_reset: every reservation is dropped. On success
+ * pace_last_message() holds the broker's summary. */
+int pace_reload(pace *p);
+int pace_reset(pace *p);
+
 const char *pace_strerror(int err);
-/* The broker's message for this thread's last refused call, or NULL. Valid
- * until the thread's next libpace call. */
+/* The broker's message for this thread's last refused call (or, after
+ * pace_reload/pace_reset, its summary), or NULL. Valid until the thread's
+ * next libpace call. */
 const char *pace_last_message(void);
 
 /* The socket path pace_connect(NULL) would use. */
