@@ -629,6 +629,124 @@ static int handle_admin(Broker *b, const BrokerPeer *peer, int body, uint8_t **r
         return admin_reply(reply, reply_size, "configuration reloaded");
 }
 
+/* Removes id and admits req in a copy of the plan; the plan is replaced only
+ * if that worked. */
+static int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
+        _cleanup_(plan_freep) Plan *next = NULL;
+        int r;
+
+        r = plan_clone(b->plan, &next);
+        if (r < 0)
+                return r;
+        r = plan_remove(next, id);
+        if (r < 0)
+                return r;
+        r = plan_admit(next, req, ret_entry, why, why_size);
+        if (r < 0)
+                return r;
+        plan_free(b->plan);
+        b->plan = TAKE_PTR(next);
+        return 0;
+}
+
+static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *req, uint8_t **reply,
+                         size_t *reply_size) {
+        Reservation *res = find_reservation(b, req->id);
+        char why[512] = "";
+        PlanEntry entry;
+        int r;
+
+        if (!res)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
+                                   "no reservation with id %" PRIu64 " (pacectl status lists them)", req->id);
+        if (peer->uid != 0 && peer->uid != res->owner_uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "reservation %" PRIu64 " belongs to uid %u; uid %u may change only its own",
+                                   req->id, (unsigned) res->owner_uid, (unsigned) peer->uid);
+        if (req->has_cpu && (req->cpu < 0 || req->cpu >= (int32_t) PACE_MAX_CPUS))
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", req->cpu);
+
+        const PlanEntry *old = plan_find(b->plan, req->id);
+        PlanRequest preq = {
+                .id = req->id,
+                .pid = old->pid,
+                .start_time = old->start_time,
+                .uid = old->uid,
+                .period_ns = req->period_ns,
+                .utilization_ppm = req->utilization_ppm,
+                .cpu = req->has_cpu ? req->cpu : -1,
+        };
+        r = plan_validate(b->plan, &preq, why, sizeof(why));
+        if (r >= 0)
+                r = replan(b, req->id, &preq, &entry, why, sizeof(why));
+        if (r < 0) {
+                broker_log(b, LOG_INFO, "reservation %" PRIu64 ": change refused, it stays as it was: %s", req->id, why);
+                return error_reply(reply, reply_size, plan_error_code(r), "%s; the reservation stays as it was", why);
+        }
+        publish(b);
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 " changed by uid %u: CPU %" PRIi32 ", %" PRIu32 " of every %"
+                   PRIu32 " slots", req->id, (unsigned) peer->uid, entry.cpu, entry.budget_slots, entry.period_slots);
+
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__Grant grant;
+        grant_from_entry(b, &entry, &grant);
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_GRANT;
+        resp.grant = &grant;
+        return pack_response(&resp, reply, reply_size);
+}
+
+void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online) {
+        bool changed = false;
+
+        for (uint32_t i = 0; i < b->config.n_cpus; i++) {
+                int32_t cpu = b->config.cpus[i];
+                bool up = false;
+                for (size_t j = 0; j < n_online; j++)
+                        up |= online[j] == cpu;
+                if (up == plan_cpu_online(b->plan, cpu))
+                        continue;
+                (void) plan_set_cpu_online(b->plan, cpu, up);
+                broker_log(b, up ? LOG_INFO : LOG_WARNING, "CPU %" PRIi32 " went %s", cpu, up ? "online" : "offline");
+                changed = true;
+        }
+        if (!changed)
+                return;
+
+        /* Move whatever lives on an offline CPU; drop what fits nowhere. */
+        for (size_t i = 0; i < b->n_reservations;) {
+                const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
+                char why[512] = "";
+                PlanEntry moved;
+
+                if (!e || plan_cpu_online(b->plan, e->cpu)) {
+                        i++;
+                        continue;
+                }
+                int32_t from = e->cpu;
+                PlanRequest preq = {
+                        .id = e->id,
+                        .pid = e->pid,
+                        .start_time = e->start_time,
+                        .uid = e->uid,
+                        .period_ns = e->requested_period_ns,
+                        .utilization_ppm = e->requested_utilization_ppm,
+                        .cpu = -1,
+                };
+                if (replan(b, e->id, &preq, &moved, why, sizeof(why)) >= 0) {
+                        broker_log(b, LOG_WARNING, "reservation %" PRIu64 " moved from CPU %" PRIi32 " (offline) to CPU %"
+                                   PRIi32, moved.id, from, moved.cpu);
+                        i++;
+                        continue;
+                }
+                broker_log(b, LOG_WARNING, "reservation %" PRIu64 " of pid %" PRIi32 " dropped: CPU %" PRIi32
+                           " went offline and no online CPU has room (%s)", b->reservations[i].id, preq.pid, from, why);
+                drop_reservation(b, &b->reservations[i]);
+        }
+        publish(b);
+}
+
 static int handle_status(Broker *b, uint8_t **reply, size_t *reply_size) {
         size_t n = plan_n_entries(b->plan), n_cpus = plan_n_cpus(b->plan);
         _cleanup_free_ Pace__Grant *grants = calloc(n ? n : 1, sizeof(Pace__Grant));
@@ -698,6 +816,7 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
                 switch (req->body_case) {
                 case PACE__REQUEST__BODY_RESERVE:
                 case PACE__REQUEST__BODY_RELEASE:
+                case PACE__REQUEST__BODY_MODIFY:
                         if (!group_allows(b, peer)) {
                                 r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                                                 "uid %u is in none of the groups allowed to reserve (allowed_groups "
@@ -707,6 +826,10 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
                         }
                         if (req->body_case == PACE__REQUEST__BODY_RELEASE) {
                                 r = handle_release(b, peer, req->release, ret_reply, ret_reply_size);
+                                break;
+                        }
+                        if (req->body_case == PACE__REQUEST__BODY_MODIFY) {
+                                r = handle_modify(b, peer, req->modify, ret_reply, ret_reply_size);
                                 break;
                         }
                         r = handle_reserve(b, peer, req->reserve, ret_reply, ret_reply_size);

@@ -76,6 +76,11 @@ void broker_process_exited(Broker *b, uint64_t id);
  * different slot...); nothing changes then. The caller has parsed it. */
 int broker_reload(Broker *b, const PaceConfig *config, char *why, size_t why_size);
 
+/* The online CPUs changed (hotplug): reservations on a CPU that went offline
+ * move to another CPU if one has room, else they are dropped; each with a
+ * log line. */
+void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online);
+
 /* Drops every reservation. Returns how many there were. */
 size_t broker_reset(Broker *b);
 

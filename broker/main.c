@@ -295,6 +295,8 @@ int main(int argc, char **argv) {
                 .proc_root = "/proc",
                 .log = log_sink,
                 .load_config = reload_source,
+                /* Tests stand in for sysfs to play CPU hotplug safely. */
+                .cpu_online_path = getenv("PACE_TEST_CPU_ONLINE"),
         };
         r = server_new(event, &options, &server);
         if (r < 0) {

@@ -14,6 +14,7 @@
 
 typedef struct PlanCpu {
         int32_t cpu;
+        bool offline;
         uint32_t frame_slots; /* 0: nothing reserved */
         /* Owner of each slot: 0 free, else 1 + index into Plan.entries.
          * Sized for the longest frame. */
@@ -370,8 +371,10 @@ int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_s
                 return -ERANGE;
         }
         if (req->utilization_ppm == 0 || req->utilization_ppm > PPM) {
-                explain(why, why_size, "utilization %" PRIu32 " ppm is out of range; allowed: 1 to %u ppm (0.0001%% to 100%%)",
-                        req->utilization_ppm, PPM);
+                explain(why, why_size, "utilization %" PRIu32 " ppm is out of range; allowed: 1 to %u ppm (0.0001%% to 100%%)%s",
+                        req->utilization_ppm, PPM,
+                        req->utilization_ppm > PPM ? ": a reservation holds at most one CPU at a time; for more, "
+                                                     "split the work over processes and reserve each" : "");
                 return -ERANGE;
         }
         if (req->utilization_ppm > p->cap_ppm) {
@@ -381,6 +384,10 @@ int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_s
                         format_ppm(b, sizeof(b), p->config.non_rt_share_ppm),
                         format_ppm((char[32]) {}, 32, p->cap_ppm));
                 return -ENOSPC;
+        }
+        if (req->cpu >= 0 && cpu_index(p, req->cpu) >= 0 && p->cpus[cpu_index(p, req->cpu)].offline) {
+                explain(why, why_size, "CPU %" PRId32 " is offline; leave the CPU out or name an online one", req->cpu);
+                return -ENODEV;
         }
         if (req->cpu >= 0 && cpu_index(p, req->cpu) < 0) {
                 explain(why, why_size, "CPU %" PRId32 " is not managed by pace (see \"cpus\" in the configuration)",
@@ -490,6 +497,8 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                 for (uint32_t o = 0; o < n_order; o++) {
                         PlanCpu *c = &p->cpus[order[o]];
 
+                        if (c->offline)
+                                continue;
                         for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
                                 uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
                                 uint32_t frame;
@@ -564,6 +573,38 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         explain(why, why_size, "not enough free CPU time for %s%s (%s; free time also pays the dispatcher's "
                 "switch costs)", asked, rounded, list);
         return -ENOSPC;
+}
+
+int plan_clone(const Plan *p, Plan **ret) {
+        _cleanup_(plan_freep) Plan *c = NULL;
+        int r;
+
+        r = plan_new(&p->config, &c);
+        if (r < 0)
+                return r;
+        for (uint32_t i = 0; i < p->n_cpus; i++) {
+                uint32_t *slots = c->cpus[i].slots;
+                c->cpus[i] = p->cpus[i];
+                c->cpus[i].slots = slots;
+                memcpy(slots, p->cpus[i].slots, p->max_frame_slots * sizeof(uint32_t));
+        }
+        c->n_entries = p->n_entries;
+        memcpy(c->entries, p->entries, p->n_entries * sizeof(PlanEntry));
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+int plan_set_cpu_online(Plan *p, int32_t cpu, bool online) {
+        int idx = cpu_index(p, cpu);
+        if (idx < 0)
+                return -ENODEV;
+        p->cpus[idx].offline = !online;
+        return 0;
+}
+
+bool plan_cpu_online(const Plan *p, int32_t cpu) {
+        int idx = cpu_index(p, cpu);
+        return idx >= 0 && !p->cpus[idx].offline;
 }
 
 int plan_remove(Plan *p, uint64_t id) {

@@ -81,6 +81,14 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
  * and CPU within what the configuration allows. */
 int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_size);
 
+/* A deep copy, for changes that must be all or nothing. */
+int plan_clone(const Plan *p, Plan **ret);
+
+/* CPUs that went offline take no new reservations; their reservations are
+ * the caller's to move (plan_admit elsewhere) or drop. */
+int plan_set_cpu_online(Plan *p, int32_t cpu, bool online);
+bool plan_cpu_online(const Plan *p, int32_t cpu);
+
 /* -ENOENT if no such id. */
 int plan_remove(Plan *p, uint64_t id);
 

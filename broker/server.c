@@ -14,6 +14,7 @@
 
 #include "macro.h"
 #include "pace.pb-c.h"
+#include "proc-util.h"
 #include "server.h"
 
 #ifndef SO_PEERPIDFD
@@ -49,6 +50,8 @@ struct Server {
         /* While out of fds, accepting pauses instead of spinning. */
         sd_event_source *listen_resume;
         bool out_of_fds; /* logged once per episode */
+        char *cpu_online_path;
+        sd_event_source *hotplug_timer;
         Broker *broker;
         Connection *connections;
         size_t n_connections;
@@ -347,6 +350,30 @@ int server_reload(Server *s, char *why, size_t why_size) {
         return 0;
 }
 
+/* CPU hotplug: sysfs offers no notification an AF_UNIX-only service can
+ * receive, so poll the online list once a second. */
+#define HOTPLUG_POLL_USEC (1000 * 1000)
+
+static int hotplug_poll(sd_event_source *src, uint64_t usec, void *userdata) {
+        Server *s = userdata;
+        int32_t online[PACE_MAX_CPUS];
+        uint32_t n = 0;
+        char buf[1024];
+        FILE *f = fopen(s->cpu_online_path, "re");
+
+        if (f) {
+                size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+                buf[len] = '\0';
+                fclose(f);
+                /* An unreadable list changes nothing: never drop reservations
+                 * because of a read error. */
+                if (cpu_list_parse(buf, online, PACE_MAX_CPUS, &n) == 0 && n > 0)
+                        broker_cpus_online(s->broker, online, n);
+        }
+        (void) sd_event_source_set_time_relative(src, HOTPLUG_POLL_USEC);
+        return sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
+}
+
 static int broker_reload_hook(void *userdata, char *why, size_t why_size) {
         return server_reload(userdata, why, why_size);
 }
@@ -384,6 +411,13 @@ int server_new(sd_event *event, const ServerOptions *options, Server **ret) {
         r = sd_event_add_io(event, &s->listen_io, s->listen_fd, EPOLLIN, listen_io, s);
         if (r < 0)
                 return r;
+        s->cpu_online_path = strdup(options->cpu_online_path ?: "/sys/devices/system/cpu/online");
+        if (!s->cpu_online_path)
+                return -ENOMEM;
+        r = sd_event_add_time_relative(event, &s->hotplug_timer, CLOCK_MONOTONIC, HOTPLUG_POLL_USEC, 0, hotplug_poll, s);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(s->hotplug_timer, SD_EVENT_ON);
         r = sd_event_add_time_relative(event, &s->listen_resume, CLOCK_MONOTONIC, 100 * 1000, 0, listen_resume, s);
         if (r < 0)
                 return r;
@@ -399,6 +433,8 @@ Server *server_free(Server *s) {
                 connection_free(s->connections);
         sd_event_source_disable_unref(s->listen_io);
         sd_event_source_disable_unref(s->listen_resume);
+        sd_event_source_disable_unref(s->hotplug_timer);
+        free(s->cpu_online_path);
         broker_free(s->broker);
         safe_close(s->listen_fd);
         sd_event_unref(s->event);

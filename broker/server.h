@@ -22,6 +22,9 @@ typedef struct ServerOptions {
         const char *proc_root;
         void *log_userdata;
         void (*log)(void *userdata, int priority, const char *message);
+        /* Where the online CPUs are listed, polled every second for hotplug
+         * (NULL: /sys/devices/system/cpu/online). */
+        const char *cpu_online_path;
         /* Reads the configuration anew (for reloads); NULL: no reloading. */
         int (*load_config)(void *userdata, PaceConfig *ret, char *why, size_t why_size);
 } ServerOptions;

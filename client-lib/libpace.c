@@ -398,6 +398,41 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
         return 0;
 }
 
+_public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant) {
+        _cleanup_(response_freep) Pace__Response *resp = NULL;
+        Pace__Request req = PACE__REQUEST__INIT;
+        Pace__ModifyRequest body = PACE__MODIFY_REQUEST__INIT;
+        int r;
+
+        clear_last_message();
+        if (!p || !params || !ret_grant || params->period_ns == 0 || params->utilization_ppm < 1 ||
+            params->utilization_ppm > PPM || params->cpu < -1)
+                return -EINVAL;
+
+        body.id = id;
+        body.period_ns = params->period_ns;
+        body.utilization_ppm = params->utilization_ppm;
+        if (params->cpu >= 0) {
+                body.has_cpu = true;
+                body.cpu = params->cpu;
+        }
+        req.version = PACE_PROTOCOL_VERSION;
+        req.body_case = PACE__REQUEST__BODY_MODIFY;
+        req.modify = &body;
+
+        r = exchange(p, &req, &resp);
+        if (r < 0)
+                return r;
+        r = check_response(resp, PACE__RESPONSE__BODY_GRANT);
+        if (r < 0)
+                return r;
+        /* A grant for another reservation would be a broker bug. */
+        if (resp->grant->id != id)
+                return PACE_E_PROTOCOL;
+        grant_from_wire(resp->grant, ret_grant);
+        return 0;
+}
+
 _public_ int pace_release(pace *p, uint64_t id) {
         _cleanup_(response_freep) Pace__Response *resp = NULL;
         Pace__Request req = PACE__REQUEST__INIT;

@@ -39,6 +39,7 @@ typedef enum Command {
         COMMAND_TABLE,
         COMMAND_RELOAD,
         COMMAND_RESET,
+        COMMAND_MODIFY,
 } Command;
 
 typedef struct Args {
@@ -63,6 +64,7 @@ static bool streq(const char *a, const char *b) {
 static void help(void) {
         printf("Usage: %1$s [OPTIONS] status\n"
                "       %1$s [OPTIONS] reserve --period DURATION --util SHARE [--pid PID] [--cpu N]\n"
+               "       %1$s [OPTIONS] modify ID --period DURATION --util SHARE [--cpu N]\n"
                "       %1$s [OPTIONS] release ID\n"
                "       %1$s [OPTIONS] table\n"
                "       %1$s [OPTIONS] reload | reset         (root)\n"
@@ -72,6 +74,7 @@ static void help(void) {
                "Commands:\n"
                "  status              list every reservation and each CPU's reserved and free share\n"
                "  reserve             reserve SHARE of a CPU in every DURATION for a process\n"
+               "  modify ID           new period and share for a live reservation, all or nothing\n"
                "  release ID          end the reservation with this id\n"
                "  table               draw the dispatch table the broker published (it lives\n"
                "                      next to the socket): one letter per reservation, '.' free\n"
@@ -236,6 +239,19 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 if (r < 0)
                         return cli_usage_error("invalid reservation ID '%s': expected a number as shown "
                                            "by '%s status'", positional[1], cli_program);
+        } else if (streq(positional[0], "modify")) {
+                args->command = COMMAND_MODIFY;
+                if (n_positional != 2)
+                        return cli_usage_error("modify needs the reservation's ID and --period and --util, "
+                                               "e.g. modify 3 --period 50ms --util 40%%");
+                r = parse_id(positional[1], &args->release_id);
+                if (r < 0)
+                        return cli_usage_error("invalid reservation ID '%s': expected a number as shown "
+                                               "by '%s status'", positional[1], cli_program);
+                if (!args->have_period || !args->have_util)
+                        return cli_usage_error("modify needs both --period and --util, e.g. --period 50ms --util 40%%");
+                if (args->reserve.pid != 0)
+                        return cli_usage_error("--pid does not apply to modify: a reservation keeps its process");
         } else if (streq(positional[0], "reload") || streq(positional[0], "reset")) {
                 args->command = streq(positional[0], "reload") ? COMMAND_RELOAD : COMMAND_RESET;
                 if (n_positional > 1)
@@ -245,10 +261,10 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 if (n_positional > 1)
                         return cli_usage_error("table takes no arguments, got '%s'", positional[1]);
         } else
-                return cli_usage_error("unknown command '%s': expected status, reserve, release, table, reload or reset", positional[0]);
+                return cli_usage_error("unknown command '%s': expected status, reserve, modify, release, table, reload or reset", positional[0]);
 
-        if (args->command != COMMAND_RESERVE && args->reserve_option)
-                return cli_usage_error("%s only applies to the reserve command", args->reserve_option);
+        if (args->command != COMMAND_RESERVE && args->command != COMMAND_MODIFY && args->reserve_option)
+                return cli_usage_error("%s only applies to the reserve and modify commands", args->reserve_option);
 
         return 0;
 }
@@ -557,6 +573,22 @@ static int do_reserve(pace *p, const Args *args, const char *socket_path) {
         return EXIT_OK;
 }
 
+static int do_modify(pace *p, const Args *args, const char *socket_path) {
+        pace_grant g;
+        int r = pace_modify(p, args->release_id, &args->reserve, &g);
+
+        if (r < 0)
+                return report_failure("modify", socket_path, r);
+        if (args->json) {
+                _cleanup_(cJSON_Deletep) cJSON *o = json_grant(&g);
+                r = print_json(o);
+                if (r < 0)
+                        return report_output_failure(r);
+        } else
+                print_grant_text(&g);
+        return EXIT_OK;
+}
+
 static int do_release(pace *p, const Args *args, const char *socket_path) {
         int r;
 
@@ -683,6 +715,8 @@ static int run(const Args *args) {
         case COMMAND_RELOAD:
         case COMMAND_RESET:
                 return do_admin(p, args, socket_path);
+        case COMMAND_MODIFY:
+                return do_modify(p, args, socket_path);
         case COMMAND_TABLE:
                 break;
         }

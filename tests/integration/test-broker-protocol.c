@@ -887,6 +887,155 @@ TEST(reload_applies_a_valid_config_and_refuses_one_the_reservations_break) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+static int try_modify(const char *socket, pid_t target, uint64_t id) {
+        pace *p = NULL;
+        pace_grant g;
+        if (pace_connect(socket, &p) < 0)
+                return 10;
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
+        int r = pace_modify(p, id, &params, &g);
+        const char *msg = pace_last_message();
+        pace_close(p);
+        return r == PACE_E_PERMISSION_DENIED && msg && strstr(msg, "may change only its own") ? 0 : 11;
+}
+
+TEST(modify_is_a_new_admission_all_or_nothing) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant a, bb, g;
+        pace_status_report *st = NULL;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        pid_t ka = spawn_sleeper(), kb = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = ka, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &a));
+
+        /* 70% fits only because A's own 60% counts as free. One table
+         * change: never old and new at once. */
+        uint64_t gen = status_generation(p, NULL);
+        params.utilization_ppm = 700000;
+        ASSERT_OK(pace_modify(p, a.id, &params, &g));
+        ASSERT_EQ(g.id, a.id);
+        ASSERT_EQ(g.pid, ka);
+        ASSERT_EQ(g.budget_ns, 35 * NSEC_PER_MSEC);
+        ASSERT_EQ(status_generation(p, NULL), gen + 1);
+
+        /* Back to 60%, and B takes 10% beside it: 80% would not fit. */
+        params.utilization_ppm = 600000;
+        ASSERT_OK(pace_modify(p, a.id, &params, &g));
+        params.pid = kb;
+        params.utilization_ppm = 100000;
+        ASSERT_OK(pace_reserve(p, &params, &bb));
+        gen = status_generation(p, NULL);
+        params.utilization_ppm = 700000;
+        ASSERT_ERR(pace_modify(p, a.id, &params, &g), PACE_E_NO_CAPACITY);
+        ASSERT_CONTAINS(pace_last_message(), "stays as it was");
+        ASSERT_EQ(status_generation(p, NULL), gen);
+        ASSERT_OK(pace_status(p, &st));
+        for (size_t i = 0; i < st->n_reservations; i++)
+                if (st->reservations[i].id == a.id)
+                        ASSERT_EQ(st->reservations[i].budget_ns, 30 * NSEC_PER_MSEC);
+        pace_status_report_free(st);
+
+        /* Bad values, unknown ids, someone else's: refused, nothing changes. */
+        params.utilization_ppm = 2000000;
+        ASSERT_ERR(pace_modify(p, a.id, &params, &g), -EINVAL); /* libpace refuses before sending */
+        params.utilization_ppm = 100000;
+        params.period_ns = 100;
+        ASSERT_ERR(pace_modify(p, a.id, &params, &g), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "shorter than one slot");
+        params.period_ns = 50 * NSEC_PER_MSEC;
+        ASSERT_ERR(pace_modify(p, 999, &params, &g), PACE_E_NO_SUCH_RESERVATION);
+        if (!skip_unless_root())
+                ASSERT_EQ(as_other_user(try_modify, b.socket, 0, a.id), 0);
+        ASSERT_EQ(status_generation(p, NULL), gen);
+
+        pace_close(p);
+        kill(ka, SIGKILL);
+        kill(kb, SIGKILL);
+        waitpid(ka, NULL, 0);
+        waitpid(kb, NULL, 0);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* CPU hotplug, played with a stand-in for /sys/devices/system/cpu/online. */
+TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant a, c, d, g;
+        pace_status_report *st = NULL;
+        char online[] = "/tmp/pace-online-XXXXXX";
+        int fd = mkstemp(online);
+        ASSERT_OK(fd);
+        ASSERT_EQ(write(fd, "0-1\n", 4), 4);
+        close(fd);
+        chmod(online, 0644);
+        setenv("PACE_TEST_CPU_ONLINE", online, 1);
+        int r = broker_start(&b, config_default);
+        unsetenv("PACE_TEST_CPU_ONLINE");
+        ASSERT_OK(r);
+
+        pid_t ka = spawn_sleeper(), kc = spawn_sleeper(), kd = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000, .pid = ka, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &a));
+        params.pid = kc;
+        params.cpu = 0;
+        params.utilization_ppm = 300000;
+        ASSERT_OK(pace_reserve(p, &params, &c));
+        params.pid = kd;
+        params.cpu = 1;
+        params.utilization_ppm = 400000;
+        ASSERT_OK(pace_reserve(p, &params, &d));
+
+        /* CPU 1 goes: A (30%) moves to CPU 0 beside C (30%); D (40%) then
+         * fits nowhere and is dropped, with a log line saying so. */
+        fd = open(online, O_WRONLY | O_TRUNC);
+        ASSERT_EQ(write(fd, "0\n", 2), 2);
+        close(fd);
+        size_t n = 3;
+        for (int i = 0; i < 300 && n != 2; i++) {
+                status_generation(p, &n);
+                sleep_ms(10);
+        }
+        ASSERT_EQ(n, 2);
+        ASSERT_OK(pace_status(p, &st));
+        for (size_t i = 0; i < st->n_reservations; i++)
+                ASSERT_EQ(st->reservations[i].cpu, 0);
+        pace_status_report_free(st);
+        char *log = broker_log(&b);
+        ASSERT_CONTAINS(log, "CPU 1 went offline");
+        ASSERT_CONTAINS(log, "moved from CPU 1 (offline) to CPU 0");
+        ASSERT_CONTAINS(log, "dropped: CPU 1 went offline and no online CPU has room");
+        free(log);
+
+        /* Asking for the offline CPU says so; when it returns, it is used. */
+        params.utilization_ppm = 100000;
+        ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "CPU 1 is offline");
+        fd = open(online, O_WRONLY | O_TRUNC);
+        ASSERT_EQ(write(fd, "0-1\n", 4), 4);
+        close(fd);
+        for (int i = 0; i < 300; i++) {
+                if (pace_reserve(p, &params, &g) == 0)
+                        break;
+                ASSERT_TRUE(i < 299);
+                sleep_ms(10);
+        }
+        ASSERT_EQ(g.cpu, 1);
+
+        pace_close(p);
+        kill(ka, SIGKILL);
+        kill(kc, SIGKILL);
+        kill(kd, SIGKILL);
+        waitpid(ka, NULL, 0);
+        waitpid(kc, NULL, 0);
+        waitpid(kd, NULL, 0);
+        unlink(online);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
 TEST(socket_activation_is_used_when_offered) {
         const char *activate = "/usr/bin/systemd-socket-activate";
         char dir[] = "/tmp/pace-test-XXXXXX", sock[300], table[300], cmd[400];

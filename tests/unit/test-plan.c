@@ -457,6 +457,12 @@ TEST(refusals_name_the_real_reason) {
 
         config_for(&c, 1);
         ASSERT_OK(plan_new(&c, &p));
+        /* More than one CPU: say how to get it instead. */
+        PlanRequest big = { .id = 9, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 1500000,
+                            .cpu = -1 };
+        ASSERT_ERR(plan_admit(p, &big, NULL, why, sizeof(why)), -ERANGE);
+        ASSERT_CONTAINS(why, "at most one CPU at a time");
+        ASSERT_CONTAINS(why, "reserve each");
         /* One slot per period: any grant is the whole CPU. */
         PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = NSEC_PER_MSEC, .utilization_ppm = 10000, .cpu = -1 };
         ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);

@@ -77,6 +77,10 @@ void pace_close(pace *p);
 
 int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant *ret_grant);
 int pace_release(pace *p, uint64_t id);
+/* New parameters for a live reservation (params->pid is ignored): admitted
+ * as a new request with the reservation's own time counted free, and
+ * swapped in at once; refused, the reservation stays as it was. */
+int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant);
 int pace_status(pace *p, pace_status_report **ret);
 void pace_status_report_free(pace_status_report *report);
 
