@@ -112,9 +112,19 @@ static int adopt_previous_table(Broker *b, int dir_fd) {
         for (uint32_t i = 0; i < old->n_reservations; i++) {
                 const PaceTableReservation *res = &old->reservations[i];
                 ProcInfo info;
+                bool seen = false;
 
                 keep[i] = false;
                 pidfds[i] = -EBADF;
+                /* The pieces of a split reservation share their fate (and
+                 * one pidfd, held by the first). */
+                for (uint32_t j = 0; j < i && !seen; j++)
+                        if (old->reservations[j].id == res->id) {
+                                keep[i] = keep[j];
+                                seen = true;
+                        }
+                if (seen)
+                        continue;
                 if (pidfd_open_checked(res->pid, &pidfds[i]) < 0 ||
                     proc_info_read(b->proc_root, res->pid, &info) < 0 || pidfd_alive(pidfds[i]) < 0 ||
                     info.start_time != res->start_time) {
@@ -147,8 +157,8 @@ static int adopt_previous_table(Broker *b, int dir_fd) {
 
         for (uint32_t i = 0; i < old->n_reservations; i++) {
                 const PaceTableReservation *res = &old->reservations[i];
-                if (!keep[i])
-                        continue;
+                if (!keep[i] || pidfds[i] < 0)
+                        continue; /* gone, or a later piece of one adopted already */
                 Reservation *nr = &b->reservations[b->n_reservations];
                 *nr = (Reservation) { .id = res->id, .owner_uid = (uid_t) res->uid, .pidfd = pidfds[i] };
                 if (b->hooks.watch_pidfd && b->hooks.watch_pidfd(b->hooks.userdata, nr->pidfd, nr->id, &nr->watch) < 0) {
@@ -720,7 +730,7 @@ void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online) {
                 char why[512] = "";
                 PlanEntry moved;
 
-                if (!e || plan_cpu_online(b->plan, e->cpu)) {
+                if (!e || !plan_on_offline_cpu(b->plan, e->id)) {
                         i++;
                         continue;
                 }

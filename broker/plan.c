@@ -31,8 +31,10 @@ struct Plan {
         /* Divisors of max_frame_slots, ascending: the periods a grant can have. */
         uint32_t n_periods;
         uint32_t *periods;
-        /* Scratch for trial placements, sized like a frame. */
+        /* Scratch for trial placements, sized like a frame; one per CPU for
+         * split placements, allocated on first use. */
         uint32_t *scratch;
+        uint32_t *split_scratch[PACE_MAX_CPUS];
         uint32_t n_cpus;
         PlanCpu cpus[PACE_MAX_CPUS];
         uint32_t n_entries;
@@ -136,6 +138,8 @@ Plan *plan_free(Plan *p) {
                 return NULL;
         for (uint32_t i = 0; i < p->n_cpus; i++)
                 free(p->cpus[i].slots);
+        for (uint32_t i = 0; i < PACE_MAX_CPUS; i++)
+                free(p->split_scratch[i]);
         free(p->periods);
         free(p->scratch);
         free(p);
@@ -167,7 +171,11 @@ static uint64_t user_granted_ppm(const Plan *p, uid_t uid, uint32_t *ret_count) 
         for (uint32_t i = 0; i < p->n_entries; i++)
                 if (p->entries[i].uid == uid) {
                         sum += (uint64_t) p->entries[i].budget_slots * PPM / p->entries[i].period_slots;
-                        count++;
+                        /* The pieces of a split reservation count once. */
+                        bool first = true;
+                        for (uint32_t j = 0; j < i; j++)
+                                first &= p->entries[j].id != p->entries[i].id;
+                        count += first;
                 }
         *ret_count = count;
         return sum;
@@ -212,15 +220,20 @@ uint64_t frame_min_supply_ns(const uint32_t *slots, uint32_t frame_slots, uint32
  * reservation or to the non-RT server, by EDF (earlier deadline) or RM
  * (shorter period); the server wins ties, since its deadline protects everyone
  * else. An offset is usable only if its whole orbit is free. */
-static uint32_t assign(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t span, uint32_t want, uint32_t owner) {
+static uint32_t assign(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t span, uint32_t want, uint32_t owner,
+                       uint32_t phase) {
         uint32_t given = 0, server_window = UINT32_MAX, server_got = 0;
         uint32_t G = p->server_period, Gq = p->server_budget;
 
-        for (uint32_t t = 0; t < span && given < want; t++) {
+        /* Time is walked from `phase` on: CPUs start their placements at
+         * different points of the base, so their free time falls at
+         * different instants and a reservation split over CPUs can use it. */
+        for (uint32_t u = 0; u < span && given < want; u++) {
+                uint32_t t = (u + phase) % span;
                 bool usable = true;
 
-                if (t / G != server_window) {
-                        server_window = t / G;
+                if (u / G != server_window) {
+                        server_window = u / G;
                         server_got = 0;
                 }
                 for (uint32_t k = t; k < frame; k += span)
@@ -270,11 +283,11 @@ static uint32_t fold_base(const Plan *p, uint32_t period) {
  * before touching the next and leave the other classes whole for
  * reservations of other periods. Within a class they are evenly spaced. */
 static uint32_t assign_leftover(uint32_t *slots, uint32_t frame, uint32_t period, uint32_t base, uint32_t want,
-                                uint32_t owner) {
+                                uint32_t owner, uint32_t phase) {
         uint32_t given = 0;
 
-        for (uint32_t cls = 0; cls < base && given < want; cls++)
-                for (uint32_t t = cls; t < period && given < want; t += base) {
+        for (uint32_t c = 0; c < base && given < want; c++)
+                for (uint32_t t = (c + phase) % base; t < period && given < want; t += base) {
                         bool usable = true;
                         for (uint32_t k = t; k < frame; k += period)
                                 if (slots[k] != 0) {
@@ -294,20 +307,22 @@ static uint32_t assign_leftover(uint32_t *slots, uint32_t frame, uint32_t period
  * base first (identical in every base window, chosen against the non-RT
  * server), the leftover class by class. Writes the reservation into `slots`
  * (length frame). */
-static int place(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget, uint32_t owner) {
+static int place(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget, uint32_t owner,
+                 uint32_t cpu_index) {
         uint32_t base = fold_base(p, period);
         uint32_t per_base = budget / (period / base);
+        uint32_t phase = (uint32_t) ((uint64_t) cpu_index * base / p->n_cpus);
         uint32_t given;
 
-        given = assign(p, slots, frame, base, per_base, owner) * (period / base);
-        given += assign_leftover(slots, frame, period, base, budget - given, owner);
+        given = assign(p, slots, frame, base, per_base, owner, phase) * (period / base);
+        given += assign_leftover(slots, frame, period, base, budget - given, owner, phase);
         return given == budget ? 0 : -ENOSPC;
 }
 
 /* Tries (period, budget) on one CPU in scratch; 0 and the new frame length if
  * it fits with every guarantee intact. */
-static int try_cpu(Plan *p, const PlanCpu *c, const PlanRequest *req, uint32_t period, uint32_t budget,
-                   uint32_t owner, uint32_t *ret_frame, bool *ret_window_short) {
+static int try_cpu(Plan *p, const PlanCpu *c, uint32_t cpu_index, const PlanRequest *req, uint32_t period,
+                   uint32_t budget, uint32_t owner, uint32_t *ret_frame, bool *ret_window_short) {
         uint32_t frame = lcm32(c->frame_slots, period);
         uint32_t *s = p->scratch;
         int r;
@@ -318,7 +333,7 @@ static int try_cpu(Plan *p, const PlanCpu *c, const PlanRequest *req, uint32_t p
         for (uint32_t i = 0; i < frame; i++)
                 s[i] = c->frame_slots ? c->slots[i % c->frame_slots] : 0;
 
-        r = place(p, s, frame, period, budget, owner);
+        r = place(p, s, frame, period, budget, owner, cpu_index);
         if (r < 0)
                 return r;
 
@@ -414,7 +429,7 @@ static void cheapest_cover(Plan *p, const PlanRequest *req, uint32_t *ret_ppm, u
                         uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
                         if (granted > p->cap_ppm || granted >= *ret_ppm)
                                 break;
-                        if (try_cpu(p, &empty, req, cand, budget, UINT32_MAX, &frame, &short_window) == 0) {
+                        if (try_cpu(p, &empty, 0, req, cand, budget, UINT32_MAX, &frame, &short_window) == 0) {
                                 *ret_ppm = granted;
                                 *ret_budget = budget;
                                 *ret_period = cand;
@@ -424,6 +439,145 @@ static void cheapest_cover(Plan *p, const PlanRequest *req, uint32_t *ret_ppm, u
                                 break;
                 }
         }
+}
+
+/* Consecutive busy slots around t in a cyclic frame, counting t itself. */
+static uint32_t busy_run_through(const uint32_t *s, uint32_t frame, uint32_t t) {
+        uint32_t n = 1;
+        for (uint32_t k = 1; k < frame && s[(t + frame - k) % frame] != 0; k++)
+                n++;
+        for (uint32_t k = 1; k < frame && s[(t + k) % frame] != 0; k++)
+                n++;
+        return MIN(n, frame);
+}
+
+/* Semi-partitioned placement: `budget` slots in every `period`, as pieces on
+ * the CPUs in order[], walking the period slot by slot. A piece continues
+ * on its CPU while it can; when it cannot, that slot stays free and the next
+ * slot may start a piece elsewhere, so the process never changes CPU
+ * without a free slot (the validator's rule) and never runs on two CPUs at
+ * once. Every CPU's own limits and the combined supply in every window of
+ * the requested period are checked before anything is committed. */
+static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t budget, const uint32_t *order,
+                     uint32_t n_order, PlanEntry *ret_entry, bool *ret_window_short) {
+        uint32_t frame[PACE_MAX_CPUS], pieces[PACE_MAX_CPUS] = { 0 };
+        int32_t *on = calloc(period, sizeof(int32_t));
+        uint32_t given = 0, used = 0, span = 1;
+        int r = -ENOSPC;
+
+        *ret_window_short = false;
+        if (!on)
+                return -ENOMEM;
+        for (uint32_t t = 0; t < period; t++)
+                on[t] = -1; /* the walk may stop early: unvisited slots are unused */
+        for (uint32_t o = 0; o < n_order; o++) {
+                const PlanCpu *c = &p->cpus[order[o]];
+                if (!p->split_scratch[o]) {
+                        p->split_scratch[o] = calloc(p->max_frame_slots, sizeof(uint32_t));
+                        if (!p->split_scratch[o]) {
+                                free(on);
+                                return -ENOMEM;
+                        }
+                }
+                frame[o] = lcm32(c->frame_slots, period);
+                for (uint32_t i = 0; i < frame[o]; i++)
+                        p->split_scratch[o][i] = c->frame_slots ? c->slots[i % c->frame_slots] : 0;
+        }
+
+        for (uint32_t t = 0; t < period && given < budget; t++) {
+                int32_t prev = t > 0 ? on[t - 1] : -1;
+                for (uint32_t o = 0; o < n_order; o++) {
+                        uint32_t *s = p->split_scratch[o], owner = p->n_entries + 1 + o;
+                        bool usable = !p->cpus[order[o]].offline && (prev < 0 || prev == (int32_t) o);
+
+                        for (uint32_t k = t; usable && k < frame[o]; k += period)
+                                usable = s[k] == 0;
+                        if (!usable)
+                                continue;
+                        for (uint32_t k = t; k < frame[o]; k += period)
+                                s[k] = owner;
+                        /* Not where it would make a busy run too long for
+                         * the non-RT work on that CPU. */
+                        if (busy_run_through(s, frame[o], t) > p->max_gap_slots) {
+                                for (uint32_t k = t; k < frame[o]; k += period)
+                                        s[k] = 0;
+                                continue;
+                        }
+                        on[t] = (int32_t) o;
+                        pieces[o]++;
+                        given++;
+                        break;
+                }
+        }
+        /* The period wraps around: the same rule at its seam. */
+        if (given < budget || (on[0] >= 0 && on[period - 1] >= 0 && on[0] != on[period - 1]))
+                goto out;
+
+        for (uint32_t o = 0; o < n_order; o++) {
+                const uint32_t *s = p->split_scratch[o];
+                uint32_t free_slots = 0, switches = 0, run = 0, longest = 0;
+                if (pieces[o] == 0)
+                        continue;
+                used++;
+                span = lcm32(span, frame[o]);
+                for (uint32_t i = 0; i < frame[o]; i++) {
+                        free_slots += s[i] == 0;
+                        switches += s[i] != s[(i + 1) % frame[o]];
+                }
+                for (uint32_t k = 0; k < 2 * frame[o]; k++) {
+                        run = s[k % frame[o]] ? run + 1 : 0;
+                        longest = MAX(longest, run);
+                }
+                if (!frame_free_share_ok(free_slots, switches, frame[o], &p->config) || longest > p->max_gap_slots)
+                        goto out;
+        }
+        if (used < 2 || span > p->max_frame_slots)
+                goto out;
+
+        /* The pieces together, on one timeline: every requested window. */
+        for (uint32_t g = 0; g < span; g++) {
+                p->scratch[g] = 0;
+                for (uint32_t o = 0; o < n_order; o++)
+                        if (pieces[o] && p->split_scratch[o][g % frame[o]] == p->n_entries + 1 + o)
+                                p->scratch[g] = 1;
+        }
+        uint64_t need = (uint64_t) (((unsigned __int128) req->period_ns * req->utilization_ppm + PPM - 1) / PPM);
+        if (frame_min_supply_ns(p->scratch, span, 1, p->config.slot_ns, req->period_ns) < need) {
+                *ret_window_short = true;
+                goto out;
+        }
+
+        /* Commit: one entry per CPU used, owners renumbered densely. */
+        uint32_t base = p->n_entries;
+        for (uint32_t o = 0; o < n_order; o++) {
+                if (pieces[o] == 0)
+                        continue;
+                PlanCpu *c = &p->cpus[order[o]];
+                uint32_t tmp_owner = base + 1 + o, owner = p->n_entries + 1;
+                for (uint32_t i = 0; i < frame[o]; i++)
+                        c->slots[i] = p->split_scratch[o][i] == tmp_owner ? owner : p->split_scratch[o][i];
+                c->frame_slots = frame[o];
+                p->entries[p->n_entries++] = (PlanEntry) {
+                        .id = req->id,
+                        .pid = req->pid,
+                        .start_time = req->start_time,
+                        .uid = req->uid,
+                        .cpu = c->cpu,
+                        .requested_period_ns = req->period_ns,
+                        .requested_utilization_ppm = req->utilization_ppm,
+                        .period_slots = period,
+                        .budget_slots = pieces[o],
+                        .flags = PACE_RES_PIECE,
+                };
+        }
+        if (ret_entry) {
+                *ret_entry = p->entries[base];
+                ret_entry->budget_slots = budget;
+        }
+        r = 0;
+out:
+        free(on);
+        return r;
 }
 
 int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
@@ -510,7 +664,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                                         over_quota = true;
                                         break;
                                 }
-                                r = try_cpu(p, c, req, cand, budget, owner, &frame, &window_short);
+                                r = try_cpu(p, c, order[o], req, cand, budget, owner, &frame, &window_short);
                                 if (r < 0) {
                                         if (window_short)
                                                 continue;
@@ -537,6 +691,30 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                         }
                 }
         }
+
+        /* No single CPU has room: split over several, if the client let us
+         * choose and the pieces fit under the same rules. */
+        if (req->cpu < 0 && n_order >= 2 && p->n_entries + n_order <= PACE_MAX_RESERVATIONS)
+                for (uint32_t pi = p->n_periods; pi-- > 0;) {
+                        uint32_t cand = p->periods[pi];
+                        if ((uint64_t) cand * slot_ns > req->period_ns)
+                                continue;
+                        for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
+                                uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
+                                bool window_short;
+                                if (req->uid != 0 && user_ppm + granted > p->config.max_utilization_per_user_ppm) {
+                                        over_quota = true;
+                                        break;
+                                }
+                                r = try_split(p, req, cand, budget, order, n_order, ret_entry, &window_short);
+                                if (r == 0)
+                                        return 0;
+                                if (r == -ENOMEM)
+                                        return r;
+                                if (!window_short)
+                                        break;
+                        }
+                }
 
         /* Say why, in terms the user can act on: what the request costs in
          * whole slots, what the user may still hold, what is free. */
@@ -607,40 +785,56 @@ bool plan_cpu_online(const Plan *p, int32_t cpu) {
         return idx >= 0 && !p->cpus[idx].offline;
 }
 
-int plan_remove(Plan *p, uint64_t id) {
-        for (uint32_t i = 0; i < p->n_entries; i++) {
-                if (p->entries[i].id != id)
-                        continue;
+/* Removes the entry at index i: its slots freed, the last entry moved into
+ * its place, its CPU's frame shrunk to the lcm of what is left there. */
+static void remove_entry(Plan *p, uint32_t i) {
+        PlanCpu *c = &p->cpus[cpu_index(p, p->entries[i].cpu)];
+        uint32_t last = p->n_entries - 1;
 
-                PlanCpu *c = &p->cpus[cpu_index(p, p->entries[i].cpu)];
-                uint32_t last = p->n_entries - 1;
-
-                for (uint32_t s = 0; s < c->frame_slots; s++)
-                        if (c->slots[s] == i + 1)
-                                c->slots[s] = 0;
-
-                /* Keep entries dense: the last one takes index i. */
-                if (i != last) {
-                        PlanCpu *lc = &p->cpus[cpu_index(p, p->entries[last].cpu)];
-                        for (uint32_t s = 0; s < lc->frame_slots; s++)
-                                if (lc->slots[s] == last + 1)
-                                        lc->slots[s] = i + 1;
-                        p->entries[i] = p->entries[last];
-                }
-                p->n_entries--;
-
-                /* Each remaining pattern repeats with its own period, so the
-                 * frame can shrink to their lcm without moving a slot. */
-                uint32_t frame = 0;
-                for (uint32_t j = 0; j < p->n_entries; j++)
-                        if (p->entries[j].cpu == c->cpu)
-                                frame = lcm32(frame, p->entries[j].period_slots);
-                for (uint32_t s = frame; s < c->frame_slots; s++)
+        for (uint32_t s = 0; s < c->frame_slots; s++)
+                if (c->slots[s] == i + 1)
                         c->slots[s] = 0;
-                c->frame_slots = frame;
-                return 0;
+
+        /* Keep entries dense: the last one takes index i. */
+        if (i != last) {
+                PlanCpu *lc = &p->cpus[cpu_index(p, p->entries[last].cpu)];
+                for (uint32_t s = 0; s < lc->frame_slots; s++)
+                        if (lc->slots[s] == last + 1)
+                                lc->slots[s] = i + 1;
+                p->entries[i] = p->entries[last];
         }
-        return -ENOENT;
+        p->n_entries--;
+
+        /* Each remaining pattern repeats with its own period, so the frame
+         * can shrink to their lcm without moving a slot. */
+        uint32_t frame = 0;
+        for (uint32_t j = 0; j < p->n_entries; j++)
+                if (p->entries[j].cpu == c->cpu)
+                        frame = lcm32(frame, p->entries[j].period_slots);
+        for (uint32_t s = frame; s < c->frame_slots; s++)
+                c->slots[s] = 0;
+        c->frame_slots = frame;
+}
+
+int plan_remove(Plan *p, uint64_t id) {
+        bool found = false;
+
+        for (uint32_t i = 0; i < p->n_entries;) {
+                if (p->entries[i].id != id) {
+                        i++;
+                        continue;
+                }
+                remove_entry(p, i);
+                found = true;
+        }
+        return found ? 0 : -ENOENT;
+}
+
+bool plan_on_offline_cpu(const Plan *p, uint64_t id) {
+        for (uint32_t i = 0; i < p->n_entries; i++)
+                if (p->entries[i].id == id && p->cpus[cpu_index(p, p->entries[i].cpu)].offline)
+                        return true;
+        return false;
 }
 
 const PlanEntry *plan_find(const Plan *p, uint64_t id) {
@@ -704,6 +898,7 @@ void plan_export(const Plan *p, PaceTableBuffer *out) {
                         .budget_slots = e->budget_slots,
                         .requested_period_ns = e->requested_period_ns,
                         .requested_utilization_ppm = e->requested_utilization_ppm,
+                        .flags = e->flags,
                 };
         }
 }
@@ -730,6 +925,7 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
                         .requested_utilization_ppm = r->requested_utilization_ppm,
                         .period_slots = r->period_slots,
                         .budget_slots = r->budget_slots,
+                        .flags = r->flags,
                 };
                 map[i] = ++p->n_entries;
         }

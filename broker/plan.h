@@ -52,6 +52,9 @@ typedef struct PlanEntry {
         uint32_t requested_utilization_ppm;
         uint32_t period_slots;
         uint32_t budget_slots;
+        /* PACE_RES_PIECE: one piece of a reservation split over CPUs; the
+         * pieces share the id and each has its CPU and part of the budget. */
+        uint32_t flags;
 } PlanEntry;
 
 typedef struct PlanCpuInfo {
@@ -68,7 +71,10 @@ static inline void plan_freep(Plan **p) {
         plan_free(*p);
 }
 
-/* Admits the request or leaves the plan untouched. Errors, each with a
+/* Admits the request or leaves the plan untouched: on one CPU if any has
+ * room, else (when the request names no CPU) split into pieces on several
+ * CPUs whose slots never coincide. A split grant comes back as one entry
+ * with the whole budget and the first piece's CPU. Errors, each with a
  * sentence in why[] that says what to change:
  *   -ERANGE  period or utilization outside what the configuration allows
  *   -ENODEV  the requested CPU is not managed
@@ -89,8 +95,11 @@ int plan_clone(const Plan *p, Plan **ret);
 int plan_set_cpu_online(Plan *p, int32_t cpu, bool online);
 bool plan_cpu_online(const Plan *p, int32_t cpu);
 
-/* -ENOENT if no such id. */
+/* Removes the reservation (all its pieces). -ENOENT if no such id. */
 int plan_remove(Plan *p, uint64_t id);
+
+/* Whether any piece of the reservation lives on an offline CPU. */
+bool plan_on_offline_cpu(const Plan *p, uint64_t id);
 
 const PlanEntry *plan_find(const Plan *p, uint64_t id);
 size_t plan_n_entries(const Plan *p);

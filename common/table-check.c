@@ -80,6 +80,90 @@ int frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_s
         return (free_ns - cost_ns) * PPM >= frame_ns * config->non_rt_share_ppm;
 }
 
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+        while (b) {
+                uint64_t t = a % b;
+                a = b;
+                b = t;
+        }
+        return a;
+}
+
+/* Which piece of reservation `id` owns global slot g (every CPU's frame
+ * starts at the same instant and repeats), or -1. *ret_count says how many
+ * do: more than one is an overlap. */
+static int piece_at(const PaceTableBuffer *t, const uint32_t *pieces, const uint32_t *first, const uint32_t *frame,
+                    uint32_t n, uint64_t g, uint32_t *ret_count) {
+        int who = -1;
+        uint32_t count = 0;
+
+        for (uint32_t k = 0; k < n; k++)
+                if (t->slots[first[k] + g % frame[k]] == pieces[k] + 1) {
+                        who = (int) k;
+                        count++;
+                }
+        *ret_count = count;
+        return who;
+}
+
+/* The pieces of the split reservation whose first entry is i, together:
+ * never two at once, a free slot at every change of CPU (so a demotion on
+ * one CPU cannot race the promotion on the next), and the whole budget in
+ * every window of the period. Runs once per reservation, at its first
+ * piece. */
+static int check_split(const PaceTableBuffer *t, uint32_t i, uint32_t max_frame, char *err, size_t err_size) {
+        const PaceTableReservation *res = &t->reservations[i];
+        uint32_t pieces[PACE_MAX_CPUS], first[PACE_MAX_CPUS], frame[PACE_MAX_CPUS], n = 0, budget = 0;
+        uint64_t span = 1;
+
+        for (uint32_t j = 0; j < t->n_reservations; j++) {
+                const PaceTableReservation *o = &t->reservations[j];
+                if (o->id != res->id)
+                        continue;
+                if (j < i)
+                        return 0; /* checked at the first piece */
+                if (n >= PACE_MAX_CPUS)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": too many pieces", res->id);
+                for (uint32_t c = 0; c < t->n_cpus; c++)
+                        if (t->cpus[c].cpu == o->cpu) {
+                                first[n] = t->cpus[c].first_slot;
+                                frame[n] = t->cpus[c].frame_slots;
+                        }
+                pieces[n++] = j;
+                budget += o->budget_slots;
+                /* Frames divide the longest frame, so the lcm does too. */
+                span = span / gcd_u64(span, frame[n - 1]) * frame[n - 1];
+        }
+        if (span > max_frame || budget > res->period_slots)
+                return refuse(err, err_size, "reservation %" PRIu64 ": pieces hold %" PRIu32 " slots of a %" PRIu32
+                              "-slot period", res->id, budget, res->period_slots);
+
+        uint32_t count, window = res->period_slots, held = 0, min = UINT32_MAX;
+        int prev = -1;
+        for (uint64_t g = 0; g < span + window; g++) {
+                int who = piece_at(t, pieces, first, frame, n, g, &count);
+                if (count > 1)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": two pieces at slot %" PRIu64
+                                      " at once", res->id, g % span);
+                if (who >= 0 && prev >= 0 && who != prev)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": changes CPU at slot %" PRIu64
+                                      " without a free slot between", res->id, g % span);
+                prev = who;
+                /* Sliding window of `window` slots over the cyclic span. */
+                held += who >= 0;
+                if (g >= window) {
+                        uint32_t c2;
+                        held -= piece_at(t, pieces, first, frame, n, g - window, &c2) >= 0;
+                }
+                if (g + 1 >= window)
+                        min = MIN(min, held);
+        }
+        if (min < budget)
+                return refuse(err, err_size, "reservation %" PRIu64 ": its pieces hold only %" PRIu32
+                              " slots in some window of its period, granted %" PRIu32, res->id, min, budget);
+        return 0;
+}
+
 static bool cpu_managed(const PaceConfig *config, int32_t cpu) {
         for (uint32_t i = 0; i < config->n_cpus; i++)
                 if (config->cpus[i] == cpu)
@@ -142,9 +226,27 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                                 res_cpu_index[i] = (int32_t) c;
                 if (res->id == 0)
                         return refuse(err, err_size, "reservation %" PRIu32 " has id 0", i);
-                for (uint32_t j = 0; j < i; j++)
-                        if (t->reservations[j].id == res->id)
+                if (res->flags & ~PACE_RES_PIECE)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
+                                      res->flags);
+                /* An id appears once, or once per CPU as the pieces of one
+                 * split reservation that agree on everything but CPU and
+                 * budget. */
+                uint32_t siblings = 0;
+                for (uint32_t j = 0; j < t->n_reservations; j++) {
+                        const PaceTableReservation *o = &t->reservations[j];
+                        if (j == i || o->id != res->id)
+                                continue;
+                        if (!(res->flags & PACE_RES_PIECE) || !(o->flags & PACE_RES_PIECE))
                                 return refuse(err, err_size, "reservation id %" PRIu64 " used twice", res->id);
+                        if (o->pid != res->pid || o->start_time != res->start_time || o->uid != res->uid ||
+                            o->period_slots != res->period_slots || o->cpu == res->cpu)
+                                return refuse(err, err_size, "pieces of reservation %" PRIu64
+                                              " disagree on process, owner or period, or share a CPU", res->id);
+                        siblings++;
+                }
+                if ((res->flags & PACE_RES_PIECE) && siblings == 0)
+                        return refuse(err, err_size, "reservation %" PRIu64 " is a piece of nothing", res->id);
                 /* pid 1 and the idle task are never ours to promote. */
                 if (res->pid <= 1)
                         return refuse(err, err_size, "reservation %" PRIu64 ": pid %" PRId32 " is not allowed",
@@ -164,12 +266,9 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                 /* One reservation per process: two CPU loops driving the
                  * same threads would undo each other's promotions. */
                 for (uint32_t j = 0; j < i; j++)
-                        if (t->reservations[j].pid == res->pid)
+                        if (t->reservations[j].pid == res->pid && t->reservations[j].id != res->id)
                                 return refuse(err, err_size, "pid %" PRIi32 " holds reservations %" PRIu64
                                               " and %" PRIu64, res->pid, t->reservations[j].id, res->id);
-                if (res->flags != 0)
-                        return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
-                                      res->flags);
                 held[i] = 0;
         }
 
@@ -184,7 +283,11 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                         continue;
                 for (uint32_t j = 0; j < t->n_reservations; j++)
                         if (t->reservations[j].uid == res->uid) {
-                                count++;
+                                /* A split reservation counts once. */
+                                bool first_piece = true;
+                                for (uint32_t k = 0; k < j; k++)
+                                        first_piece &= t->reservations[k].id != t->reservations[j].id;
+                                count += first_piece;
                                 util += (uint64_t) t->reservations[j].budget_slots * PPM /
                                         t->reservations[j].period_slots;
                         }
@@ -243,6 +346,12 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                 if (held[i] != expected)
                         return refuse(err, err_size, "reservation %" PRIu64 " holds %" PRIu32
                                       " slots per frame, granted %" PRIu32, res->id, held[i], expected);
+                if (res->flags & PACE_RES_PIECE) {
+                        int r = check_split(t, i, max_frame, err, err_size);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
                 uint32_t min = frame_min_supply(&t->slots[cpu->first_slot], cpu->frame_slots, (uint16_t) (i + 1),
                                                 res->period_slots);
                 if (min < res->budget_slots)

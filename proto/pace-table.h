@@ -27,6 +27,13 @@
 /* Total slots of all CPUs' frames in one buffer. */
 #define PACE_TABLE_MAX_SLOTS (256u * 1024u)
 
+/* PaceTableReservation.flags: this entry is one piece of a reservation split
+ * over CPUs (semi-partitioned). All pieces share id, pid, start time, uid
+ * and period; each has its own CPU and budget; together they hold the whole
+ * budget in every window of the period, never two at the same instant, and
+ * with at least one free slot whenever the process changes CPU. */
+#define PACE_RES_PIECE 0x1u
+
 /* Slot owner value for a slot no reservation owns: non-real-time work runs. */
 #define PACE_SLOT_FREE 0u
 
@@ -41,7 +48,7 @@ typedef struct PaceTableReservation {
         int32_t cpu;
         uint32_t period_slots;
         uint32_t budget_slots;
-        uint32_t flags; /* reserved, 0 */
+        uint32_t flags; /* PACE_RES_PIECE or 0 */
         /* What was asked for: unused by the dispatcher, kept so a restarted
          * broker can adopt the reservation without losing it. */
         uint64_t requested_period_ns;

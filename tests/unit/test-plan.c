@@ -54,29 +54,42 @@ static uint64_t supply_brute(const PaceTableBuffer *t, const PaceTableCpu *cpu, 
 }
 
 /* Every window of the requested period, started at every slot boundary and at
- * every boundary minus the part-slot, holds the requested share. */
+ * every boundary minus the part-slot, holds the requested share. A split
+ * reservation's pieces are summed: every CPU's frame starts at the same
+ * instant, and the validator has made sure they never coincide. */
 static void assert_requested_windows(const PaceTableBuffer *t, const PlanEntry *e) {
+        uint64_t need = ((unsigned __int128) e->requested_period_ns * e->requested_utilization_ppm + PPM - 1) / PPM;
+        uint64_t frac = e->requested_period_ns % t->slot_ns;
+        uint32_t span = 1, n = 0;
+        uint32_t idx[PACE_MAX_CPUS];
+        const PaceTableCpu *cpus[PACE_MAX_CPUS];
+
         for (uint32_t i = 0; i < t->n_reservations; i++) {
                 if (t->reservations[i].id != e->id)
                         continue;
-                const PaceTableCpu *cpu = NULL;
                 for (uint32_t c = 0; c < t->n_cpus; c++)
-                        if (t->cpus[c].cpu == e->cpu)
-                                cpu = &t->cpus[c];
-                ASSERT_TRUE(cpu);
-                uint64_t need = ((unsigned __int128) e->requested_period_ns * e->requested_utilization_ppm + PPM - 1) /
-                                PPM;
-                uint64_t frac = e->requested_period_ns % t->slot_ns;
-                for (uint32_t s = 0; s < cpu->frame_slots; s++) {
-                        uint64_t start = (uint64_t) s * t->slot_ns + (uint64_t) cpu->frame_slots * t->slot_ns;
-                        ASSERT_CMP(supply_brute(t, cpu, (uint16_t) (i + 1), start, e->requested_period_ns), >=, need);
-                        if (frac)
-                                ASSERT_CMP(supply_brute(t, cpu, (uint16_t) (i + 1), start + t->slot_ns - frac,
-                                                        e->requested_period_ns), >=, need);
+                        if (t->cpus[c].cpu == t->reservations[i].cpu)
+                                cpus[n] = &t->cpus[c];
+                idx[n++] = i;
+                uint32_t f = cpus[n - 1]->frame_slots, a = span, b = f;
+                while (b) {
+                        uint32_t r = a % b;
+                        a = b;
+                        b = r;
                 }
-                return;
+                span = span / a * f;
         }
-        TEST_FAIL_("reservation %" PRIu64 " not in the table", e->id);
+        if (n == 0)
+                TEST_FAIL_("reservation %" PRIu64 " not in the table", e->id);
+        for (uint32_t s = 0; s < span; s++) {
+                uint64_t start = (uint64_t) s * t->slot_ns + (uint64_t) span * t->slot_ns;
+                for (int variant = 0; variant < (frac ? 2 : 1); variant++) {
+                        uint64_t at = variant ? start + t->slot_ns - frac : start, sum = 0;
+                        for (uint32_t k = 0; k < n; k++)
+                                sum += supply_brute(t, cpus[k], (uint16_t) (idx[k] + 1), at, e->requested_period_ns);
+                        ASSERT_CMP(sum, >=, need);
+                }
+        }
 }
 
 static void export_and_check(const Plan *p, const PaceConfig *c, PaceTableBuffer *t) {
@@ -311,7 +324,7 @@ static void random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy policy, u
         char why[256];
         uint64_t state = seed, next_id = 1;
         static const uint64_t periods_ms[] = { 1, 2, 5, 8, 10, 16, 17, 20, 25, 30, 33, 40, 50, 64, 100, 120, 250, 300, 1000 };
-        uint32_t admitted = 0, refused = 0;
+        uint32_t admitted = 0, refused = 0, split = 0;
 
         config_for(&c, n_cpus);
         c.policy = policy;
@@ -351,15 +364,18 @@ static void random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy policy, u
                         continue;
                 }
                 admitted++;
+                split += e.flags & PACE_RES_PIECE ? 1 : 0;
                 export_and_check(p, &c, &table);
                 assert_requested_windows(&table, &e);
                 ASSERT_CMP((uint64_t) e.period_slots * c.slot_ns, <=, req.period_ns);
                 ASSERT_CMP((uint64_t) e.budget_slots * PPM, >=, (uint64_t) e.period_slots * req.utilization_ppm);
 
                 /* Admitted reservations never move: each old pattern is intact. */
-                for (size_t i = 0; i + 1 < plan_n_entries(p); i++) {
+                for (size_t i = 0; i < plan_n_entries(p); i++) {
                         uint32_t pb, pa;
                         const PlanEntry *old = plan_entry(p, i);
+                        if (old->id == e.id)
+                                continue;
                         pattern_of(&table2, old->id, before, &pb);
                         pattern_of(&table, old->id, after, &pa);
                         ASSERT_EQ(pa, pb);
@@ -372,7 +388,8 @@ static void random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy policy, u
                         ASSERT_CMP(info.reserved_ppm, <=, PPM - share_ppm);
                 }
         }
-        printf("  seed %#" PRIx64 ", %u CPUs: %u admitted, %u refused\n", seed, n_cpus, admitted, refused);
+        printf("  seed %#" PRIx64 ", %u CPUs: %u admitted (%u split), %u refused\n", seed, n_cpus, admitted, split,
+               refused);
         ASSERT_CMP(admitted, >, 0);
 }
 
@@ -486,6 +503,49 @@ TEST(refusals_name_the_real_reason) {
         ASSERT_CONTAINS(why, "in whole slots that is at least");
         ASSERT_CONTAINS(why, "(33.3333%)");
         ASSERT_CONTAINS(why, "CPU 0: 25% free");
+}
+
+/* Issue 4's case: 60% when no CPU has more than 50% free is split into
+ * pieces on both CPUs that never run at once and together hold 30 of every
+ * 50 slots in every window. */
+TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+
+        config_for(&c, 2);
+        ASSERT_OK(plan_new(&c, &p));
+        for (uint64_t id = 1; id <= 2; id++) {
+                PlanRequest r = { .id = id, .pid = 100, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC,
+                                  .utilization_ppm = 250000, .cpu = (int32_t) id - 1 };
+                ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        }
+        PlanRequest r = { .id = 3, .pid = 100, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000,
+                          .cpu = -1 };
+        int rr = plan_admit(p, &r, &e, why, sizeof(why));
+        if (rr < 0)
+                TEST_FAIL_("not split: %s", why);
+        ASSERT_TRUE(e.flags & PACE_RES_PIECE);
+        ASSERT_EQ(e.budget_slots, 30);
+        ASSERT_EQ(e.period_slots, 50);
+        export_and_check(p, &c, &table); /* no overlap, a free slot at each CPU change */
+        assert_requested_windows(&table, &e);
+        uint32_t pieces = 0, total = 0;
+        for (uint32_t i = 0; i < table.n_reservations; i++)
+                if (table.reservations[i].id == 3) {
+                        pieces++;
+                        total += table.reservations[i].budget_slots;
+                }
+        ASSERT_EQ(pieces, 2);
+        ASSERT_EQ(total, 30);
+        /* Released, it frees both CPUs. */
+        ASSERT_OK(plan_remove(p, 3));
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.n_reservations, 2);
+        /* A named CPU is never split. */
+        r.cpu = 1;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
 }
 
 TEST(min_supply_matches_brute_force) {

@@ -209,6 +209,75 @@ TEST(per_user_limits_without_slack_and_one_reservation_per_process) {
         assert_refused("holds 2 reservations, limit 1");
 }
 
+/* A reservation split over CPUs 0 and 1: period 10, 3 slots on CPU 0 at
+ * 0..2 and 3 on CPU 1 at 5..7, free slots between the pieces. */
+static void split_table(void) {
+        pace_config_init(&config);
+        config.cpus_set = true;
+        config.n_cpus = 2;
+        config.cpus[0] = 0;
+        config.cpus[1] = 1;
+        memset(&t, 0, sizeof(t));
+        t.slot_ns = config.slot_ns;
+        t.n_cpus = 2;
+        t.cpus[0] = (PaceTableCpu) { .cpu = 0, .frame_slots = 10, .first_slot = 0 };
+        t.cpus[1] = (PaceTableCpu) { .cpu = 1, .frame_slots = 10, .first_slot = 10 };
+        t.n_slots = 20;
+        t.n_reservations = 2;
+        for (uint32_t i = 0; i < 2; i++)
+                t.reservations[i] = (PaceTableReservation) { .id = 9, .pid = 777, .uid = 1000, .start_time = 5,
+                                                             .cpu = (int32_t) i, .period_slots = 10,
+                                                             .budget_slots = 3, .flags = PACE_RES_PIECE };
+        for (uint32_t s = 0; s < 3; s++) {
+                t.slots[s] = 1;
+                t.slots[10 + 5 + s] = 2;
+        }
+}
+
+TEST(split_reservations) {
+        char err[256] = "";
+        split_table();
+        int r = table_check(&t, &config, err, sizeof(err));
+        if (r < 0)
+                TEST_FAIL_("a sound split was refused: %s", err);
+
+        /* Both pieces at slot 5: the process would run twice at once. */
+        split_table();
+        t.slots[5] = 1;
+        t.slots[2] = 0;
+        assert_refused("two pieces at slot 5 at once");
+        /* CPU 1's piece right after CPU 0's: no free slot to migrate in. */
+        split_table();
+        t.slots[15] = 0;
+        t.slots[18] = 0;
+        t.slots[13] = 2;
+        t.slots[14] = 2;
+        t.slots[15] = 2;
+        assert_refused("changes CPU at slot 3 without a free slot");
+        /* Pieces that disagree on the process. */
+        split_table();
+        t.reservations[1].pid = 778;
+        assert_refused("disagree");
+        /* Two pieces on one CPU. */
+        split_table();
+        t.reservations[1].cpu = 0;
+        assert_refused("share a CPU");
+        /* A lone piece. */
+        split_table();
+        t.reservations[1].id = 10;
+        assert_refused("piece of nothing");
+        /* Not flagged as pieces: a plain duplicate id. */
+        split_table();
+        t.reservations[0].flags = 0;
+        assert_refused("used twice");
+        /* Counted once against the per-user number limit. */
+        split_table();
+        config.max_reservations_per_user = 1;
+        r = table_check(&t, &config, err, sizeof(err));
+        if (r < 0)
+                TEST_FAIL_("a split counted as two reservations: %s", err);
+}
+
 TEST(garbage_never_crashes_and_is_refused) {
         /* Random bytes, many times: refused, no out-of-bounds read (ASan). */
         uint64_t state = 0x1234567;
