@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -60,9 +61,17 @@ typedef struct CpuLoop {
         bool created;
         _Atomic int state;
         _Atomic uint64_t acked_epoch;
+        /* Bumped when the loop enters and leaves every sleep: the watchdog
+         * pings systemd only while every loop's count moves (see
+         * dispatcher_watchdog_check()). */
+        _Atomic uint64_t beats;
+        _Atomic uint64_t acked_config;
+        _Atomic bool hang; /* test hook: wedge at the next chance */
 
         /* Everything below belongs to the dispatch thread. */
         HeldContext ctx;
+        const PaceConfig *config; /* the one in force on this CPU */
+        uint64_t config_gen;
         const TableReader *reader;
         bool reader_broken;
         uint64_t epoch;
@@ -85,7 +94,13 @@ typedef struct LogRing {
 } LogRing;
 
 struct Dispatcher {
+        /* As started: CPUs, waiting policy and slot never change. */
         PaceConfig config;
+        /* What the loops validate tables against: configs[config_live],
+         * switched at each CPU's next frame boundary after a reload. */
+        PaceConfig configs[2];
+        _Atomic unsigned config_live;
+        _Atomic uint64_t config_gen;
         char *runtime_dir;
         char *table_path;
         ThreadRegistry *registry;
@@ -101,6 +116,7 @@ struct Dispatcher {
         _Atomic uint64_t epoch;
         _Atomic uint32_t epoch_word; /* futex for threads without a reader */
         _Atomic bool stop;
+        _Atomic uint32_t hang_word; /* never woken: where a wedged loop waits */
         _Atomic uint64_t broken_epoch;
         _Atomic uint64_t refused_gen;
 
@@ -111,6 +127,10 @@ struct Dispatcher {
         int last_open_error;
         ino_t last_open_error_ino;
         TableReader *leaked[8];
+        PaceTableBuffer *scratch; /* main thread: reload checks, sweeps */
+        uint64_t *watch_beats;
+        bool *watch_probing;
+        uint64_t watch_stalled_since;
 
         LogRing log;
 };
@@ -239,6 +259,30 @@ static void loop_sync_epoch(CpuLoop *l) {
         /* A new file counts its generations from 1 again. */
         l->seen_gen = 0;
         atomic_store(&l->acked_epoch, e);
+}
+
+/* Called where a new configuration may take over: at a frame boundary or
+ * while idle, so no window is validated against two configurations. */
+static void loop_sync_config(CpuLoop *l) {
+        Dispatcher *d = l->d;
+        uint64_t gen = atomic_load(&d->config_gen);
+
+        if (gen == l->config_gen)
+                return;
+        l->config = &d->configs[atomic_load(&d->config_live)];
+        l->config_gen = gen;
+        atomic_store(&l->acked_config, gen);
+}
+
+/* Test hook (SIGUSR2 with test hooks on): blocks forever in place without
+ * spinning, like a deadlocked loop, and without ever bumping beats. Taken
+ * right after a promotion (or while idle), so the owner of the slot stays
+ * at SCHED_FIFO 98: the case the watchdog exists for. */
+static void loop_maybe_hang(CpuLoop *l) {
+        if (!atomic_load_explicit(&l->hang, memory_order_relaxed))
+                return;
+        for (;;)
+                (void) futex_private(&l->d->hang_word, FUTEX_WAIT, atomic_load(&l->d->hang_word));
 }
 
 static void loop_reader_fault(CpuLoop *l) {
@@ -395,7 +439,7 @@ static int loop_consider(CpuLoop *l) {
         }
         l->seen_gen = gen;
 
-        r = table_check(l->spare, &d->config, err, sizeof(err));
+        r = table_check(l->spare, l->config, err, sizeof(err));
         if (r < 0) {
                 if (atomic_exchange(&d->refused_gen, gen) != gen)
                         dlog(d, DISPATCHER_LOG_ERROR,
@@ -421,7 +465,9 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
         struct timespec ts = { .tv_sec = (time_t) (t / NSEC_PER_SEC), .tv_nsec = (long) (t % NSEC_PER_SEC) };
 
         for (;;) {
+                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
                 int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
                 if (r == 0)
                         return 0;
                 if (r != EINTR)
@@ -433,6 +479,10 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
 }
 
 static void loop_switch(CpuLoop *l, Held *from, Held *to) {
+        /* Dying (SIGABRT, SIGTERM): promote no one any more, whatever the
+         * table says; the main thread may be demoting everyone right now. */
+        if (to && loop_stopping(l))
+                to = NULL;
         if (from == to)
                 return;
         if (from)
@@ -451,12 +501,13 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
                                      "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64 "): %s",
                                      l->cpu, to->pid, to->id, strerror(-r));
                 }
+                loop_maybe_hang(l);
         }
 }
 
 /* Runs the frame in force until the table empties this CPU or we stop. */
 static void loop_active(CpuLoop *l) {
-        uint64_t slot_ns = l->d->config.slot_ns;
+        uint64_t slot_ns = l->config->slot_ns;
         uint64_t frame_start = now_ns();
         Held *prev = NULL;
         uint32_t k = 0;
@@ -472,6 +523,7 @@ static void loop_active(CpuLoop *l) {
                          * over, so no reservation loses slots of a window
                          * that straddles the swap. */
                         loop_sync_epoch(l);
+                        loop_sync_config(l);
                         uint64_t gen;
                         bool fresh = l->reader && !l->reader_broken &&
                                      guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen;
@@ -515,9 +567,12 @@ static bool loop_idle(CpuLoop *l) {
                  * and the futex wait below returns at once. */
                 uint32_t word = atomic_load(&d->epoch_word);
 
+                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
+                loop_maybe_hang(l);
                 if (loop_stopping(l))
                         return false;
                 loop_sync_epoch(l);
+                loop_sync_config(l);
                 if (l->reader && !l->reader_broken) {
                         if (loop_consider(l) > 0 && l->n_runs > 0)
                                 return true;
@@ -622,8 +677,12 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
          * instance never touches the system's. */
         snprintf(d->freezer_name, sizeof(d->freezer_name), "pace.%016" PRIx64, fnv1a(runtime_dir));
 
+        d->configs[0] = d->config;
+        d->scratch = calloc(1, sizeof(PaceTableBuffer));
         d->loops = calloc(d->config.n_cpus, sizeof(*d->loops));
-        if (!d->loops)
+        d->watch_beats = calloc(d->config.n_cpus, sizeof(*d->watch_beats));
+        d->watch_probing = calloc(d->config.n_cpus, sizeof(*d->watch_probing));
+        if (!d->loops || !d->scratch || !d->watch_beats || !d->watch_probing)
                 return -ENOMEM;
         d->n_loops = d->config.n_cpus;
         uint32_t max_frame = pace_config_frame_slots(&d->config);
@@ -631,6 +690,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
                 CpuLoop *l = &d->loops[i];
                 l->d = d;
                 l->cpu = d->config.cpus[i];
+                l->config = &d->configs[0];
                 l->cur = calloc(1, sizeof(PaceTableBuffer));
                 l->spare = calloc(1, sizeof(PaceTableBuffer));
                 l->held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
@@ -645,6 +705,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigaddset(&mask, SIGABRT);
+        sigaddset(&mask, SIGUSR2);
         sigaddset(&mask, KICK_SIGNAL);
         pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
@@ -875,8 +938,280 @@ static void arm_timer(int tfd, uint64_t ns) {
         (void) timerfd_settime(tfd, 0, &its, NULL);
 }
 
-int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
-        _cleanup_close_ int sfd = -EBADF, ifd = -EBADF, tfd = -EBADF;
+_printf_(3, 4) static void run_log(const DispatcherRunOptions *o, DispatcherLogLevel level, const char *fmt, ...) {
+        char message[LOG_MESSAGE_MAX];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof(message), fmt, ap);
+        va_end(ap);
+        o->log(level, message, o->userdata);
+}
+
+/* A copy of the published table in d->scratch, from the mapping in use or,
+ * before there is one, from the file. */
+static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
+        _cleanup_(table_reader_freep) TableReader *own = NULL;
+        const TableReader *reader = atomic_load(&d->reader);
+        int r;
+
+        if (!reader) {
+                r = table_reader_open(d->table_path, &own);
+                if (r < 0)
+                        return r;
+                reader = own;
+        }
+        /* A torn copy means the broker is publishing right now: look again. */
+        for (unsigned tries = 0; tries < 100; tries++) {
+                r = guarded_snapshot(reader, d->scratch, ret_gen);
+                if (r != -EAGAIN)
+                        return r;
+                (void) usleep(1000);
+        }
+        return -EAGAIN;
+}
+
+/* Every thread of the table's processes that sits at our running priority
+ * goes back to SCHED_OTHER. For the moments when no dispatch loop can be
+ * trusted to do it: at start (a predecessor killed with SIGKILL left the
+ * slot owner of that moment at SCHED_FIFO 98; only the kernel's RT
+ * throttling bounded it) and when dying on SIGABRT (the watchdog).
+ * The original policy is unknown here; SCHED_OTHER is the safe answer. */
+static unsigned demote_leftovers(const PaceTableBuffer *t) {
+        PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
+        HeldContext none = {};
+        unsigned n = 0;
+
+        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++) {
+                Held *h;
+
+                /* The same identity checks as for promotion: only the very
+                 * process the table names, never pid 1 or a kernel thread. */
+                if (held_new(&t->reservations[i], &h) < 0)
+                        continue;
+                int taskfd = openat(h->procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                DIR *dir = taskfd >= 0 ? fdopendir(taskfd) : NULL;
+                if (!dir)
+                        safe_close(taskfd);
+                for (struct dirent *de; dir && (de = readdir(dir));) {
+                        PaceSchedAttr a;
+                        char *end;
+                        long tid = strtol(de->d_name, &end, 10);
+
+                        if (*end != '\0' || tid <= 1 || sched_attr_get((pid_t) tid, &a) < 0)
+                                continue;
+                        if ((a.sched_policy == SCHED_FIFO || a.sched_policy == SCHED_RR) &&
+                            a.sched_priority == PACE_RUNNING_PRIORITY && sched_attr_set((pid_t) tid, &other) == 0)
+                                n++;
+                }
+                if (dir)
+                        closedir(dir);
+                held_free(h, &none);
+        }
+        return n;
+}
+
+/* Strict mode: reservation groups a predecessor left behind are thawed
+ * and (at start) emptied into the hierarchy's root and removed, so no
+ * process stays frozen because a dispatcher died. */
+static unsigned freezer_leftovers(Dispatcher *d, bool remove) {
+        _cleanup_close_ int dfd = -EBADF;
+        unsigned n = 0;
+        DIR *dir;
+
+        if (!d->freezer)
+                return 0;
+        dfd = open(d->freezer_base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || !(dir = fdopendir(dfd)))
+                return 0;
+        TAKE_FD(dfd);
+        for (struct dirent *de; (de = readdir(dir));) {
+                char path[PATH_MAX + 300], root[PATH_MAX + 32];
+                if (strncmp(de->d_name, "res-", 4) != 0)
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/freezer.state", d->freezer_base, de->d_name);
+                int fd = open(path, O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                        (void) !write(fd, "THAWED", 6);
+                        close(fd);
+                }
+                n++;
+                if (!remove)
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/cgroup.procs", d->freezer_base, de->d_name);
+                snprintf(root, sizeof(root), "%s/cgroup.procs", d->freezer_root);
+                FILE *f = fopen(path, "re");
+                char pid[32];
+                while (f && fgets(pid, sizeof(pid), f)) {
+                        int rfd = open(root, O_WRONLY | O_CLOEXEC);
+                        if (rfd >= 0) {
+                                (void) !write(rfd, pid, strcspn(pid, "\n"));
+                                close(rfd);
+                        }
+                }
+                if (f)
+                        fclose(f);
+                snprintf(path, sizeof(path), "%s/%s", d->freezer_base, de->d_name);
+                (void) rmdir(path);
+        }
+        closedir(dir);
+        return n;
+}
+
+static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
+        uint64_t gen = 0;
+        unsigned demoted = 0, groups;
+
+        if (snapshot_published(d, &gen) == 0)
+                demoted = demote_leftovers(d->scratch);
+        groups = freezer_leftovers(d, at_start);
+        if (demoted > 0 || groups > 0 || !at_start)
+                run_log(o, demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
+                        "%s: %u thread(s) of reserved processes found at SCHED_FIFO %d and demoted to SCHED_OTHER"
+                        "%s%u freezer group(s) thawed",
+                        at_start ? "start-up sweep (a previous dispatcher died without restoring)" :
+                                   "dying on SIGABRT",
+                        demoted, PACE_RUNNING_PRIORITY, ", ", groups);
+}
+
+static bool loop_config_acked(CpuLoop *l, uint64_t gen) {
+        return atomic_load(&l->acked_config) >= gen;
+}
+
+static bool same_cpus(const PaceConfig *a, const PaceConfig *b) {
+        return a->n_cpus == b->n_cpus && memcmp(a->cpus, b->cpus, a->n_cpus * sizeof(a->cpus[0])) == 0;
+}
+
+/* SIGHUP: the new file passes the same validation as at start, must not
+ * change what only a restart can change, and must accept the table in
+ * force; otherwise it is refused whole and the configuration in force
+ * stays. Accepted, it takes over on each CPU at its next frame boundary. */
+static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
+        _cleanup_free_ char *error = NULL;
+        PaceConfig next;
+        uint64_t gen = 0;
+        char err[512];
+        int r;
+
+        if (!o->load_config) {
+                run_log(o, DISPATCHER_LOG_WARNING, "SIGHUP: no configuration to reload");
+                return;
+        }
+        r = o->load_config(&next, &error, o->userdata);
+        if (r < 0) {
+                run_log(o, DISPATCHER_LOG_ERROR, "reload refused: %s; the configuration in force stays",
+                        error ?: strerror(-r));
+                return;
+        }
+        r = resolve_cpus(&next);
+        if (r < 0) {
+                run_log(o, DISPATCHER_LOG_ERROR, "reload refused: cannot read the online CPUs: %s", strerror(-r));
+                return;
+        }
+        const char *fixed = !same_cpus(&next, &d->config) ? "\"cpus\" (one dispatch thread per CPU)" :
+                            next.waiting != d->config.waiting ? "\"waiting\"" :
+                            next.slot_ns != d->config.slot_ns ? "\"slot_us\" (the table in force is in slots)" :
+                            pace_config_frame_slots(&next) > pace_config_frame_slots(&d->config) ?
+                                    "\"max_frame_ms\" upwards (run arrays are allocated and locked at start)" :
+                                    NULL;
+        if (fixed) {
+                run_log(o, DISPATCHER_LOG_ERROR,
+                        "reload refused: changing %s needs a restart of pace-dispatcher; the configuration in "
+                        "force stays", fixed);
+                return;
+        }
+        uint64_t cur = atomic_load(&d->config_gen);
+        for (uint32_t i = 0; i < d->n_loops; i++)
+                if (d->loops[i].created && atomic_load(&d->loops[i].state) != LOOP_EXITED &&
+                    !loop_config_acked(&d->loops[i], cur)) {
+                        run_log(o, DISPATCHER_LOG_ERROR,
+                                "reload refused: the previous reload is not in force on CPU %" PRIi32
+                                " yet (it waits for a frame boundary); send SIGHUP again", d->loops[i].cpu);
+                        return;
+                }
+        r = snapshot_published(d, &gen);
+        if (r == 0 && table_check(d->scratch, &next, err, sizeof(err)) < 0) {
+                run_log(o, DISPATCHER_LOG_ERROR,
+                        "reload refused: the table in force (generation %" PRIu64 ") breaks the new configuration: "
+                        "%s; the configuration in force stays", gen, err);
+                return;
+        }
+
+        unsigned live = atomic_load(&d->config_live);
+        d->configs[!live] = next;
+        atomic_store(&d->config_live, !live);
+        uint64_t ngen = atomic_fetch_add(&d->config_gen, 1) + 1;
+        /* Idle loops take it at once; active ones at their frame boundary. */
+        kick_until(d, loop_config_acked, ngen, 0);
+        run_log(o, DISPATCHER_LOG_INFO, "reloaded the configuration; in force on each CPU from its next frame "
+                "boundary");
+}
+
+/* The watchdog proves that every dispatch loop advances, not only that the
+ * main thread lives. A loop counts its sleeps (beats). An active loop
+ * wakes at every ownership change, so its count moves on its own; an idle
+ * one sleeps on a futex without any periodic wake-up, and so does an
+ * active one between runs of a long frame. A loop whose count has not
+ * moved since the last check is kicked (the same signal that hands over a
+ * new table): a live loop wakes, loops and sleeps again, which moves its
+ * count; one wedged anywhere else does not. WATCHDOG=1 goes out only when
+ * every loop has moved. */
+#define WATCH_PROBE_NS (50 * NSEC_PER_MSEC)
+
+static bool watch_live(CpuLoop *l) {
+        return l->created && atomic_load(&l->state) != LOOP_EXITED;
+}
+
+/* Returns true if every loop has advanced since the last look; kicks (and
+ * marks for probing) the ones that have not. */
+static bool watch_look(Dispatcher *d, bool kick) {
+        bool all = true;
+
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                if (!watch_live(l)) {
+                        d->watch_probing[i] = false;
+                        continue;
+                }
+                uint64_t b = atomic_load(&l->beats);
+                if (b != d->watch_beats[i]) {
+                        d->watch_beats[i] = b;
+                        d->watch_probing[i] = false;
+                        continue;
+                }
+                all = false;
+                d->watch_probing[i] = true;
+                if (kick)
+                        (void) pthread_kill(l->thread, KICK_SIGNAL);
+        }
+        return all;
+}
+
+static void watch_ping(Dispatcher *d, const DispatcherRunOptions *o) {
+        if (d->watch_stalled_since) {
+                run_log(o, DISPATCHER_LOG_INFO, "every dispatch loop advances again after %" PRIu64 " ms",
+                        (uint64_t) ((now_ns() - d->watch_stalled_since) / NSEC_PER_MSEC));
+                d->watch_stalled_since = 0;
+        }
+        o->watchdog_ping(o->userdata);
+}
+
+static void watch_stalled(Dispatcher *d, const DispatcherRunOptions *o) {
+        if (d->watch_stalled_since)
+                return;
+        d->watch_stalled_since = now_ns();
+        for (uint32_t i = 0; i < d->n_loops; i++)
+                if (d->watch_probing[i])
+                        run_log(o, DISPATCHER_LOG_ERROR,
+                                "the dispatch loop of CPU %" PRIi32 " does not advance (kicked, no answer within "
+                                "%llu ms); withholding the watchdog ping",
+                                d->loops[i].cpu, (unsigned long long) (WATCH_PROBE_NS / NSEC_PER_MSEC));
+}
+
+int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
+        _cleanup_close_ int sfd = -EBADF, ifd = -EBADF, tfd = -EBADF, wfd = -EBADF, pfd = -EBADF;
+        DispatcherLogFn log_fn = o->log;
+        void *userdata = o->userdata;
         char message[LOG_MESSAGE_MAX];
         unsigned retries = 0;
         sigset_t mask;
@@ -885,12 +1220,30 @@ int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigaddset(&mask, SIGABRT);
+        sigaddset(&mask, SIGUSR2);
         sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
         if (sfd < 0)
                 return negative_errno();
         tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (tfd < 0)
                 return negative_errno();
+        if (o->watchdog_ns > 0 && o->watchdog_ping) {
+                uint64_t every = MAX(o->watchdog_ns / 4, 2 * WATCH_PROBE_NS);
+                struct itimerspec its = {
+                        .it_value = { .tv_sec = (time_t) (every / NSEC_PER_SEC),
+                                      .tv_nsec = (long) (every % NSEC_PER_SEC) },
+                        .it_interval = { .tv_sec = (time_t) (every / NSEC_PER_SEC),
+                                         .tv_nsec = (long) (every % NSEC_PER_SEC) },
+                };
+                wfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                pfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (wfd < 0 || pfd < 0 || timerfd_settime(wfd, 0, &its, NULL) < 0)
+                        return negative_errno();
+                run_log(o, DISPATCHER_LOG_INFO, "watchdog: every %" PRIu64 " ms, WATCHDOG=1 only when every "
+                        "dispatch loop has advanced", (uint64_t) (every / NSEC_PER_MSEC));
+        }
         ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
         if (ifd < 0)
                 return negative_errno();
@@ -903,6 +1256,9 @@ int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
                 return r;
         }
 
+        /* Before the loops see any table: nothing of ours is running yet. */
+        sweep(d, o, true);
+
         bool check = true;
         for (;;) {
                 struct pollfd p[] = {
@@ -910,6 +1266,8 @@ int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
                         { .fd = ifd, .events = POLLIN },
                         { .fd = tfd, .events = POLLIN },
                         { .fd = d->log.efd, .events = POLLIN },
+                        { .fd = wfd, .events = POLLIN },
+                        { .fd = pfd, .events = POLLIN },
                 };
 
                 if (check) {
@@ -942,12 +1300,43 @@ int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
                         log_drain(d, log_fn, userdata);
                 if (p[0].revents & POLLIN) {
                         struct signalfd_siginfo si;
-                        if (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-                                snprintf(message, sizeof(message), "%s received, restoring every thread and exiting",
-                                         strsignal((int) si.ssi_signo));
-                                log_fn(DISPATCHER_LOG_INFO, message, userdata);
-                                break;
+                        if (read(sfd, &si, sizeof(si)) != sizeof(si))
+                                continue;
+                        if (si.ssi_signo == SIGHUP) {
+                                reload(d, o);
+                                continue;
                         }
+                        if (si.ssi_signo == SIGUSR2) {
+                                if (!o->test_hooks) {
+                                        run_log(o, DISPATCHER_LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
+                                        continue;
+                                }
+                                run_log(o, DISPATCHER_LOG_WARNING,
+                                        "test hook (SIGUSR2): wedging every dispatch loop at its next promotion "
+                                        "or wake-up; the watchdog should kill this process");
+                                for (uint32_t i = 0; i < d->n_loops; i++)
+                                        atomic_store(&d->loops[i].hang, true);
+                                kick_until(d, loop_exited, 0, 0);
+                                continue;
+                        }
+                        if (si.ssi_signo == SIGABRT) {
+                                /* systemd's watchdog (or an admin): a loop may
+                                 * be wedged with a slot owner promoted, so
+                                 * demote from here, then die as asked. */
+                                atomic_store(&d->stop, true);
+                                sweep(d, o, false);
+                                log_drain(d, log_fn, userdata);
+                                signal(SIGABRT, SIG_DFL);
+                                sigemptyset(&mask);
+                                sigaddset(&mask, SIGABRT);
+                                pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
+                                raise(SIGABRT);
+                                _exit(EXIT_FAILURE);
+                        }
+                        snprintf(message, sizeof(message), "%s received, restoring every thread and exiting",
+                                 strsignal((int) si.ssi_signo));
+                        log_fn(DISPATCHER_LOG_INFO, message, userdata);
+                        break;
                 }
                 if (p[1].revents & POLLIN) {
                         char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
@@ -968,6 +1357,22 @@ int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
                         (void) !read(tfd, &v, sizeof(v));
                         check = true;
                 }
+                if (p[4].revents & POLLIN) {
+                        uint64_t v;
+                        (void) !read(wfd, &v, sizeof(v));
+                        if (watch_look(d, true))
+                                watch_ping(d, o);
+                        else
+                                arm_timer(pfd, WATCH_PROBE_NS);
+                }
+                if (p[5].revents & POLLIN) {
+                        uint64_t v;
+                        (void) !read(pfd, &v, sizeof(v));
+                        if (watch_look(d, false))
+                                watch_ping(d, o);
+                        else
+                                watch_stalled(d, o);
+                }
         }
 
         /* Stop here, not in dispatcher_free(), so the restore messages are
@@ -981,6 +1386,27 @@ int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
                 }
         log_drain(d, log_fn, userdata);
         return 0;
+}
+
+void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files,
+                               uint64_t *ret_threads) {
+        uint64_t per_loop = 2 * sizeof(PaceTableBuffer) +
+                            2 * ((uint64_t) pace_config_frame_slots(&d->config) + 1) * sizeof(Run) +
+                            3 * (uint64_t) PACE_MAX_RESERVATIONS * sizeof(Held *) + LOOP_STACK_SIZE + 2 * 4096;
+        /* The mapping in use, one being handed over, the ones kept while a
+         * thread might still read them, and the main thread's scratch copy. */
+        uint64_t tables = (2 + ELEMENTSOF(d->leaked)) * PACE_TABLE_FILE_SIZE + sizeof(PaceTableBuffer);
+        /* Code, libraries, the main stack, and heap for held processes and
+         * their threads (measured: 9.3 MiB locked in all, idle on 2 CPUs,
+         * of which about 6 MiB are not the buffers counted below). */
+        uint64_t base = 12ULL * 1024 * 1024;
+
+        *ret_memlock = base + tables + d->n_loops * per_loop;
+        /* Per reserved process a pidfd, a /proc directory and (strict) a
+         * freezer.state; per loop a few transient ones; the main thread's
+         * signalfd, inotify, timers, eventfd, stdio, notify socket. */
+        *ret_files = 3ULL * PACE_MAX_RESERVATIONS + 4ULL * d->n_loops + 32;
+        *ret_threads = d->n_loops + 1;
 }
 
 Dispatcher *dispatcher_free(Dispatcher *d) {
@@ -1004,6 +1430,9 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
                 free(l->next_runs);
         }
         free(d->loops);
+        free(d->scratch);
+        free(d->watch_beats);
+        free(d->watch_probing);
         if (d->freezer) {
                 (void) freezer_anchor(d, false);
                 (void) rmdir(d->freezer_base);

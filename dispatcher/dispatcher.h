@@ -6,7 +6,9 @@
  * finds the table file (see dispatcher/README.md). Never logs itself:
  * messages reach the caller's log function, from the main thread only. */
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -29,9 +31,34 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
  * err when it cannot), and starts the dispatch threads. */
 int dispatcher_start(Dispatcher *d, char *err, size_t err_size);
 
-/* Watches the runtime directory for the table and relays the dispatch
- * threads' messages, until SIGTERM or SIGINT. */
-int dispatcher_run(Dispatcher *d, DispatcherLogFn log_fn, void *userdata);
+typedef struct DispatcherRunOptions {
+        DispatcherLogFn log;
+        /* SIGHUP: reads the configuration again (the same validation as at
+         * start); on failure -errno and a malloc'ed message. NULL: SIGHUP
+         * only logs. */
+        int (*load_config)(PaceConfig *ret, char **ret_error, void *userdata);
+        /* sd_watchdog_enabled()'s interval (0: none). watchdog_ping is
+         * called from the main thread, only after every dispatch loop has
+         * shown progress since the previous call. */
+        uint64_t watchdog_ns;
+        void (*watchdog_ping)(void *userdata);
+        /* SIGUSR2 wedges every dispatch loop (a test of the watchdog).
+         * Off: SIGUSR2 is logged and ignored. */
+        bool test_hooks;
+        void *userdata;
+} DispatcherRunOptions;
+
+/* Sweeps what a dead predecessor left (threads at the running priority,
+ * frozen groups), then watches the runtime directory for the table, relays
+ * the dispatch threads' messages, reloads on SIGHUP and feeds the watchdog,
+ * until SIGTERM or SIGINT. On SIGABRT (the watchdog's signal) it demotes
+ * every thread of the table's processes and dies of SIGABRT. */
+int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *options);
+
+/* What the dispatcher needs of RLIMIT_MEMLOCK, RLIMIT_NOFILE and
+ * RLIMIT_NPROC, for privileges_drop(). */
+void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files,
+                               uint64_t *ret_threads);
 
 /* Stops the dispatch threads, which first restore every thread they
  * changed and undo their cgroups. Accepts NULL. */

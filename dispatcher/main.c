@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,17 @@
 #include "macro.h"
 #include "pace-build-config.h"
 #include "pace-limits.h"
+#include "privileges.h"
+#include "rt-check.h"
+
+/* Test-only switch (documented in dispatcher/README.md and
+ * pace-dispatcher(8)): SIGUSR2 then wedges the dispatch loops so a boot test
+ * can watch the watchdog kill and systemd restart the dispatcher. Only
+ * whoever starts the dispatcher sets its environment, so it grants nobody
+ * anything; it only makes the dispatcher easier to break on purpose. */
+#define TEST_HOOKS_ENV "PACE_DISPATCHER_TEST_HOOKS"
+
+static const char *arg_config = NULL;
 
 static const char *level_prefix(DispatcherLogLevel level) {
         /* sd-daemon "<N>" prefixes give the journal the priority; on a
@@ -32,13 +45,51 @@ static void log_stderr(DispatcherLogLevel level, const char *message, void *user
         fprintf(stderr, "%s%s\n", level_prefix(level), message);
 }
 
+static void watchdog_ping(void *userdata) {
+        (void) sd_notify(0, "WATCHDOG=1");
+}
+
+/* At start and on SIGHUP: the same file, the same validation. */
+static int load_config(PaceConfig *ret, char **ret_error, void *userdata) {
+        const char *path = arg_config ?: PACE_DEFAULT_CONFIG;
+        _cleanup_free_ char *error = NULL;
+        PaceConfig config;
+        int r;
+
+        pace_config_init(&config);
+        r = pace_config_load(path, &config, &error);
+        if (r == -ENOENT && !arg_config) {
+                /* The default file is optional: its absence means defaults. */
+        } else if (r < 0) {
+                if (!error && asprintf(&error, "cannot load configuration %s: %s", path, strerror(-r)) < 0)
+                        error = NULL;
+                *ret_error = TAKE_PTR(error);
+                return r;
+        }
+        *ret = config;
+        return 0;
+}
+
 static void help(void) {
         printf("Usage: pace-dispatcher [--config FILE] [--runtime-dir DIR]\n"
                "Enforces pace's dispatch table at SCHED_FIFO %d.\n\n"
                "  --config FILE       configuration (default %s; missing means defaults)\n"
                "  --runtime-dir DIR   where pace-broker publishes the table (default %s)\n"
-               "  --version           print the version\n",
+               "  --version           print the version\n\n"
+               "Signals: SIGHUP reloads the configuration, SIGTERM/SIGINT restore every thread and exit.\n",
                99, PACE_DEFAULT_CONFIG, PACE_DEFAULT_RUNTIME_DIR);
+}
+
+static void caps_text(uint64_t mask, char *buf, size_t size) {
+        buf[0] = '\0';
+        if (mask == 0) {
+                snprintf(buf, size, "none");
+                return;
+        }
+        for (unsigned c = 0; c < 64; c++)
+                if (mask & PACE_CAP_BIT(c))
+                        snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? "," : "",
+                                 c == 23 ? "cap_sys_nice" : c == 14 ? "cap_ipc_lock" : c == 1 ? "cap_dac_override" : "other");
 }
 
 int main(int argc, char **argv) {
@@ -51,7 +102,9 @@ int main(int argc, char **argv) {
         };
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
         _cleanup_free_ char *config_error = NULL;
-        const char *config_path = NULL, *runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
+        const char *runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
+        char freezer_root[512];
+        PrivilegeReport report;
         PaceConfig config;
         char err[1024] = "";
         int c, r;
@@ -59,7 +112,7 @@ int main(int argc, char **argv) {
         while ((c = getopt_long(argc, argv, "c:r:h", options, NULL)) >= 0)
                 switch (c) {
                 case 'c':
-                        config_path = optarg;
+                        arg_config = optarg;
                         break;
                 case 'r':
                         runtime_dir = optarg;
@@ -78,21 +131,53 @@ int main(int argc, char **argv) {
                 return EXIT_FAILURE;
         }
 
-        pace_config_init(&config);
-        r = pace_config_load(config_path ?: PACE_DEFAULT_CONFIG, &config, &config_error);
-        if (r == -ENOENT && !config_path) {
-                /* The default file is optional: its absence means defaults. */
-        } else if (r < 0) {
-                fprintf(stderr, "%scannot load configuration %s: %s\n", level_prefix(DISPATCHER_LOG_ERROR),
-                        config_path ?: PACE_DEFAULT_CONFIG, config_error ?: strerror(-r));
+        r = load_config(&config, &config_error, NULL);
+        if (r < 0) {
+                fprintf(stderr, "%s%s\n", level_prefix(DISPATCHER_LOG_ERROR),
+                        config_error ?: "cannot load the configuration");
                 return EXIT_FAILURE;
         }
+
+        /* One malloc arena: glibc would otherwise reserve 64 MiB of address
+         * space per thread arena, which mlockall(MCL_FUTURE) charges to
+         * RLIMIT_MEMLOCK (and fails). The dispatch threads allocate only
+         * when a table brings new processes or threads. */
+        (void) mallopt(M_ARENA_MAX, 1);
 
         r = dispatcher_new(&config, runtime_dir, &d, err, sizeof(err));
         if (r < 0) {
                 log_stderr(DISPATCHER_LOG_ERROR, err[0] ? err : strerror(-r), NULL);
                 return EXIT_FAILURE;
         }
+
+        /* Before any thread exists: capabilities are per thread. */
+        PrivilegeLimits limits = {
+                .writable_path = config.waiting == PACE_WAITING_FREEZE &&
+                                                 rt_find_freezer("/proc", freezer_root, sizeof(freezer_root)) == 0 ?
+                                         freezer_root :
+                                         NULL,
+        };
+        dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
+        r = privileges_drop(&limits, &report, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR),
+                        err[0] ? err : strerror(-r));
+                return EXIT_FAILURE;
+        }
+        char eff[128], bnd[256];
+        caps_text(report.effective, eff, sizeof(eff));
+        caps_text(report.bounding, bnd, sizeof(bnd));
+        fprintf(stderr, "%sprivileges: uid %u, capabilities %s (bounding set %s%s), no_new_privs, %s, "
+                "locks up to %" PRIu64 " MiB%s, RLIMIT_NOFILE %" PRIu64 "\n",
+                level_prefix(DISPATCHER_LOG_INFO), (unsigned) getuid(), eff,
+                report.bounding == report.effective ? "the same" : bnd,
+                report.bounding_dropped ? ", dropped here" : "",
+                report.read_only_view ? "file system read-only for it" : "file system as the service manager set it",
+                limits.memlock_bytes >> 20,
+                report.kept_ipc_lock ? " (RLIMIT_MEMLOCK cannot be raised that far here: CAP_IPC_LOCK kept instead)" :
+                                       " (RLIMIT_MEMLOCK set to that)",
+                limits.max_files);
+
         r = dispatcher_start(d, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR), err[0] ? err : strerror(-r));
@@ -107,9 +192,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%srunning on CPUs %s, slot %llu us, waiting policy %s, table %s/table\n",
                 level_prefix(DISPATCHER_LOG_INFO), cpus, (unsigned long long) (used->slot_ns / 1000),
                 used->waiting == PACE_WAITING_FREEZE ? "freeze" : "nice", runtime_dir);
+
+        uint64_t watchdog_usec = 0;
+        if (sd_watchdog_enabled(0, &watchdog_usec) <= 0)
+                watchdog_usec = 0;
+        const char *hooks = getenv(TEST_HOOKS_ENV);
+        DispatcherRunOptions run = {
+                .log = log_stderr,
+                .load_config = load_config,
+                .watchdog_ns = watchdog_usec * 1000,
+                .watchdog_ping = watchdog_ping,
+                .test_hooks = hooks && strcmp(hooks, "1") == 0,
+        };
+        if (run.test_hooks)
+                log_stderr(DISPATCHER_LOG_WARNING, TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)",
+                           NULL);
         (void) sd_notify(0, "READY=1\nSTATUS=dispatching");
 
-        r = dispatcher_run(d, log_stderr, NULL);
+        r = dispatcher_run(d, &run);
         (void) sd_notify(0, "STOPPING=1");
         if (r < 0) {
                 log_stderr(DISPATCHER_LOG_ERROR, strerror(-r), NULL);
