@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "broker-harness.h"
+#include "cpu-share.h"
 #include "macro.h"
 #include "pace/pace.h"
 #include "test.h"
@@ -41,25 +42,6 @@ static void pin(int cpu) {
         CPU_ZERO(&set);
         CPU_SET(cpu, &set);
         sched_setaffinity(0, sizeof(set), &set);
-}
-
-/* utime + stime of a whole process, from /proc/PID/stat, in ns. */
-static uint64_t cpu_time_ns(pid_t pid) {
-        char path[64], buf[1024];
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return 0;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return 0;
-        buf[n] = '\0';
-        char *p = strrchr(buf, ')');
-        unsigned long long ut = 0, st = 0;
-        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-                return 0;
-        return (ut + st) * (NSEC_PER_SEC / (uint64_t) sysconf(_SC_CLK_TCK));
 }
 
 /* The policy without the SCHED_RESET_ON_FORK flag the kernel ORs into it. */
@@ -209,11 +191,9 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         /* Shares over 5 s. 60% granted; 40% left for the other hog. The
          * band is 2 points (issue 3); the dispatcher tests explain why it
          * holds on this VM, and foreign load on CPU 1 can only lower both. */
-        uint64_t c0 = cpu_time_ns(client), o0 = cpu_time_ns(other), t0 = now_ns();
-        sleep_ms(5000);
-        uint64_t c1 = cpu_time_ns(client), o1 = cpu_time_ns(other), t1 = now_ns();
-        double client_share = 100.0 * (double) (c1 - c0) / (double) (t1 - t0);
-        double other_share = 100.0 * (double) (o1 - o0) / (double) (t1 - t0);
+        double shares[3];
+        share_measure(CPU, (pid_t[]) { client, other, s.dispatcher }, 3, 5000, shares);
+        double client_share = shares[0], other_share = shares[1];
         printf("  reserved 60%%: got %.2f%%; SCHED_OTHER hog: %.2f%%\n", client_share, other_share);
         ASSERT_CMP(client_share, >=, 58.0);
         ASSERT_CMP(client_share, <=, 62.0);
@@ -249,12 +229,9 @@ TEST(two_clients_are_isolated_from_each_other) {
         ASSERT_EQ(n_reservations(s.broker.socket), 2);
         sleep_ms(500);
 
-        uint64_t a0 = cpu_time_ns(a), b0 = cpu_time_ns(b), o0 = cpu_time_ns(other), t0 = now_ns();
-        sleep_ms(5000);
-        uint64_t a1 = cpu_time_ns(a), b1 = cpu_time_ns(b), o1 = cpu_time_ns(other), t1 = now_ns();
-        double sa = 100.0 * (double) (a1 - a0) / (double) (t1 - t0);
-        double sb = 100.0 * (double) (b1 - b0) / (double) (t1 - t0);
-        double so = 100.0 * (double) (o1 - o0) / (double) (t1 - t0);
+        double shares[4];
+        share_measure(CPU, (pid_t[]) { a, b, other, s.dispatcher }, 4, 5000, shares);
+        double sa = shares[0], sb = shares[1], so = shares[2];
         printf("  30%% got %.2f%%, 40%% got %.2f%%, SCHED_OTHER hog %.2f%%\n", sa, sb, so);
         ASSERT_CMP(sa, >=, 28.0);
         ASSERT_CMP(sa, <=, 32.0);
@@ -269,10 +246,10 @@ TEST(two_clients_are_isolated_from_each_other) {
         ASSERT_EQ(broker_stop(&s.broker), 0);
 }
 
-static double share_over(pid_t pid, unsigned ms) {
-        uint64_t c0 = cpu_time_ns(pid), t0 = now_ns();
-        sleep_ms(ms);
-        return 100.0 * (double) (cpu_time_ns(pid) - c0) / (double) (now_ns() - t0);
+static double share_over(const Stack *s, pid_t client, pid_t other, unsigned ms) {
+        double shares[3];
+        share_measure(CPU, (pid_t[]) { client, other, s->dispatcher }, 3, ms, shares);
+        return shares[0];
 }
 
 /* The broker crashes: the dispatcher keeps enforcing the last table; the
@@ -289,17 +266,17 @@ TEST(a_broker_crash_does_not_interrupt_a_reservation) {
                 sleep_ms(10);
         ASSERT_EQ(n_reservations(s.broker.socket), 1);
         sleep_ms(300);
-        double before = share_over(client, 2000);
+        double before = share_over(&s, client, other, 2000);
 
         kill(s.broker.pid, SIGKILL);
         waitpid(s.broker.pid, NULL, 0);
         s.broker.pid = 0;
-        double outage = share_over(client, 2000);
+        double outage = share_over(&s, client, other, 2000);
 
         ASSERT_OK(broker_restart(&s.broker, SIGKILL));
         ASSERT_EQ(n_reservations(s.broker.socket), 1);
         sleep_ms(200);
-        double after = share_over(client, 2000);
+        double after = share_over(&s, client, other, 2000);
         printf("  reserved 60%%: %.2f%% before, %.2f%% with the broker dead, %.2f%% after its restart\n", before,
                outage, after);
         ASSERT_CMP(outage, >=, 58.0);
