@@ -83,6 +83,11 @@ typedef struct CpuLoop {
         Held **by_index; /* table index → Held, while building runs */
         Run *runs, *next_runs;
         uint32_t n_runs, frame_slots;
+        /* The table slot the rotated frame begins at. Every CPU keeps one
+         * global grid: table slot = (CLOCK_MONOTONIC / slot) mod frame, so
+         * the pieces of a split reservation line up across CPUs and a
+         * table swap never shifts anyone's slots in time. */
+        uint32_t rot;
 } CpuLoop;
 
 typedef struct LogRing {
@@ -396,6 +401,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
         l->next_runs = runs;
         l->n_runs = n;
         l->frame_slots = frame;
+        l->rot = rot == UINT32_MAX ? 0 : rot;
 
         PaceTableBuffer *b = l->cur;
         l->cur = l->spare;
@@ -505,13 +511,29 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
         }
 }
 
+/* Where the global grid stands at time t for the frame in force: when the
+ * current rotated frame began, and which run covers t. */
+static void loop_locate(const CpuLoop *l, uint64_t t, uint64_t *ret_frame_start, uint32_t *ret_k) {
+        uint64_t slot_ns = l->config->slot_ns, g = t / slot_ns;
+        uint32_t frame = l->frame_slots;
+        uint32_t off = (uint32_t) ((g % frame + frame - l->rot % frame) % frame), k = 0;
+
+        while (k + 1 < l->n_runs && l->runs[k + 1].start <= off)
+                k++;
+        *ret_frame_start = (g - off) * slot_ns;
+        *ret_k = k;
+}
+
 /* Runs the frame in force until the table empties this CPU or we stop. */
 static void loop_active(CpuLoop *l) {
         uint64_t slot_ns = l->config->slot_ns;
-        uint64_t frame_start = now_ns();
+        uint64_t frame_start;
         Held *prev = NULL;
-        uint32_t k = 0;
+        uint32_t k;
 
+        /* Join the grid where it stands: the run under way is entered at
+         * once, not a frame later. */
+        loop_locate(l, now_ns(), &frame_start, &k);
         for (;;) {
                 uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
 
@@ -536,14 +558,16 @@ static void loop_active(CpuLoop *l) {
                                 if (loop_consider(l) > 0) {
                                         if (l->n_runs == 0)
                                                 return;
-                                        frame_start = t;
+                                        /* Same grid, new frame: carry on
+                                         * wherever it stands now. */
+                                        loop_locate(l, t, &frame_start, &k);
                                 }
                         }
                         uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = now_ns();
                         if (now > t + frame_ns) {
-                                /* Stalled (a VM pause): restart the frame now
+                                /* Stalled (a VM pause): rejoin the grid now
                                  * rather than replay the missed slots. */
-                                frame_start = now;
+                                loop_locate(l, now, &frame_start, &k);
                         }
                 }
 

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,6 +27,8 @@ struct RegistryEntry {
         PaceSchedAttr orig;
         bool affinity_saved;
         cpu_set_t orig_affinity;
+        /* The CPU it is held to now: a split reservation's pieces move it. */
+        _Atomic int pinned_cpu;
         RegistryEntry *next;
 };
 
@@ -113,6 +116,7 @@ static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const Pa
                 CPU_ZERO(&set);
                 CPU_SET(cpu, &set);
                 e->affinity_saved = sched_setaffinity(tid, sizeof(set), &set) == 0;
+                atomic_store(&e->pinned_cpu, cpu);
         }
         e->next = reg->buckets[b];
         reg->buckets[b] = e;
@@ -414,6 +418,18 @@ int held_promote(Held *h, const HeldContext *ctx) {
                                 h->threads[i] = (HeldThread) { .tid = (pid_t) tid, .entry = e };
                         }
                         h->threads[i].seen = scan;
+                        /* A piece of a split reservation on this CPU: move
+                         * the thread here before it may run. Pieces never
+                         * coincide and a free slot separates them, so the
+                         * loop that had it has demoted it by now. */
+                        RegistryEntry *entry = h->threads[i].entry;
+                        if (entry->affinity_saved && atomic_load(&entry->pinned_cpu) != ctx->cpu) {
+                                cpu_set_t set;
+                                CPU_ZERO(&set);
+                                CPU_SET(ctx->cpu, &set);
+                                if (sched_setaffinity((pid_t) tid, sizeof(set), &set) == 0)
+                                        atomic_store(&entry->pinned_cpu, ctx->cpu);
+                        }
                         if (sched_attr_set((pid_t) tid, &running) == -ESRCH)
                                 h->threads[i].seen = 0;
                 }
