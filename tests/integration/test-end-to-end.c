@@ -514,6 +514,79 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
         ASSERT_CMP(overlap_ms, <=, 1.0);
 }
 
+/* Two 70% reservations fit no single CPU together: worst-fit puts them on
+ * different CPUs, and each CPU's hog keeps that CPU's free share. */
+TEST(two_seventy_percent_reservations_land_on_different_cpus) {
+        Stack s = {};
+        pace *p = NULL;
+        pace_status_report *st = NULL;
+        int32_t cpu_of[2] = { -1, -1 };
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [0, 1] }");
+
+        pid_t clients[2], hogs[2];
+        for (int i = 0; i < 2; i++) {
+                clients[i] = fork();
+                ASSERT_OK(clients[i]);
+                if (clients[i] == 0) {
+                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                        alarm(CHILD_LIFETIME_S);
+                        setenv("PACE_SOCKET", s.broker.socket, 1);
+                        const char *pace_run = getenv("PACE_RUN");
+                        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "70%", "--", "/bin/sh", "-c",
+                              "while :; do :; done", (char *) NULL);
+                        _exit(127);
+                }
+                for (int k = 0; k < 300 && n_reservations(s.broker.socket) < (size_t) i + 1; k++)
+                        sleep_ms(10);
+        }
+        for (int c = 0; c < 2; c++) {
+                hogs[c] = fork();
+                ASSERT_OK(hogs[c]);
+                if (hogs[c] == 0) {
+                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                        alarm(CHILD_LIFETIME_S);
+                        pin(c);
+                        hog(NULL);
+                }
+        }
+        ASSERT_OK(pace_connect(s.broker.socket, &p));
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->n_reservations, 2);
+        for (size_t i = 0; i < st->n_reservations; i++)
+                for (int k = 0; k < 2; k++)
+                        if (st->reservations[i].pid == clients[k])
+                                cpu_of[k] = st->reservations[i].cpu;
+        pace_status_report_free(st);
+        pace_close(p);
+        ASSERT_TRUE(cpu_of[0] >= 0 && cpu_of[1] >= 0);
+        ASSERT_NE(cpu_of[0], cpu_of[1]);
+        sleep_ms(500);
+
+        /* Per CPU: its client and its hog. */
+        double sh[2][3];
+        for (int k = 0; k < 2; k++) {
+                int c = cpu_of[k];
+                share_measure(c, (pid_t[]) { clients[k], hogs[c], s.dispatcher }, 3, 3000, sh[k]);
+                printf("  CPU %d: reserved 70%% got %.2f%%, SCHED_OTHER hog %.2f%%\n", c, sh[k][0], sh[k][1]);
+        }
+        for (int k = 0; k < 2; k++) {
+                reap(clients[k]);
+                reap(hogs[k]);
+        }
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        for (int k = 0; k < 2; k++) {
+                ASSERT_CMP(sh[k][0], >=, 68.0);
+                ASSERT_CMP(sh[k][0], <=, 72.0);
+                /* Free share 30%, less 2 points, less the switch costs the
+                 * admission charged (10 switches per 50 ms at 30 us). */
+                ASSERT_CMP(sh[k][1], >=, 30.0 - 2.0 - 0.6);
+        }
+}
+
 TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         Stack s = {};
         pace *p = NULL;
