@@ -28,6 +28,17 @@
 
 #define PROGRAM "pace-broker"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define PACE_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PACE_SANITIZED 1
+#endif
+#endif
+#ifndef PACE_SANITIZED
+#define PACE_SANITIZED 0
+#endif
+
 static const char *arg_config = NULL;
 static const char *arg_runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
 static int arg_verbose = 0;
@@ -223,7 +234,10 @@ static int cap_own_resources(void) {
                 rlim_t limit;
                 const char *name;
         } caps[] = {
+#if !PACE_SANITIZED
+                /* LeakSanitizer clones a tracer task at exit: not under it. */
                 { RLIMIT_NPROC, 0, "RLIMIT_NPROC" },
+#endif
                 { RLIMIT_MEMLOCK, 0, "RLIMIT_MEMLOCK" },
         };
 
