@@ -26,12 +26,14 @@ static uint64_t clock_ns(clockid_t id) {
         return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
 }
 
+/* Where the busy work goes, so the compiler cannot drop it. */
+static volatile uint64_t burn_sink;
+
 static void burn_cpu(uint64_t ns) {
         uint64_t until = clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
-        volatile uint64_t sink = 0;
         while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
                 for (int i = 0; i < 1000; i++)
-                        sink += (uint64_t) i;
+                        burn_sink += (uint64_t) i;
 }
 
 static int cmp_u64(const void *a, const void *b) {

@@ -354,11 +354,27 @@ static void grant_from_wire(const Pace__Grant *g, pace_grant *ret) {
         };
 }
 
-_public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant *ret_grant) {
+/* Sends a request answered by a grant; expected_id 0: any. */
+static int grant_exchange(pace *p, const Pace__Request *req, uint64_t expected_id, pace_grant *ret_grant) {
         _cleanup_(response_freep) Pace__Response *resp = NULL;
+        int r;
+
+        r = exchange(p, req, &resp);
+        if (r < 0)
+                return r;
+        r = check_response(resp, PACE__RESPONSE__BODY_GRANT);
+        if (r < 0)
+                return r;
+        /* A grant for another reservation would be a broker bug. */
+        if (expected_id != 0 && resp->grant->id != expected_id)
+                return PACE_E_PROTOCOL;
+        grant_from_wire(resp->grant, ret_grant);
+        return 0;
+}
+
+_public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant *ret_grant) {
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ReserveRequest body = PACE__RESERVE_REQUEST__INIT;
-        int r;
 
         clear_last_message();
 
@@ -385,24 +401,12 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
         req.version = PACE_PROTOCOL_VERSION;
         req.body_case = PACE__REQUEST__BODY_RESERVE;
         req.reserve = &body;
-
-        r = exchange(p, &req, &resp);
-        if (r < 0)
-                return r;
-
-        r = check_response(resp, PACE__RESPONSE__BODY_GRANT);
-        if (r < 0)
-                return r;
-
-        grant_from_wire(resp->grant, ret_grant);
-        return 0;
+        return grant_exchange(p, &req, 0, ret_grant);
 }
 
 _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant) {
-        _cleanup_(response_freep) Pace__Response *resp = NULL;
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ModifyRequest body = PACE__MODIFY_REQUEST__INIT;
-        int r;
 
         clear_last_message();
         if (!p || !params || !ret_grant || params->period_ns == 0 || params->utilization_ppm < 1 ||
@@ -419,18 +423,7 @@ _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params
         req.version = PACE_PROTOCOL_VERSION;
         req.body_case = PACE__REQUEST__BODY_MODIFY;
         req.modify = &body;
-
-        r = exchange(p, &req, &resp);
-        if (r < 0)
-                return r;
-        r = check_response(resp, PACE__RESPONSE__BODY_GRANT);
-        if (r < 0)
-                return r;
-        /* A grant for another reservation would be a broker bug. */
-        if (resp->grant->id != id)
-                return PACE_E_PROTOCOL;
-        grant_from_wire(resp->grant, ret_grant);
-        return 0;
+        return grant_exchange(p, &req, id, ret_grant);
 }
 
 _public_ int pace_release(pace *p, uint64_t id) {

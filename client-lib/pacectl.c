@@ -549,6 +549,17 @@ static int do_status(pace *p, const Args *args, const char *socket_path) {
         return EXIT_OK;
 }
 
+static int print_grant(const Args *args, const pace_grant *g) {
+        if (args->json) {
+                _cleanup_(cJSON_Deletep) cJSON *o = json_grant(g);
+                int r = print_json(o);
+                if (r < 0)
+                        return report_output_failure(r);
+        } else
+                print_grant_text(g);
+        return EXIT_OK;
+}
+
 static int do_reserve(pace *p, const Args *args, const char *socket_path) {
         pace_grant g;
         int r;
@@ -561,16 +572,7 @@ static int do_reserve(pace *p, const Args *args, const char *socket_path) {
         r = pace_reserve(p, &args->reserve, &g);
         if (r < 0)
                 return report_failure("reserve", socket_path, r);
-
-        if (args->json) {
-                _cleanup_(cJSON_Deletep) cJSON *o = json_grant(&g);
-
-                r = print_json(o);
-                if (r < 0)
-                        return report_output_failure(r);
-        } else
-                print_grant_text(&g);
-        return EXIT_OK;
+        return print_grant(args, &g);
 }
 
 static int do_modify(pace *p, const Args *args, const char *socket_path) {
@@ -579,14 +581,7 @@ static int do_modify(pace *p, const Args *args, const char *socket_path) {
 
         if (r < 0)
                 return report_failure("modify", socket_path, r);
-        if (args->json) {
-                _cleanup_(cJSON_Deletep) cJSON *o = json_grant(&g);
-                r = print_json(o);
-                if (r < 0)
-                        return report_output_failure(r);
-        } else
-                print_grant_text(&g);
-        return EXIT_OK;
+        return print_grant(args, &g);
 }
 
 static int do_release(pace *p, const Args *args, const char *socket_path) {

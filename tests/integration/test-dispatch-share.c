@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 
+#include "cpu-share.h"
 #include "test-dispatch-util.h"
 
 #define WARMUP_MS 1000
@@ -20,51 +21,10 @@ typedef struct Shares {
         double share[4];
 } Shares;
 
-/* CPU 1's idle and steal time (ns), from /proc/stat (USER_HZ ticks). */
-static uint64_t cpu1_idle_steal_ns(void) {
-        char line[512];
-        uint64_t v[10] = {}, hz = (uint64_t) sysconf(_SC_CLK_TCK);
-        FILE *f = fopen("/proc/stat", "re");
-
-        ASSERT_TRUE(f);
-        while (fgets(line, sizeof(line), f))
-                if (sscanf(line, "cpu1 %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
-                           " %" SCNu64 " %" SCNu64, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8)
-                        break;
-        fclose(f);
-        /* idle + iowait + steal */
-        return (v[3] + v[4] + v[7]) * (1000000000ULL / hz);
-}
-
-/* This is a shared VM: other people's tests may use CPU 1 too, and the
- * hypervisor may steal time. What our processes did not get and CPU 1 did
- * not idle ("others": the dispatcher's own few µs per switch, interrupts,
- * and anyone else) is measured; above 5 points the window is not ours and
- * is measured again (at most twice more), rather than blaming the
- * dispatcher for a neighbour. */
+/* tests/cpu-share.h measures what else used CPU 1 and measures again when
+ * a neighbour took more than 5 points. */
 static void measure(const pid_t *pids, unsigned n, unsigned ms, Shares *ret) {
-        for (unsigned attempt = 0; attempt < 3; attempt++) {
-                uint64_t c0[4], c1[4], t0, t1, i0, i1;
-                double ours = 0;
-
-                t0 = test_now_ns();
-                i0 = cpu1_idle_steal_ns();
-                for (unsigned i = 0; i < n; i++)
-                        c0[i] = cpu_time_ns(pids[i]);
-                test_sleep_ms(ms);
-                t1 = test_now_ns();
-                i1 = cpu1_idle_steal_ns();
-                for (unsigned i = 0; i < n; i++) {
-                        c1[i] = cpu_time_ns(pids[i]);
-                        ret->share[i] = 100.0 * (double) (c1[i] - c0[i]) / (double) (t1 - t0);
-                        ours += ret->share[i];
-                }
-                double others = 100.0 - ours - 100.0 * (double) (i1 - i0) / (double) (t1 - t0);
-                printf("  (CPU 1 used by others, idle or stolen: %.2f points)\n", 100.0 - ours);
-                if (others <= 5.0)
-                        return;
-                printf("  CPU 1 busy with something else (%.1f points): measuring again\n", others);
-        }
+        share_measure(TEST_CPU, pids, n, ms, ret->share);
 }
 
 static void run_one_reserved(const char *config, uint64_t slot_ns, const char *pattern, uint32_t period,
