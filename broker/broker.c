@@ -426,6 +426,12 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         if (r < 0)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
                                    "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        uint32_t threads;
+        if (proc_count_threads(b->proc_root, pid, &threads) == 0 && threads > b->config.max_threads_per_reservation)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                   "pid %" PRIi32 " has %" PRIu32 " threads; a reservation covers at most %" PRIu32
+                                   " (max_threads_per_reservation): the dispatcher moves each of them at every "
+                                   "switch", (int32_t) pid, threads, b->config.max_threads_per_reservation) ?: 1;
         if (ret_info->kernel_thread)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                                    "pid %" PRIi32 " is a kernel thread; only user processes can be reserved",

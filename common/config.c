@@ -41,6 +41,7 @@ typedef enum KeyId {
         KEY_MAX_CONNECTIONS_PER_USER,
         KEY_MAX_REQUESTS_PER_SECOND,
         KEY_ALLOWED_GROUPS,
+        KEY_MAX_THREADS_PER_RESERVATION,
         _KEY_MAX,
 } KeyId;
 
@@ -93,6 +94,7 @@ static const KeyDef keys[_KEY_MAX] = {
         [KEY_MAX_CONNECTIONS_PER_USER] = { "max_connections_per_user", KIND_INTEGER, 1, 65536, false, NULL, NULL },
         [KEY_MAX_REQUESTS_PER_SECOND] = { "max_requests_per_second", KIND_INTEGER, 1, 100000, false, " (per user)", NULL },
         [KEY_ALLOWED_GROUPS] = { "allowed_groups", KIND_GROUPS, 0, 0, false, NULL, NULL },
+        [KEY_MAX_THREADS_PER_RESERVATION] = { "max_threads_per_reservation", KIND_INTEGER, 1, 1024, false, NULL, NULL },
 };
 
 void pace_config_init(PaceConfig *config) {
@@ -110,6 +112,7 @@ void pace_config_init(PaceConfig *config) {
                 .waiting = PACE_WAITING_NICE,
                 .max_connections_per_user = 64,
                 .max_requests_per_second = 50,
+                .max_threads_per_reservation = 32,
                 .allowed_groups_set = false,
                 .cpus_set = false,
                 .n_cpus = 0,
@@ -532,6 +535,9 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
                 break;
         case KEY_MAX_REQUESTS_PER_SECOND:
                 c->max_requests_per_second = (uint32_t) i;
+                break;
+        case KEY_MAX_THREADS_PER_RESERVATION:
+                c->max_threads_per_reservation = (uint32_t) i;
                 break;
         default:
                 return -EINVAL;

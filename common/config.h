@@ -36,6 +36,9 @@ typedef struct PaceConfig {
         PaceWaiting waiting;                /* "waiting": "nice" (default) | "freeze" */
         uint32_t max_connections_per_user;  /* default 64, 1..65536, at most max_connections */
         uint32_t max_requests_per_second;   /* per user (root exempt), default 50, 1..100000 */
+        /* Threads the dispatcher moves per reservation: each costs two system
+         * calls at every switch, so this bounds the dispatcher's own time. */
+        uint32_t max_threads_per_reservation; /* default 32, 1..1024 */
         /* "allowed_groups": names or gids; unset means every local user may
          * ask. Root may always. */
         bool allowed_groups_set;

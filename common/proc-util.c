@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -102,6 +103,22 @@ int proc_info_read(const char *proc_root, pid_t pid, ProcInfo *ret) {
                 .start_time = start_time,
                 .kernel_thread = (flags & PF_KTHREAD) != 0,
         };
+        return 0;
+}
+
+int proc_count_threads(const char *proc_root, pid_t pid, uint32_t *ret) {
+        char path[128];
+        uint32_t n = 0;
+        DIR *d;
+
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/task", proc_root, (int32_t) pid);
+        d = opendir(path);
+        if (!d)
+                return errno == ENOENT ? -ESRCH : negative_errno();
+        for (struct dirent *de; (de = readdir(d));)
+                n += de->d_name[0] >= '0' && de->d_name[0] <= '9';
+        closedir(d);
+        *ret = n;
         return 0;
 }
 

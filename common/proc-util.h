@@ -18,6 +18,9 @@ int proc_info_read(const char *proc_root, pid_t pid, ProcInfo *ret);
 /* Parses the content of /proc/PID/stat (robust against ')' in comm). */
 int proc_stat_parse(const char *text, uint64_t *ret_start_time, unsigned long *ret_flags);
 
+/* Threads of a process (entries of /proc/PID/task). */
+int proc_count_threads(const char *proc_root, pid_t pid, uint32_t *ret);
+
 int pidfd_open_checked(pid_t pid, int *ret_fd);
 /* 0 while the process behind the pidfd is alive, -ESRCH once it has exited. */
 int pidfd_alive(int pidfd);

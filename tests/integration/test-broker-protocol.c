@@ -1036,6 +1036,49 @@ TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+static void *park_forever(void *arg) {
+        pause();
+        return NULL;
+}
+
+TEST(a_process_with_too_many_threads_is_refused) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        int pipefd[2];
+
+        ASSERT_OK(broker_start(&b, "{ \"max_threads_per_reservation\": 4 }"));
+        ASSERT_OK(pipe(pipefd));
+        pid_t kid = fork();
+        ASSERT_OK(kid);
+        if (kid == 0) {
+                pthread_t t;
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                for (int i = 0; i < 7; i++)
+                        pthread_create(&t, NULL, park_forever, NULL);
+                if (write(pipefd[1], "x", 1) != 1)
+                        _exit(1);
+                pause();
+                _exit(0);
+        }
+        char c;
+        ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = kid, .cpu = -1 };
+        ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_LIMIT_EXCEEDED);
+        ASSERT_CONTAINS(pace_last_message(), "has 8 threads");
+        ASSERT_CONTAINS(pace_last_message(), "max_threads_per_reservation");
+        /* The caller itself, with its one or two threads, is fine. */
+        params.pid = 0;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        pace_close(p);
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
 TEST(socket_activation_is_used_when_offered) {
         const char *activate = "/usr/bin/systemd-socket-activate";
         char dir[] = "/tmp/pace-test-XXXXXX", sock[300], table[300], cmd[400];

@@ -724,6 +724,12 @@ TEST(access_and_rate_keys) {
         ASSERT_PARSE_FAILS("{\"allowed_groups\": [1.5]}", "expected a group name or gid, got 1.5");
         ASSERT_PARSE_FAILS("{\"allowed_groups\": \"root\"}", "expected an array");
 
+        ASSERT_EQ(c.max_threads_per_reservation, 32);
+        ASSERT_PARSES("{\"max_threads_per_reservation\": 4}", &c);
+        ASSERT_EQ(c.max_threads_per_reservation, 4);
+        ASSERT_PARSE_FAILS("{\"max_threads_per_reservation\": 0}", "\"max_threads_per_reservation\": 0 is out of range");
+        ASSERT_PARSE_FAILS("{\"max_threads_per_reservation\": 5000}", "allowed: an integer from 1 to 1024");
+        pace_config_init(&c);
         ASSERT_PARSES("{\"max_requests_per_second\": 5, \"max_connections_per_user\": 3}", &c);
         ASSERT_EQ(c.max_requests_per_second, 5);
         ASSERT_EQ(c.max_connections_per_user, 3);
