@@ -29,6 +29,7 @@
 #include "macro.h"
 #include "rt-check.h"
 #include "sched-util.h"
+#include "sweep.h"
 #include "table-check.h"
 #include "table-shm.h"
 
@@ -275,6 +276,7 @@ static void loop_sync_config(CpuLoop *l) {
         if (gen == l->config_gen)
                 return;
         l->config = &d->configs[atomic_load(&d->config_live)];
+        l->ctx.max_threads = l->config->max_threads_per_reservation;
         l->config_gen = gen;
         atomic_store(&l->acked_config, gen);
 }
@@ -507,6 +509,13 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
                                      "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64 "): %s",
                                      l->cpu, to->pid, to->id, strerror(-r));
                 }
+                if (to->threads_skipped > 0 && !to->limit_logged) {
+                        to->limit_logged = true;
+                        dlog(l->d, DISPATCHER_LOG_WARNING,
+                             "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") has %" PRIu32
+                             " threads past max_threads_per_reservation (%" PRIu32 "); they are not moved",
+                             l->cpu, to->pid, to->id, to->threads_skipped, l->ctx.max_threads);
+                }
                 loop_maybe_hang(l);
         }
 }
@@ -655,15 +664,6 @@ static int resolve_cpus(PaceConfig *config) {
         return 0;
 }
 
-static uint64_t fnv1a(const char *s) {
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (; *s; s++) {
-                h ^= (unsigned char) *s;
-                h *= 0x100000001b3ULL;
-        }
-        return h;
-}
-
 int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err,
                    size_t err_size) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
@@ -699,7 +699,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
 
         /* One pace.<hash> freezer group per runtime directory, so a test
          * instance never touches the system's. */
-        snprintf(d->freezer_name, sizeof(d->freezer_name), "pace.%016" PRIx64, fnv1a(runtime_dir));
+        sweep_freezer_name(runtime_dir, d->freezer_name, sizeof(d->freezer_name));
 
         d->configs[0] = d->config;
         d->scratch = calloc(1, sizeof(PaceTableBuffer));
@@ -871,6 +871,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                         .registry = d->registry,
                         .waiting = d->config.waiting,
                         .cpu = l->cpu,
+                        .max_threads = d->config.max_threads_per_reservation,
                         .freezer_root = d->freezer ? d->freezer_root : NULL,
                         .freezer_base = d->freezer ? d->freezer_base : NULL,
                 };
@@ -995,91 +996,11 @@ static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
         return -EAGAIN;
 }
 
-/* Every thread of the table's processes that sits at our running priority
- * goes back to SCHED_OTHER. For the moments when no dispatch loop can be
- * trusted to do it: at start (a predecessor killed with SIGKILL left the
- * slot owner of that moment at SCHED_FIFO 98; only the kernel's RT
- * throttling bounded it) and when dying on SIGABRT (the watchdog).
- * The original policy is unknown here; SCHED_OTHER is the safe answer. */
-static unsigned demote_leftovers(const PaceTableBuffer *t) {
-        PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
-        HeldContext none = {};
-        unsigned n = 0;
-
-        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++) {
-                Held *h;
-
-                /* The same identity checks as for promotion: only the very
-                 * process the table names, never pid 1 or a kernel thread. */
-                if (held_new(&t->reservations[i], &h) < 0)
-                        continue;
-                int taskfd = openat(h->procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                DIR *dir = taskfd >= 0 ? fdopendir(taskfd) : NULL;
-                if (!dir)
-                        safe_close(taskfd);
-                for (struct dirent *de; dir && (de = readdir(dir));) {
-                        PaceSchedAttr a;
-                        char *end;
-                        long tid = strtol(de->d_name, &end, 10);
-
-                        if (*end != '\0' || tid <= 1 || sched_attr_get((pid_t) tid, &a) < 0)
-                                continue;
-                        if ((a.sched_policy == SCHED_FIFO || a.sched_policy == SCHED_RR) &&
-                            a.sched_priority == PACE_RUNNING_PRIORITY && sched_attr_set((pid_t) tid, &other) == 0)
-                                n++;
-                }
-                if (dir)
-                        closedir(dir);
-                held_free(h, &none);
-        }
-        return n;
-}
-
 /* Strict mode: reservation groups a predecessor left behind are thawed
  * and (at start) emptied into the hierarchy's root and removed, so no
  * process stays frozen because a dispatcher died. */
 static unsigned freezer_leftovers(Dispatcher *d, bool remove) {
-        _cleanup_close_ int dfd = -EBADF;
-        unsigned n = 0;
-        DIR *dir;
-
-        if (!d->freezer)
-                return 0;
-        dfd = open(d->freezer_base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0 || !(dir = fdopendir(dfd)))
-                return 0;
-        TAKE_FD(dfd);
-        for (struct dirent *de; (de = readdir(dir));) {
-                char path[PATH_MAX + 300], root[PATH_MAX + 32];
-                if (strncmp(de->d_name, "res-", 4) != 0)
-                        continue;
-                snprintf(path, sizeof(path), "%s/%s/freezer.state", d->freezer_base, de->d_name);
-                int fd = open(path, O_WRONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                        (void) !write(fd, "THAWED", 6);
-                        close(fd);
-                }
-                n++;
-                if (!remove)
-                        continue;
-                snprintf(path, sizeof(path), "%s/%s/cgroup.procs", d->freezer_base, de->d_name);
-                snprintf(root, sizeof(root), "%s/cgroup.procs", d->freezer_root);
-                FILE *f = fopen(path, "re");
-                char pid[32];
-                while (f && fgets(pid, sizeof(pid), f)) {
-                        int rfd = open(root, O_WRONLY | O_CLOEXEC);
-                        if (rfd >= 0) {
-                                (void) !write(rfd, pid, strcspn(pid, "\n"));
-                                close(rfd);
-                        }
-                }
-                if (f)
-                        fclose(f);
-                snprintf(path, sizeof(path), "%s/%s", d->freezer_base, de->d_name);
-                (void) rmdir(path);
-        }
-        closedir(dir);
-        return n;
+        return d->freezer ? sweep_freezer(d->freezer_root, d->freezer_base, remove) : 0;
 }
 
 static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
@@ -1087,7 +1008,7 @@ static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
         unsigned demoted = 0, groups;
 
         if (snapshot_published(d, &gen) == 0)
-                demoted = demote_leftovers(d->scratch);
+                demoted = sweep_demote_table(d->scratch);
         groups = freezer_leftovers(d, at_start);
         if (demoted > 0 || groups > 0 || !at_start)
                 run_log(o, demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
@@ -1357,6 +1278,8 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                                 raise(SIGABRT);
                                 _exit(EXIT_FAILURE);
                         }
+                        if (o->stopping)
+                                o->stopping(userdata);
                         snprintf(message, sizeof(message), "%s received, restoring every thread and exiting",
                                  strsignal((int) si.ssi_signo));
                         log_fn(DISPATCHER_LOG_INFO, message, userdata);

@@ -45,6 +45,10 @@ typedef struct DispatcherRunOptions {
         /* SIGUSR2 wedges every dispatch loop (a test of the watchdog).
          * Off: SIGUSR2 is logged and ignored. */
         bool test_hooks;
+        /* Called on SIGTERM/SIGINT before the loops stop: an orderly stop
+         * (the monitor then does not take the exit for a crash). May be
+         * NULL. */
+        void (*stopping)(void *userdata);
         void *userdata;
 } DispatcherRunOptions;
 

@@ -166,6 +166,15 @@ static int read_at(int dirfd, const char *name, char *buf, size_t size) {
         return 0;
 }
 
+/* The monitor (monitor.c): our parent, at SCHED_FIFO 99. Promoting it would
+ * drop it below the clients it has to demote, and demoting it would leave
+ * nobody to notice our death. */
+static pid_t protected_pid;
+
+void held_protect_pid(pid_t pid) {
+        protected_pid = pid;
+}
+
 int held_new(const PaceTableReservation *res, Held **ret) {
         _cleanup_close_ int pidfd = -EBADF, procfd = -EBADF;
         char path[64], stat[1024];
@@ -175,7 +184,7 @@ int held_new(const PaceTableReservation *res, Held **ret) {
 
         /* pid 1, and the dispatcher itself: demoting ourselves would stop
          * the dispatch of every CPU. */
-        if (res->pid <= 1 || res->pid == getpid())
+        if (res->pid <= 1 || res->pid == getpid() || (protected_pid > 0 && res->pid == protected_pid))
                 return -EPERM;
         r = pidfd_open_checked(res->pid, &pidfd);
         if (r < 0)
@@ -346,6 +355,23 @@ struct linux_dirent64 {
         char d_name[];
 };
 
+/* Promotes one held thread on this CPU. A piece of a split reservation on
+ * this CPU first moves the thread here: pieces never coincide and a free
+ * slot separates them, so the loop that had it has demoted it by now. */
+static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const PaceSchedAttr *running) {
+        RegistryEntry *entry = h->threads[i].entry;
+        pid_t tid = h->threads[i].tid;
+
+        if (entry->affinity_saved && atomic_load(&entry->pinned_cpu) != ctx->cpu) {
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(ctx->cpu, &set);
+                if (sched_setaffinity(tid, sizeof(set), &set) == 0)
+                        atomic_store(&entry->pinned_cpu, ctx->cpu);
+        }
+        return sched_attr_set(tid, running);
+}
+
 int held_promote(Held *h, const HeldContext *ctx) {
         PaceSchedAttr running;
         _cleanup_close_ int taskfd = -EBADF;
@@ -370,7 +396,25 @@ int held_promote(Held *h, const HeldContext *ctx) {
         }
 
         sched_attr_running(&running);
+
+        /* Already holding as many threads as it may: listing a thousand
+         * more at every switch would cost the dispatcher what the limit is
+         * there to save. Move the ones it holds; a vanished one frees a
+         * place, and the next promotion lists the threads again. */
+        if (ctx->max_threads > 0 && h->n_threads >= ctx->max_threads && h->threads_skipped > 0) {
+                for (size_t i = h->n_threads; i-- > 0;)
+                        if (held_move_thread(h, ctx, i, &running) == -ESRCH)
+                                held_drop_thread(h, ctx, i);
+                if (h->n_threads < ctx->max_threads)
+                        h->threads_skipped = 0; /* rescan next time */
+                if (h->cg_state_fd >= 0)
+                        (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
+                h->running = true;
+                return 0;
+        }
+
         scan = ++h->scans;
+        uint32_t skipped = 0;
         /* getdents64 on a stack buffer: no allocation on the dispatch path. */
         for (;;) {
                 char buf[4096] __attribute__((aligned(8)));
@@ -394,6 +438,10 @@ int held_promote(Held *h, const HeldContext *ctx) {
                                 continue;
 
                         int i = held_thread_find(h, (pid_t) tid);
+                        if (i < 0 && ctx->max_threads > 0 && h->n_threads >= ctx->max_threads) {
+                                skipped++;
+                                continue;
+                        }
                         if (i < 0) {
                                 RegistryEntry *e;
                                 const PaceSchedAttr *fallback =
@@ -418,19 +466,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
                                 h->threads[i] = (HeldThread) { .tid = (pid_t) tid, .entry = e };
                         }
                         h->threads[i].seen = scan;
-                        /* A piece of a split reservation on this CPU: move
-                         * the thread here before it may run. Pieces never
-                         * coincide and a free slot separates them, so the
-                         * loop that had it has demoted it by now. */
-                        RegistryEntry *entry = h->threads[i].entry;
-                        if (entry->affinity_saved && atomic_load(&entry->pinned_cpu) != ctx->cpu) {
-                                cpu_set_t set;
-                                CPU_ZERO(&set);
-                                CPU_SET(ctx->cpu, &set);
-                                if (sched_setaffinity((pid_t) tid, sizeof(set), &set) == 0)
-                                        atomic_store(&entry->pinned_cpu, ctx->cpu);
-                        }
-                        if (sched_attr_set((pid_t) tid, &running) == -ESRCH)
+                        if (held_move_thread(h, ctx, (size_t) i, &running) == -ESRCH)
                                 h->threads[i].seen = 0;
                 }
         }
@@ -438,6 +474,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
         for (size_t i = h->n_threads; i-- > 0;)
                 if (h->threads[i].seen != scan)
                         held_drop_thread(h, ctx, i);
+        h->threads_skipped = skipped;
 
         if (h->cg_state_fd >= 0)
                 (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);

@@ -29,6 +29,10 @@ typedef struct HeldContext {
         ThreadRegistry *registry;
         PaceWaiting waiting;
         int cpu;
+        /* max_threads_per_reservation: threads past it are not moved, so a
+         * client with a thousand threads cannot make the dispatcher eat the
+         * CPU at SCHED_FIFO 99. 0: no limit. */
+        uint32_t max_threads;
         /* Strict mode: the freezer hierarchy's mount point and the
          * dispatcher's own directory below it (pace.<hash>). */
         const char *freezer_root;
@@ -61,6 +65,9 @@ typedef struct Held {
         /* owned by the dispatch loop: whether the current/next table uses it */
         bool mark;
         bool logged;
+        /* Threads left alone at the last scan, past max_threads. */
+        uint32_t threads_skipped;
+        bool limit_logged;
 } Held;
 
 /* Checks that the reservation names a live, ordinary process with the
@@ -68,6 +75,9 @@ typedef struct Held {
  * check); -ESTALE: the pid belongs to another process now; -EPERM: pid 1 or
  * a kernel thread. */
 int held_new(const PaceTableReservation *res, Held **ret);
+/* A second pid held_new() refuses like its own (-EPERM): the monitor
+ * process that watches this dispatcher. 0: none. */
+void held_protect_pid(pid_t pid);
 /* Promotes every thread of the process (rescanning /proc/PID/task).
  * -ESRCH once the process has exited (the Held is then inert). */
 int held_promote(Held *h, const HeldContext *ctx);

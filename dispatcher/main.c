@@ -10,11 +10,13 @@
 
 #include "config.h"
 #include "dispatcher.h"
+#include "monitor.h"
 #include "macro.h"
 #include "pace-build-config.h"
 #include "pace-limits.h"
 #include "privileges.h"
 #include "rt-check.h"
+#include "sweep.h"
 
 /* Test-only switch (documented in dispatcher/README.md and
  * pace-dispatcher(8)): SIGUSR2 then wedges the dispatch loops so a boot test
@@ -23,7 +25,13 @@
  * anything; it only makes the dispatcher easier to break on purpose. */
 #define TEST_HOOKS_ENV "PACE_DISPATCHER_TEST_HOOKS"
 
+/* The monitor's restart limit: beyond this many restarts in the window it
+ * gives up, so a dispatcher that crashes at once is not restarted forever. */
+#define MONITOR_MAX_RESTARTS 5u
+#define MONITOR_RESTART_WINDOW_NS (10 * NSEC_PER_SEC)
+
 static const char *arg_config = NULL;
+static bool arg_monitor = true;
 
 static const char *level_prefix(DispatcherLogLevel level) {
         /* sd-daemon "<N>" prefixes give the journal the priority; on a
@@ -71,10 +79,12 @@ static int load_config(PaceConfig *ret, char **ret_error, void *userdata) {
 }
 
 static void help(void) {
-        printf("Usage: pace-dispatcher [--config FILE] [--runtime-dir DIR]\n"
+        printf("Usage: pace-dispatcher [--config FILE] [--runtime-dir DIR] [--no-monitor]\n"
                "Enforces pace's dispatch table at SCHED_FIFO %d.\n\n"
                "  --config FILE       configuration (default %s; missing means defaults)\n"
                "  --runtime-dir DIR   where pace-broker publishes the table (default %s)\n"
+               "  --no-monitor        no monitor process (a SIGKILL then leaves the slot owner\n"
+               "                      real-time until the next start; for debugging)\n"
                "  --version           print the version\n\n"
                "Signals: SIGHUP reloads the configuration, SIGTERM/SIGINT restore every thread and exit.\n",
                99, PACE_DEFAULT_CONFIG, PACE_DEFAULT_RUNTIME_DIR);
@@ -92,10 +102,115 @@ static void caps_text(uint64_t mask, char *buf, size_t size) {
                                  c == 23 ? "cap_sys_nice" : c == 14 ? "cap_ipc_lock" : c == 1 ? "cap_dac_override" : "other");
 }
 
+static void write_byte(int fd, char c) {
+        if (fd >= 0)
+                (void) !write(fd, &c, 1);
+}
+
+static void on_stopping(void *userdata) {
+        write_byte(*(int *) userdata, MONITOR_STOPPING);
+}
+
+/* The dispatcher proper, on a Dispatcher that dispatcher_new() made and
+ * whose privileges are already dropped. Takes ownership of d. ready_fd: the
+ * monitor's pipe, or negative without a monitor. */
+static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
+        _cleanup_(dispatcher_freep) Dispatcher *d = d_;
+        char err[1024] = "";
+        int r;
+
+        r = dispatcher_start(d, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR), err[0] ? err : strerror(-r));
+                return EXIT_FAILURE;
+        }
+
+        const PaceConfig *used = dispatcher_config(d);
+        char cpus[256] = "";
+        for (uint32_t i = 0; i < used->n_cpus; i++)
+                snprintf(cpus + strlen(cpus), sizeof(cpus) - strlen(cpus), "%s%d", i ? "," : "",
+                         (int) used->cpus[i]);
+        fprintf(stderr, "%srunning on CPUs %s, slot %llu us, waiting policy %s, table %s/table\n",
+                level_prefix(DISPATCHER_LOG_INFO), cpus, (unsigned long long) (used->slot_ns / 1000),
+                used->waiting == PACE_WAITING_FREEZE ? "freeze" : "nice", runtime_dir);
+
+        uint64_t watchdog_usec = 0;
+        if (sd_watchdog_enabled(0, &watchdog_usec) <= 0)
+                watchdog_usec = 0;
+        write_byte(ready_fd, MONITOR_READY);
+        const char *hooks = getenv(TEST_HOOKS_ENV);
+        DispatcherRunOptions run = {
+                .log = log_stderr,
+                .load_config = load_config,
+                .watchdog_ns = watchdog_usec * 1000,
+                .watchdog_ping = watchdog_ping,
+                .test_hooks = hooks && strcmp(hooks, "1") == 0,
+                .stopping = on_stopping,
+                .userdata = &ready_fd,
+        };
+        if (run.test_hooks)
+                log_stderr(DISPATCHER_LOG_WARNING, TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)",
+                           NULL);
+        (void) sd_notify(0, "READY=1\nSTATUS=dispatching");
+
+        r = dispatcher_run(d, &run);
+        (void) sd_notify(0, "STOPPING=1");
+        if (r < 0) {
+                log_stderr(DISPATCHER_LOG_ERROR, strerror(-r), NULL);
+                return EXIT_FAILURE;
+        }
+        return EXIT_SUCCESS;
+}
+
+typedef struct DispatchArgs {
+        const PaceConfig *config; /* as the monitor started */
+        const char *runtime_dir;
+        unsigned runs;
+} DispatchArgs;
+
+/* What only a restart of the whole service may change: the monitor's
+ * rlimits and capabilities were fitted to the first configuration. */
+static bool same_fixed(const PaceConfig *a, const PaceConfig *b) {
+        return a->cpus_set == b->cpus_set && a->n_cpus == b->n_cpus &&
+               memcmp(a->cpus, b->cpus, a->n_cpus * sizeof(a->cpus[0])) == 0 && a->waiting == b->waiting &&
+               a->slot_ns == b->slot_ns && pace_config_frame_slots(a) <= pace_config_frame_slots(b);
+}
+
+/* In the monitor's child. A restarted dispatcher reads the configuration
+ * again, so a reload (SIGHUP) in force before a crash survives it. */
+static int dispatch_child(int ready_fd, void *userdata) {
+        DispatchArgs *args = userdata;
+        _cleanup_free_ char *config_error = NULL;
+        Dispatcher *d = NULL;
+        PaceConfig config = *args->config, again;
+        char err[1024] = "";
+        int r;
+
+        if (args->runs++ > 0) {
+                r = load_config(&again, &config_error, NULL);
+                if (r < 0)
+                        log_stderr(DISPATCHER_LOG_WARNING, "restart: configuration unreadable now, using the one "
+                                   "read at start", NULL);
+                else if (!same_fixed(&again, args->config))
+                        log_stderr(DISPATCHER_LOG_WARNING, "restart: the configuration now changes cpus, waiting, "
+                                   "slot_us or raises max_frame_ms; using the one read at start (restart the "
+                                   "service for those)", NULL);
+                else
+                        config = again;
+        }
+        r = dispatcher_new(&config, args->runtime_dir, &d, err, sizeof(err));
+        if (r < 0) {
+                log_stderr(DISPATCHER_LOG_ERROR, err[0] ? err : strerror(-r), NULL);
+                return EXIT_FAILURE;
+        }
+        return dispatch(d, args->runtime_dir, ready_fd);
+}
+
 int main(int argc, char **argv) {
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "runtime-dir", required_argument, NULL, 'r' },
+                { "no-monitor", no_argument, NULL, 'M' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {},
@@ -116,6 +231,9 @@ int main(int argc, char **argv) {
                         break;
                 case 'r':
                         runtime_dir = optarg;
+                        break;
+                case 'M':
+                        arg_monitor = false;
                         break;
                 case 'h':
                         help();
@@ -178,42 +296,28 @@ int main(int argc, char **argv) {
                                        " (RLIMIT_MEMLOCK set to that)",
                 limits.max_files);
 
-        r = dispatcher_start(d, err, sizeof(err));
-        if (r < 0) {
-                fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR), err[0] ? err : strerror(-r));
-                return EXIT_FAILURE;
-        }
+        if (!arg_monitor)
+                return dispatch(TAKE_PTR(d), runtime_dir, -EBADF);
 
-        const PaceConfig *used = dispatcher_config(d);
-        char cpus[256] = "";
-        for (uint32_t i = 0; i < used->n_cpus; i++)
-                snprintf(cpus + strlen(cpus), sizeof(cpus) - strlen(cpus), "%s%d", i ? "," : "",
-                         (int) used->cpus[i]);
-        fprintf(stderr, "%srunning on CPUs %s, slot %llu us, waiting policy %s, table %s/table\n",
-                level_prefix(DISPATCHER_LOG_INFO), cpus, (unsigned long long) (used->slot_ns / 1000),
-                used->waiting == PACE_WAITING_FREEZE ? "freeze" : "nice", runtime_dir);
-
-        uint64_t watchdog_usec = 0;
-        if (sd_watchdog_enabled(0, &watchdog_usec) <= 0)
-                watchdog_usec = 0;
-        const char *hooks = getenv(TEST_HOOKS_ENV);
-        DispatcherRunOptions run = {
+        /* The monitor keeps nothing of the dispatcher: each child builds its
+         * own from the configuration. */
+        d = dispatcher_free(d);
+        DispatchArgs args = { .config = &config, .runtime_dir = runtime_dir };
+        MonitorOptions mo = {
+                .runtime_dir = runtime_dir,
+                .max_restarts = MONITOR_MAX_RESTARTS,
+                .restart_window_ns = MONITOR_RESTART_WINDOW_NS,
+                .child = dispatch_child,
                 .log = log_stderr,
-                .load_config = load_config,
-                .watchdog_ns = watchdog_usec * 1000,
-                .watchdog_ping = watchdog_ping,
-                .test_hooks = hooks && strcmp(hooks, "1") == 0,
+                .userdata = &args,
         };
-        if (run.test_hooks)
-                log_stderr(DISPATCHER_LOG_WARNING, TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)",
-                           NULL);
-        (void) sd_notify(0, "READY=1\nSTATUS=dispatching");
-
-        r = dispatcher_run(d, &run);
-        (void) sd_notify(0, "STOPPING=1");
-        if (r < 0) {
-                log_stderr(DISPATCHER_LOG_ERROR, strerror(-r), NULL);
-                return EXIT_FAILURE;
+        char freezer_base[sizeof(freezer_root) + 80];
+        if (limits.writable_path) {
+                char name[64];
+                sweep_freezer_name(runtime_dir, name, sizeof(name));
+                snprintf(freezer_base, sizeof(freezer_base), "%s/%s", freezer_root, name);
+                mo.freezer_root = freezer_root;
+                mo.freezer_base = freezer_base;
         }
-        return EXIT_SUCCESS;
+        return monitor_run(&mo);
 }

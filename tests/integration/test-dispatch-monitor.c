@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The monitor (dispatcher/monitor.c): pace-dispatcher's first process
- * watches the real dispatcher, its child. Killed with SIGKILL while a
+ * watches the real dispatcher, its child. Killed (SIGKILL to the process or
+ * to one thread, or a crash of a dispatch thread) while a
  * reserved client holds each CPU at SCHED_FIFO 98, the dispatcher leaves
  * nothing real-time for more than 10 ms, and a new one enforces the same
  * table within 1 s, with no broker and no systemd. SIGTERM to the monitor
@@ -13,12 +14,14 @@
  * monitor (also FIFO 99) can run on the same CPU, bounded by alarm(), and
  * returns to SCHED_OTHER at once. Spinning is kept short (about 4 s). */
 
+#include <dirent.h>
+
 #include "cpu-share.h"
 #include "sched-util.h"
 #include "test-dispatch-util.h"
 
 #define CONFIG_2CPUS "{ \"slot_us\": 1000, \"cpus\": [0, 1] }"
-#define KILLS 5
+#define KILLS 5 /* the monitor allows 5 restarts in 10 s */
 #define RECOVERY_LIMIT_NS (10 * 1000000ULL)
 #define RESUME_LIMIT_NS (1000 * 1000000ULL)
 #define SAMPLE_NS 50000L
@@ -139,12 +142,35 @@ typedef struct Kill {
         bool both_fifo;       /* both were FIFO when the kill went out */
 } Kill;
 
-/* One SIGKILL of the dispatcher child at a moment both clients are real-time. */
-static Kill kill_once(pid_t monitor, const pid_t client[2]) {
+/* Some thread of the dispatcher other than its main thread: a dispatch
+ * thread. */
+static pid_t dispatch_thread_of(pid_t pid) {
+        char path[64];
+        pid_t tid = 0;
+        DIR *dir;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        dir = opendir(path);
+        ASSERT_TRUE(dir);
+        for (struct dirent *de; (de = readdir(dir));) {
+                long t = strtol(de->d_name, NULL, 10);
+                if (t > 0 && t != pid)
+                        tid = (pid_t) t;
+        }
+        closedir(dir);
+        return tid;
+}
+
+/* One death of the dispatcher child at a moment both clients are
+ * real-time: SIGKILL to the process, SIGKILL to one dispatch thread, or a
+ * crash (SIGSEGV) of one. */
+static Kill kill_once(pid_t monitor, const pid_t client[2], int how) {
         Kill k = {};
         pid_t victim = dispatcher_child(monitor);
 
         ASSERT_TRUE(victim > 0);
+        pid_t thread = dispatch_thread_of(victim);
+        ASSERT_TRUE(thread > 0);
         enter_fifo99();
         /* Both clients run in the same slots: wait for an instant (at most a
          * frame) at which both are real-time. */
@@ -153,7 +179,10 @@ static Kill kill_once(pid_t monitor, const pid_t client[2]) {
                 nap(SAMPLE_NS);
         k.both_fifo = is_fifo(client[0]) && is_fifo(client[1]);
         uint64_t t0 = test_now_ns();
-        kill(victim, SIGKILL);
+        if (how == 0)
+                kill(victim, SIGKILL);
+        else
+                syscall(SYS_tgkill, victim, thread, how == 1 ? SIGKILL : SIGSEGV);
         deadline = t0 + 1000 * 1000000ULL;
         while ((is_fifo(client[0]) || is_fifo(client[1])) && test_now_ns() < deadline)
                 nap(SAMPLE_NS);
@@ -202,12 +231,13 @@ TEST(sigkill_demotes_within_10ms_and_resumes) {
         }
 
         for (unsigned i = 0; i < KILLS; i++) {
-                kills[i] = kill_once(e.dispatcher, client);
+                kills[i] = kill_once(e.dispatcher, client, (int) (i % 3));
                 rec[i] = kills[i].recovery_ns;
                 res[i] = kills[i].resume_ns;
-                printf("  kill %u: both clients real-time at the kill: %s; demoted after %.2f ms; both real-time "
+                printf("  kill %u (%s): both clients real-time at the kill: %s; demoted after %.2f ms; both real-time "
                        "again after %.0f ms\n",
-                       i + 1, kills[i].both_fifo ? "yes" : "no", (double) rec[i] / 1e6, (double) res[i] / 1e6);
+                       i + 1, (const char *[]) { "SIGKILL", "SIGKILL to a dispatch thread", "SIGSEGV in a dispatch thread" }[i % 3],
+                       kills[i].both_fifo ? "yes" : "no", (double) rec[i] / 1e6, (double) res[i] / 1e6);
         }
 
         /* The last restarted dispatcher holds the grant, beside a hog.
@@ -286,6 +316,61 @@ TEST(sigterm_to_monitor_stops_everything) {
         ASSERT_TRUE(child_gone);
         ASSERT_EQ(fifo, 0);
         ASSERT_EQ(nice19, 0);
+}
+
+/* Strict mode: killed while its client sits frozen between slots, the
+ * dispatcher would leave it with no CPU at all; the monitor thaws it (and
+ * demotes it, had it been in its slot) at once, and the new dispatcher
+ * freezes and promotes it again. One client on CPU 1 only. */
+TEST(strict_mode_kill_thaws_the_client) {
+        DispatchEnv e;
+
+        DISPATCH_REQUIRE();
+        if (access("/sys/fs/cgroup/freezer", F_OK) < 0)
+                TEST_SKIP("no v1 freezer here");
+        env_init(&e, CONFIG_1MS_FREEZE);
+        pin_to(-1);
+        env_start(&e);
+        ASSERT_TRUE(env_wait_log(&e, "monitor: watching dispatcher pid", 2000));
+        env_create_table(&e);
+        pid_t client = spawn_on(&e, 1, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000));
+        test_sleep_ms(100);
+        pid_t victim = dispatcher_child(e.dispatcher);
+        ASSERT_TRUE(victim > 0);
+
+        enter_fifo99();
+        /* Kill it while the client is outside its slot, i.e. frozen. */
+        uint64_t deadline = test_now_ns() + 200 * 1000000ULL;
+        while (is_fifo(client) && test_now_ns() < deadline)
+                nap(SAMPLE_NS);
+        while (!is_fifo(client) && test_now_ns() < deadline)
+                nap(SAMPLE_NS);
+        while (is_fifo(client) && test_now_ns() < deadline)
+                nap(SAMPLE_NS);
+        uint64_t t0 = test_now_ns();
+        kill(victim, SIGKILL);
+        leave_fifo99();
+        /* Outside its slot and with no dispatcher, it must run as an
+         * ordinary process: its CPU time grows within 100 ms. */
+        uint64_t c0 = cpu_time_ns(client);
+        test_sleep_ms(100);
+        uint64_t ran_ns = cpu_time_ns(client) - c0;
+        /* A SCHED_OTHER sampler sees it real-time: only one CPU is reserved. */
+        bool again = false;
+        while (!again && test_now_ns() < t0 + RESUME_LIMIT_NS) {
+                again = is_fifo(client);
+                nap(200000);
+        }
+        uint64_t resumed_ns = test_now_ns() - t0;
+        print_monitor_lines(&e, "monitor: dispatcher pid");
+        env_cleanup(&e);
+        printf("  after the kill the client ran %.1f ms of 100 ms; real-time again: %s (%.0f ms after the kill)\n",
+               (double) ran_ns / 1e6, again ? "yes" : "no", (double) resumed_ns / 1e6);
+        ASSERT_CMP(ran_ns, >=, 10 * 1000000ULL);
+        ASSERT_TRUE(again);
 }
 
 /* A dispatcher that keeps dying is not restarted forever: beyond 5

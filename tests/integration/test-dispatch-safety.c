@@ -469,12 +469,22 @@ TEST(wrong_owner_and_own_pid_are_ignored) {
         bool ignored = env_wait_log(&e, "belongs to another user", 1000);
         double f = sample_fifo_fraction(client, 300, 300, &n);
 
-        TestReservation self = { .pid = e.dispatcher, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+        /* Itself, and its monitor (which sits at SCHED_FIFO 99 all the
+         * time: promoting it would lower it, demoting it would unguard us). */
+        pid_t child = env_dispatcher_child(&e);
+        ASSERT_TRUE(child > 0);
+        TestReservation self = { .pid = child, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
         env_publish(&e, 1000000, PATTERN_60_OF_50, &self, 1);
         bool self_ignored = env_wait_log(&e, "the dispatcher itself are never promoted", 1000);
         /* Had it taken the reservation, its main thread would be SCHED_FIFO
          * in 60% of the samples. */
-        double self_fifo = sample_fifo_fraction(e.dispatcher, 300, 300, &n);
+        double self_fifo = sample_fifo_fraction(child, 300, 300, &n);
+        TestReservation monitor = { .pid = e.dispatcher, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &monitor, 1);
+        test_sleep_ms(200);
+        struct sched_param sp;
+        bool monitor_untouched = sched_getscheduler(e.dispatcher) == (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
+                                 sched_getparam(e.dispatcher, &sp) == 0 && sp.sched_priority == 99;
         if (!ignored || !self_ignored)
                 env_dump_log(&e);
         env_cleanup(&e);
@@ -482,6 +492,7 @@ TEST(wrong_owner_and_own_pid_are_ignored) {
         ASSERT_EQ(f, 0.0);
         ASSERT_TRUE(self_ignored);
         ASSERT_EQ(self_fifo, 0.0);
+        ASSERT_TRUE(monitor_untouched);
 }
 
 TEST(wakeups_idle_and_active) {
@@ -494,18 +505,21 @@ TEST(wakeups_idle_and_active) {
         env_publish(&e, 1000000, "", NULL, 0);
         ASSERT_TRUE(env_wait_log(&e, "generation 1 in force: 0 reservation", 1000));
         test_sleep_ms(200);
-        unsigned long s0 = ctxt_switches(e.dispatcher);
+        /* The monitor's wake-ups count too: it must add none. */
+        pid_t child = env_dispatcher_child(&e);
+        ASSERT_TRUE(child > 0);
+        unsigned long s0 = ctxt_switches(e.dispatcher) + ctxt_switches(child);
         test_sleep_ms(1000);
-        unsigned long idle = ctxt_switches(e.dispatcher) - s0;
+        unsigned long idle = ctxt_switches(e.dispatcher) + ctxt_switches(child) - s0;
 
         pid_t client = env_spawn_hog(&e, 0);
         TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
         env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
         ASSERT_TRUE(env_wait_log(&e, "generation 2 in force", 1000));
         test_sleep_ms(200);
-        s0 = ctxt_switches(e.dispatcher);
+        s0 = ctxt_switches(e.dispatcher) + ctxt_switches(child);
         test_sleep_ms(1000);
-        unsigned long active = ctxt_switches(e.dispatcher) - s0;
+        unsigned long active = ctxt_switches(e.dispatcher) + ctxt_switches(child) - s0;
         printf("  context switches of all dispatcher threads over 1 s: idle %lu, active %lu (80 expected)\n", idle,
                active);
         env_cleanup(&e);

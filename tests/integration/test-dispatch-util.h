@@ -183,10 +183,28 @@ static inline pid_t env_spawn_dispatcher(DispatchEnv *e, const char *cgroup_proc
 
 static inline void env_start(DispatchEnv *e) {
         e->dispatcher = env_spawn_dispatcher(e, NULL);
-        if (!env_wait_log(e, "running on CPUs", 5000)) {
+        if (!env_wait_log(e, "monitor: watching dispatcher pid", 5000)) {
                 env_dump_log(e);
                 TEST_FAIL_("the dispatcher did not start");
         }
+}
+
+/* e->dispatcher is the monitor (dispatcher/monitor.c); the dispatcher
+ * proper, with the dispatch threads, is its only child. 0 while there is
+ * none (between a crash and the restart). */
+static inline pid_t env_dispatcher_child(const DispatchEnv *e) {
+        char path[64];
+        long pid = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) e->dispatcher, (int) e->dispatcher);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        if (fscanf(f, "%ld", &pid) != 1)
+                pid = 0;
+        fclose(f);
+        return (pid_t) pid;
 }
 
 /* waitpid with a deadline; -1 if still running after it. */

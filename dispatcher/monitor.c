@@ -1,0 +1,440 @@
+/* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "held.h"
+#include "macro.h"
+#include "monitor.h"
+#include "pace-limits.h"
+#include "proc-util.h"
+#include "sched-util.h"
+#include "sweep.h"
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL /* linux/pidfd.h, kernel 6.9 */
+#endif
+
+/* The dispatch threads plus, in case, the main thread. */
+#define MAX_WATCHED (PACE_MAX_CPUS + 1u)
+#define MAX_RESTARTS_KEPT 64u
+/* While a dying dispatcher's last thread exits, say so once after this. */
+#define EXIT_SLOW_MS 2000
+
+typedef struct Monitor {
+        const MonitorOptions *o;
+        char table_path[PATH_MAX];
+        PaceTableBuffer *scratch;
+        int sfd;
+        pid_t child;
+        int pidfd;
+        int ready_fd;
+        int threads[MAX_WATCHED];
+        unsigned n_threads;
+        bool ready;       /* this child said MONITOR_READY */
+        bool ever_ready;  /* some child did: later deaths are crashes, not start-up errors */
+        bool orderly;     /* this child said MONITOR_STOPPING */
+        bool stopping;    /* we were told to stop (SIGTERM, SIGINT, SIGABRT) */
+        bool abort_after; /* SIGABRT: die of it once the child is swept */
+        bool realtime;
+        bool no_thread_pidfd;
+        int fail;         /* exit status forced by the monitor itself, 0: none */
+        uint64_t restarts[MAX_RESTARTS_KEPT];
+        unsigned n_restarts;
+} Monitor;
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+_printf_(3, 4) static void mlog(Monitor *m, DispatcherLogLevel level, const char *fmt, ...) {
+        char message[512];
+        va_list ap;
+        int n;
+
+        n = snprintf(message, sizeof(message), "monitor: ");
+        va_start(ap, fmt);
+        vsnprintf(message + n, sizeof(message) - (size_t) n, fmt, ap);
+        va_end(ap);
+        m->o->log(level, message, m->o->userdata);
+}
+
+static void close_threads(Monitor *m) {
+        for (unsigned i = 0; i < m->n_threads; i++)
+                safe_close(m->threads[i]);
+        m->n_threads = 0;
+}
+
+static int spawn_child(Monitor *m) {
+        pid_t parent = getpid(), pid;
+        int p[2], r;
+
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negative_errno();
+        pid = fork();
+        if (pid < 0) {
+                r = negative_errno();
+                close(p[0]);
+                close(p[1]);
+                return r;
+        }
+        if (pid == 0) {
+                sigset_t none;
+                const char *w;
+
+                close(p[0]);
+                safe_close(m->sfd);
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                signal(SIGABRT, SIG_DFL);
+                /* Without its monitor nothing would demote its clients after
+                 * a crash: stop in order (restoring everyone) instead. */
+                if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+                        _exit(EXIT_FAILURE);
+                /* A crash must end the process at once: with a core dump
+                 * (a pipe in core_pattern ignores RLIMIT_CORE 0) the other
+                 * threads wait in exit_mm() until the dump is written, and
+                 * so would our view of their exit. */
+                if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+                        _exit(EXIT_FAILURE);
+                held_protect_pid(parent);
+                /* sd_watchdog_enabled() only answers the pid systemd named;
+                 * the pings come from here (NotifyAccess=all). */
+                w = getenv("WATCHDOG_PID");
+                if (w && strtol(w, NULL, 10) == (long) parent) {
+                        char pidtext[32];
+                        snprintf(pidtext, sizeof(pidtext), "%d", (int) getpid());
+                        (void) setenv("WATCHDOG_PID", pidtext, 1);
+                }
+                _exit(m->o->child(p[1], m->o->userdata));
+        }
+        close(p[1]);
+        m->child = pid;
+        m->ready_fd = p[0];
+        m->ready = false;
+        m->orderly = false;
+        r = pidfd_open_checked(pid, &m->pidfd);
+        if (r < 0) {
+                /* No pidfd (kernel < 5.3): we could not watch it. */
+                kill(pid, SIGTERM);
+                (void) waitpid(pid, NULL, 0);
+                m->ready_fd = safe_close(m->ready_fd);
+                return r;
+        }
+        return 0;
+}
+
+/* A pidfd of each dispatch thread (PIDFD_THREAD): after a SIGKILL the
+ * process pidfd turns readable only once every thread has exited, and the
+ * main thread is SCHED_OTHER: with a reserved client left at SCHED_FIFO 98
+ * on every CPU it would wait for RT throttling (up to 50 ms of every
+ * second, i.e. most of a second). The dispatch threads run at SCHED_FIFO
+ * 99 and are gone within microseconds; nothing but them ever promotes. */
+static void watch_threads(Monitor *m) {
+        char path[64];
+        DIR *dir;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) m->child);
+        dir = opendir(path);
+        if (!dir)
+                return;
+        for (struct dirent *de; (de = readdir(dir)) && m->n_threads < MAX_WATCHED;) {
+                char *end;
+                long tid = strtol(de->d_name, &end, 10);
+                if (*end != '\0' || tid <= 0 || tid == m->child)
+                        continue;
+                int fd = (int) syscall(SYS_pidfd_open, (pid_t) tid, PIDFD_THREAD);
+                if (fd < 0) {
+                        if (errno == EINVAL && !m->no_thread_pidfd) {
+                                m->no_thread_pidfd = true;
+                                mlog(m, DISPATCHER_LOG_WARNING,
+                                     "this kernel has no PIDFD_THREAD (Linux 6.9): a killed dispatcher is noticed "
+                                     "only when its last thread has exited, which a client at SCHED_FIFO 98 on "
+                                     "every CPU can delay by up to the RT throttling period");
+                        }
+                        if (errno == EINVAL)
+                                break;
+                        continue;
+                }
+                m->threads[m->n_threads++] = fd;
+        }
+        closedir(dir);
+}
+
+static void on_ready(Monitor *m) {
+        PaceSchedAttr a = {
+                .sched_policy = SCHED_FIFO,
+                .sched_priority = PACE_DISPATCHER_PRIORITY,
+                /* Its children (the dispatchers) start as SCHED_OTHER: their
+                 * main thread, which logs, must not be real-time. */
+                .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
+        };
+        int r;
+
+        m->ready = true;
+        m->ever_ready = true;
+        /* Only now: a dispatcher that cannot get SCHED_FIFO explains why
+         * (rt-check.c) and exits, and that explanation is worth more than
+         * ours. */
+        if (!m->realtime) {
+                r = sched_attr_set(0, &a);
+                if (r < 0) {
+                        mlog(m, DISPATCHER_LOG_ERROR, "cannot run at SCHED_FIFO %d: %s; stopping the dispatcher",
+                             PACE_DISPATCHER_PRIORITY, strerror(-r));
+                        m->fail = EXIT_FAILURE;
+                        m->stopping = true;
+                        kill(m->child, SIGTERM);
+                        return;
+                }
+                m->realtime = true;
+        }
+        watch_threads(m);
+        mlog(m, DISPATCHER_LOG_INFO, "watching dispatcher pid %d (%u dispatch thread(s)) at SCHED_FIFO %d",
+             (int) m->child, m->n_threads, PACE_DISPATCHER_PRIORITY);
+}
+
+static void read_ready(Monitor *m) {
+        char buf[16];
+        ssize_t n = read(m->ready_fd, buf, sizeof(buf));
+
+        if (n <= 0) {
+                if (n == 0 || errno != EINTR)
+                        m->ready_fd = safe_close(m->ready_fd);
+                return;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+                if (buf[i] == MONITOR_READY && !m->ready)
+                        on_ready(m);
+                else if (buf[i] == MONITOR_STOPPING) {
+                        /* Its dispatch threads exit now, in order. */
+                        m->orderly = true;
+                        close_threads(m);
+                }
+        }
+}
+
+/* Returns 1 if a signal was read, 0 if none was pending. */
+static int read_signal(Monitor *m) {
+        struct signalfd_siginfo si;
+
+        if (read(m->sfd, &si, sizeof(si)) != sizeof(si))
+                return 0;
+        switch (si.ssi_signo) {
+        case SIGTERM:
+        case SIGINT:
+        case SIGABRT:
+                m->stopping = true;
+                if (si.ssi_signo == SIGABRT)
+                        m->abort_after = true;
+                break;
+        default: /* SIGHUP (reload), SIGUSR2 (test hook): the dispatcher's */
+                break;
+        }
+        if (m->child > 0)
+                (void) kill(m->child, (int) si.ssi_signo);
+        return 1;
+}
+
+/* The time-critical part: straight after the wake-up, before any logging.
+ * The freezer groups are thawed even when the table cannot be read. */
+static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, uint64_t *ret_ns) {
+        uint64_t t0 = now_ns();
+        int r;
+
+        *ret_demoted = 0;
+        r = sweep_table_file(m->table_path, m->scratch, ret_demoted);
+        *ret_groups = m->o->freezer_base ? sweep_freezer(m->o->freezer_root, m->o->freezer_base, false) : 0;
+        *ret_ns = now_ns() - t0;
+        return r;
+}
+
+/* Until the child has died; then sweeps (unless it stopped in order) and
+ * reaps it. Returns its wait status. */
+static int watch_child(Monitor *m) {
+        unsigned demoted = 0, groups = 0;
+        uint64_t sweep_ns = 0;
+        int sweep_error = 0, status = 0;
+        bool swept = false;
+
+        for (;;) {
+                struct pollfd p[3 + MAX_WATCHED];
+                unsigned n = 0;
+
+                p[n++] = (struct pollfd) { .fd = m->sfd, .events = POLLIN };
+                p[n++] = (struct pollfd) { .fd = m->ready_fd, .events = POLLIN };
+                p[n++] = (struct pollfd) { .fd = m->pidfd, .events = POLLIN };
+                for (unsigned i = 0; i < m->n_threads; i++)
+                        p[n++] = (struct pollfd) { .fd = m->threads[i], .events = POLLIN };
+                if (poll(p, n, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        /* Cannot wait any more: treat it as dead, sweep. */
+                        break;
+                }
+                bool died = p[2].revents != 0;
+                for (unsigned i = 3; i < n; i++)
+                        died = died || p[i].revents != 0;
+                /* An orderly stop announces itself before any thread exits. */
+                if (p[1].revents)
+                        read_ready(m);
+                if (died && !m->orderly) {
+                        sweep_error = sweep_now(m, &demoted, &groups, &sweep_ns);
+                        swept = true;
+                        break;
+                }
+                if (p[2].revents)
+                        break;
+                if (p[0].revents)
+                        (void) read_signal(m);
+        }
+        close_threads(m);
+
+        /* The main thread may still be exiting (it is SCHED_OTHER, and its
+         * memory is locked): nothing of it can promote any more. */
+        uint64_t t0 = now_ns();
+        bool slow = false;
+        for (;;) {
+                struct pollfd p = { .fd = m->pidfd, .events = POLLIN };
+                int r = poll(&p, 1, slow ? -1 : EXIT_SLOW_MS);
+                if (r > 0)
+                        break;
+                if (r == 0 && !slow) {
+                        slow = true;
+                        mlog(m, DISPATCHER_LOG_WARNING, "dispatcher pid %d still exiting after %d ms",
+                             (int) m->child, EXIT_SLOW_MS);
+                }
+                if (r < 0 && errno != EINTR)
+                        break;
+        }
+        uint64_t exit_ns = now_ns() - t0;
+        while (waitpid(m->child, &status, 0) < 0 && errno == EINTR)
+                ;
+        m->pidfd = safe_close(m->pidfd);
+        m->ready_fd = safe_close(m->ready_fd);
+
+        if (swept) {
+                char how[64];
+                if (WIFSIGNALED(status))
+                        snprintf(how, sizeof(how), "died of signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+                else
+                        snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
+                if (sweep_error < 0 && sweep_error != -ENOENT)
+                        mlog(m, DISPATCHER_LOG_ERROR, "dispatcher pid %d %s; cannot read the table %s: %s",
+                             (int) m->child, how, m->table_path, strerror(-sweep_error));
+                else
+                        mlog(m, demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
+                             "dispatcher pid %d %s; %u thread(s) demoted from SCHED_FIFO %d to SCHED_OTHER, %u "
+                             "freezer group(s) thawed, %" PRIu64 " us after noticing; its last thread exited %" PRIu64
+                             " ms later",
+                             (int) m->child, how, demoted, PACE_RUNNING_PRIORITY, groups, (uint64_t) (sweep_ns / NSEC_PER_USEC),
+                             (uint64_t) (exit_ns / NSEC_PER_MSEC));
+                if (m->o->freezer_base)
+                        (void) sweep_freezer(m->o->freezer_root, m->o->freezer_base, true);
+        }
+        m->child = 0;
+        return status;
+}
+
+/* More than max_restarts within the window: a dispatcher that dies at
+ * once would otherwise be restarted forever. */
+static bool may_restart(Monitor *m) {
+        uint64_t now = now_ns();
+        unsigned max = MIN(m->o->max_restarts, MAX_RESTARTS_KEPT), kept = 0;
+
+        for (unsigned i = 0; i < m->n_restarts; i++)
+                if (now - m->restarts[i] < m->o->restart_window_ns)
+                        m->restarts[kept++] = m->restarts[i];
+        m->n_restarts = kept;
+        if (kept >= max)
+                return false;
+        m->restarts[m->n_restarts++] = now;
+        return true;
+}
+
+static int exit_code(int status) {
+        if (WIFEXITED(status))
+                return WEXITSTATUS(status);
+        return EXIT_FAILURE;
+}
+
+int monitor_run(const MonitorOptions *o) {
+        Monitor m = { .o = o, .sfd = -EBADF, .pidfd = -EBADF, .ready_fd = -EBADF };
+        sigset_t mask;
+        int r, status;
+
+        snprintf(m.table_path, sizeof(m.table_path), "%s/%s", o->runtime_dir, PACE_TABLE_NAME);
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigaddset(&mask, SIGABRT);
+        sigaddset(&mask, SIGUSR2);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        m.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        m.scratch = calloc(1, sizeof(PaceTableBuffer));
+        if (m.sfd < 0 || !m.scratch) {
+                mlog(&m, DISPATCHER_LOG_ERROR, "cannot start: %s", strerror(m.sfd < 0 ? errno : ENOMEM));
+                return EXIT_FAILURE;
+        }
+        /* A page fault between the wake-up and the last demotion would be
+         * time the clients keep real-time. */
+        if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
+                mlog(&m, DISPATCHER_LOG_ERROR, "cannot lock memory (mlockall): %s", strerror(errno));
+                return EXIT_FAILURE;
+        }
+
+        for (;;) {
+                r = spawn_child(&m);
+                if (r < 0) {
+                        mlog(&m, DISPATCHER_LOG_ERROR, "cannot start a dispatcher: %s", strerror(-r));
+                        return EXIT_FAILURE;
+                }
+                status = watch_child(&m);
+                /* A SIGTERM or SIGABRT that came with the death (systemd
+                 * signals the whole cgroup) decides what comes next. */
+                while (read_signal(&m) > 0)
+                        ;
+                if (m.abort_after) {
+                        signal(SIGABRT, SIG_DFL);
+                        sigemptyset(&mask);
+                        sigaddset(&mask, SIGABRT);
+                        sigprocmask(SIG_UNBLOCK, &mask, NULL);
+                        raise(SIGABRT);
+                        return EXIT_FAILURE;
+                }
+                if (m.fail)
+                        return m.fail;
+                if (m.stopping)
+                        return exit_code(status);
+                if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                        return EXIT_SUCCESS; /* stopped in order: by hand, or with us by systemd */
+                if (!m.ever_ready)
+                        return exit_code(status) ?: EXIT_FAILURE; /* a start-up error: it said why */
+                if (!may_restart(&m)) {
+                        mlog(&m, DISPATCHER_LOG_ERROR,
+                             "the dispatcher died %u times within %" PRIu64 " s; giving up (nothing is left "
+                             "real-time)", o->max_restarts + 1, (uint64_t) (o->restart_window_ns / NSEC_PER_SEC));
+                        return EXIT_FAILURE;
+                }
+                mlog(&m, DISPATCHER_LOG_INFO, "starting a new dispatcher (restart %u within %" PRIu64 " s)",
+                     m.n_restarts, (uint64_t) (o->restart_window_ns / NSEC_PER_SEC));
+        }
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Undoing what a dead dispatcher left behind: threads of reserved processes
+ * still at the running priority, and strict mode's freezer groups. Shared by
+ * the dispatcher's start-up sweep, its SIGABRT path and the monitor process
+ * (monitor.c), which runs it the moment a dispatcher dies. Core code:
+ * returns negative errno, never logs. */
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "pace-table.h"
+
+/* Every thread of the table's processes (identity checked like a promotion:
+ * pid, start time, never pid 1, a kernel thread or ourselves) that sits at
+ * SCHED_FIFO/RR PACE_RUNNING_PRIORITY goes to SCHED_OTHER. Returns how many
+ * threads were demoted. */
+unsigned sweep_demote_table(const PaceTableBuffer *t);
+
+/* Reads both buffers of the table file at path with pread() (no mapping, so
+ * a file the broker truncates cannot raise SIGBUS here) into *scratch, one
+ * after the other, and demotes what each names. Both, not only the
+ * published one: the table in force in a dead dispatcher may be the older
+ * buffer (a newer one refused, or not yet adopted at a frame boundary).
+ * Only the part up to the slots is read: the sweep needs the reservations.
+ * Returns the number of threads demoted, or -errno if the file cannot be
+ * read or is not a pace table (-EBADMSG, -EPROTO). */
+int sweep_table_file(const char *path, PaceTableBuffer *scratch, unsigned *ret_demoted);
+
+/* The dispatcher's own freezer directory for a runtime directory:
+ * pace.<hash of runtime_dir>, so a test instance never touches the system's. */
+void sweep_freezer_name(const char *runtime_dir, char *ret, size_t size);
+
+/* Thaws every res-* group under freezer_base and, if remove, moves their
+ * processes to the hierarchy's root (freezer_root) and removes the groups.
+ * Returns how many groups were found. */
+unsigned sweep_freezer(const char *freezer_root, const char *freezer_base, bool remove);
