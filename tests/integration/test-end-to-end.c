@@ -587,6 +587,120 @@ TEST(two_seventy_percent_reservations_land_on_different_cpus) {
         }
 }
 
+/* The dispatcher runs as a monitor and its child; the child moves threads. */
+static pid_t dispatcher_child(const Stack *s) {
+        char path[64];
+        long pid = 0;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) s->dispatcher, (int) s->dispatcher);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return 0;
+        if (fscanf(f, "%ld", &pid) != 1)
+                pid = 0;
+        fclose(f);
+        return (pid_t) pid;
+}
+
+static _Atomic int spin_go;
+
+/* Waits (sleeping) until every thread exists, so creating a thousand of
+ * them on one CPU is not slowed by the ones already spinning; then spins. */
+static void *spin_thread(void *arg) {
+        while (!atomic_load(&spin_go))
+                usleep(1000);
+        for (volatile uint64_t i = 0;; i++)
+                ;
+        return NULL;
+}
+
+/* Granted with one thread, the client then starts a thousand: the
+ * dispatcher moves at most max_threads_per_reservation of them, so its own
+ * time stays small (without the limit it took about 79% of the CPU at
+ * SCHED_FIFO 99 and a competing process kept 1%). */
+TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_cpu) {
+        Stack s = {};
+        int ready[2];
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1], \"max_threads_per_reservation\": 32 }");
+        ASSERT_OK(pipe(ready));
+        pid_t client = fork();
+        ASSERT_OK(client);
+        if (client == 0) {
+                pace *p = NULL;
+                pace_grant g;
+                pthread_attr_t attr;
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                alarm(CHILD_LIFETIME_S);
+                pin(CPU);
+                pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 500000, .cpu = CPU };
+                if (pace_connect(s.broker.socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                        _exit(3);
+                pace_close(p);
+                pthread_attr_init(&attr);
+                pthread_attr_setstacksize(&attr, 64 * 1024);
+                for (int i = 0; i < 1000; i++) {
+                        pthread_t t;
+                        if (pthread_create(&t, &attr, spin_thread, NULL) != 0)
+                                _exit(4);
+                }
+                atomic_store(&spin_go, 1);
+                if (write(ready[1], "x", 1) != 1)
+                        _exit(5);
+                pause();
+                _exit(0);
+        }
+        char c;
+        ASSERT_EQ(read(ready[0], &c, 1), 1);
+        sleep_ms(500);
+        pid_t child = dispatcher_child(&s);
+        ASSERT_TRUE(child > 0);
+
+        /* The dispatcher's own CPU time, and how many threads ever run
+         * real-time, over 3 s. */
+        uint64_t d0 = share_cpu_time_ns(child), t0 = now_ns();
+        unsigned most_fifo = 0;
+        char taskdir[64];
+        snprintf(taskdir, sizeof(taskdir), "/proc/%d/task", (int) client);
+        pin(0);
+        for (int round = 0; round < 10; round++) {
+                unsigned fifo = 0;
+                DIR *d = opendir(taskdir);
+                ASSERT_TRUE(d);
+                for (struct dirent *de; (de = readdir(d));)
+                        if (de->d_name[0] != '.')
+                                fifo += policy_of(atoi(de->d_name)) == SCHED_FIFO;
+                closedir(d);
+                most_fifo = MAX(most_fifo, fifo);
+                sleep_ms(250);
+        }
+        uint64_t d1 = share_cpu_time_ns(child), t1 = now_ns();
+        double dispatcher_share = 100.0 * (double) (d1 - d0) / (double) (t1 - t0);
+        char log[400];
+        snprintf(log, sizeof(log), "%s/dispatcher.log", s.broker.dir);
+        FILE *f = fopen(log, "re");
+        bool logged = false;
+        char line[512];
+        while (f && fgets(line, sizeof(line), f))
+                logged |= strstr(line, "past max_threads_per_reservation") != NULL;
+        if (f)
+                fclose(f);
+        printf("  1001 threads: at most %u real-time at once; dispatcher used %.2f%% of a CPU\n", most_fifo,
+               dispatcher_share);
+
+        reap(client);
+        close(ready[0]);
+        close(ready[1]);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_TRUE(logged);
+        ASSERT_CMP(most_fifo, <=, 32);
+        /* 32 threads x 2 calls x 10 switches per 50 ms is about 13,000
+         * calls a second: a few percent of a CPU at most. */
+        ASSERT_CMP(dispatcher_share, <, 10.0);
+}
+
 TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         Stack s = {};
         pace *p = NULL;
