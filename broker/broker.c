@@ -483,6 +483,11 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
         }
 
+        if (b->n_reservations >= b->config.max_reservations)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                   "the broker holds %zu reservations, its limit (max_reservations); try again when "
+                                   "some have ended", b->n_reservations);
+
         r = resolve_target(b, peer, req, &pid, &info, &pidfd, reply, reply_size);
         if (r != 0)
                 return r < 0 ? r : 0;
@@ -814,10 +819,10 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
         if (request_size == 0)
                 return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
                                    "empty message; expected a pace.Request");
-        if (request_size > PACE_MAX_MESSAGE_SIZE)
+        if (request_size > b->config.max_message_bytes)
                 return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
-                                   "message of %zu bytes is larger than the limit of %u bytes", request_size,
-                                   PACE_MAX_MESSAGE_SIZE);
+                                   "message of %zu bytes is larger than the limit of %" PRIu32 " bytes "
+                                   "(max_message_bytes)", request_size, b->config.max_message_bytes);
 
         req = pace__request__unpack(NULL, request_size, request);
         if (!req)

@@ -141,7 +141,8 @@ static int connection_io(sd_event_source *src, int fd, uint32_t revents, void *u
 
         if (msg.msg_flags & MSG_TRUNC)
                 r = broker_error_reply(PACE__ERROR_CODE__ERROR_MALFORMED,
-                                       "message larger than the limit of 65536 bytes", &reply, &reply_size);
+                                       "message larger than the limit of 65536 bytes (the protocol's maximum)",
+                                       &reply, &reply_size);
         else if (msg.msg_flags & MSG_CTRUNC)
                 r = broker_error_reply(PACE__ERROR_CODE__ERROR_MALFORMED,
                                        "unexpected ancillary data; send plain messages", &reply, &reply_size);

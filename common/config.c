@@ -42,6 +42,8 @@ typedef enum KeyId {
         KEY_MAX_REQUESTS_PER_SECOND,
         KEY_ALLOWED_GROUPS,
         KEY_MAX_THREADS_PER_RESERVATION,
+        KEY_MAX_RESERVATIONS,
+        KEY_MAX_MESSAGE_BYTES,
         _KEY_MAX,
 } KeyId;
 
@@ -95,6 +97,8 @@ static const KeyDef keys[_KEY_MAX] = {
         [KEY_MAX_REQUESTS_PER_SECOND] = { "max_requests_per_second", KIND_INTEGER, 1, 100000, false, " (per user)", NULL },
         [KEY_ALLOWED_GROUPS] = { "allowed_groups", KIND_GROUPS, 0, 0, false, NULL, NULL },
         [KEY_MAX_THREADS_PER_RESERVATION] = { "max_threads_per_reservation", KIND_INTEGER, 1, 1024, false, NULL, NULL },
+        [KEY_MAX_RESERVATIONS] = { "max_reservations", KIND_INTEGER, 1, PACE_MAX_RESERVATIONS, false, NULL, NULL },
+        [KEY_MAX_MESSAGE_BYTES] = { "max_message_bytes", KIND_INTEGER, 256, PACE_MAX_MESSAGE_SIZE, false, NULL, NULL },
 };
 
 void pace_config_init(PaceConfig *config) {
@@ -113,6 +117,8 @@ void pace_config_init(PaceConfig *config) {
                 .max_connections_per_user = 64,
                 .max_requests_per_second = 50,
                 .max_threads_per_reservation = 32,
+                .max_reservations = PACE_MAX_RESERVATIONS,
+                .max_message_bytes = PACE_MAX_MESSAGE_SIZE,
                 .allowed_groups_set = false,
                 .cpus_set = false,
                 .n_cpus = 0,
@@ -538,6 +544,12 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
                 break;
         case KEY_MAX_THREADS_PER_RESERVATION:
                 c->max_threads_per_reservation = (uint32_t) i;
+                break;
+        case KEY_MAX_RESERVATIONS:
+                c->max_reservations = (uint32_t) i;
+                break;
+        case KEY_MAX_MESSAGE_BYTES:
+                c->max_message_bytes = (uint32_t) i;
                 break;
         default:
                 return -EINVAL;

@@ -39,6 +39,8 @@ typedef struct PaceConfig {
         /* Threads the dispatcher moves per reservation: each costs two system
          * calls at every switch, so this bounds the dispatcher's own time. */
         uint32_t max_threads_per_reservation; /* default 32, 1..1024 */
+        uint32_t max_reservations;          /* broker-wide, default and at most PACE_MAX_RESERVATIONS */
+        uint32_t max_message_bytes;         /* a request's size, 256..PACE_MAX_MESSAGE_SIZE (default) */
         /* "allowed_groups": names or gids; unset means every local user may
          * ask. Root may always. */
         bool allowed_groups_set;

@@ -1079,6 +1079,42 @@ TEST(a_process_with_too_many_threads_is_refused) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+TEST(broker_wide_limits_have_keys_and_clear_errors) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        pid_t kids[3];
+
+        ASSERT_OK(broker_start(&b, "{ \"max_reservations\": 2, \"max_message_bytes\": 256 }"));
+        ASSERT_OK(pace_connect(b.socket, &p));
+        for (int i = 0; i < 3; i++) {
+                kids[i] = spawn_sleeper();
+                pace_reserve_params params = { .period_ns = 100 * NSEC_PER_MSEC, .utilization_ppm = 50000, .pid = kids[i],
+                                               .cpu = -1 };
+                int r = pace_reserve(p, &params, &g);
+                if (i < 2)
+                        ASSERT_OK(r);
+                else {
+                        ASSERT_ERR(r, PACE_E_LIMIT_EXCEEDED);
+                        ASSERT_CONTAINS(pace_last_message(), "max_reservations");
+                }
+        }
+        uint64_t gen = status_generation(p, NULL);
+        int fd = raw_connect(b.socket);
+        ASSERT_OK(fd);
+        uint8_t big[300];
+        memset(big, 0x5a, sizeof(big));
+        assert_error_reply(raw_exchange(fd, big, sizeof(big)), PACE__ERROR_CODE__ERROR_MALFORMED, "max_message_bytes");
+        ASSERT_EQ(status_generation(p, NULL), gen);
+        close(fd);
+        pace_close(p);
+        for (int i = 0; i < 3; i++) {
+                kill(kids[i], SIGKILL);
+                waitpid(kids[i], NULL, 0);
+        }
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
 TEST(socket_activation_is_used_when_offered) {
         const char *activate = "/usr/bin/systemd-socket-activate";
         char dir[] = "/tmp/pace-test-XXXXXX", sock[300], table[300], cmd[400];

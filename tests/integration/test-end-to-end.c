@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -699,6 +700,75 @@ TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_c
         /* 32 threads x 2 calls x 10 switches per 50 ms is about 13,000
          * calls a second: a few percent of a CPU at most. */
         ASSERT_CMP(dispatcher_share, <, 10.0);
+}
+
+/* An unprivileged client that keeps trying to make itself real-time, or
+ * keep it, or renice itself up, still gets no more than its grant: the
+ * dispatcher demotes it at every slot end and the kernel refuses a user the
+ * rest (RLIMIT_RTPRIO 0, SCHED_RESET_ON_FORK sticky). */
+typedef struct EscapeLog {
+        _Atomic unsigned tries, refused;
+} EscapeLog;
+
+TEST(an_unprivileged_client_cannot_escape_its_grant) {
+        Stack s = {};
+        int ready[2];
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        EscapeLog *log = mmap(NULL, sizeof(EscapeLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(log != MAP_FAILED);
+        stack_start(&s);
+        ASSERT_OK(pipe(ready));
+        pid_t other = spawn(hog, NULL);
+        pid_t client = fork();
+        ASSERT_OK(client);
+        if (client == 0) {
+                pace *p = NULL;
+                pace_grant g;
+                struct rlimit rl = { 0, 0 };
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                alarm(CHILD_LIFETIME_S);
+                pin(CPU);
+                setrlimit(RLIMIT_RTPRIO, &rl);
+                if (setgroups(0, NULL) < 0 || setgid(60001) < 0 || setuid(60001) < 0)
+                        _exit(2);
+                pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = CPU };
+                if (pace_connect(s.broker.socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                        _exit(3);
+                pace_close(p);
+                if (write(ready[1], "x", 1) != 1)
+                        _exit(4);
+                for (uint64_t n = 0;; n++) {
+                        if (n % 20000 != 0)
+                                continue;
+                        struct sched_param sp98 = { .sched_priority = 98 }, sp99 = { .sched_priority = 99 };
+                        int r1 = sched_setscheduler(0, SCHED_FIFO, &sp98);              /* drop RESET_ON_FORK */
+                        int r2 = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp99);
+                        int r3 = setpriority(PRIO_PROCESS, 0, -20);
+                        atomic_fetch_add(&log->tries, 3);
+                        atomic_fetch_add(&log->refused, (r1 < 0) + (r2 < 0) + (r3 < 0));
+                }
+        }
+        char c;
+        ASSERT_EQ(read(ready[0], &c, 1), 1);
+        sleep_ms(300);
+        double sh[3];
+        share_measure(CPU, (pid_t[]) { client, other, s.dispatcher }, 3, 3000, sh);
+        unsigned tries = log->tries, refused = log->refused;
+        printf("  granted 40%%: got %.2f%% while trying %u times to escape (%u refused by the kernel); hog %.2f%%\n",
+               sh[0], tries, refused, sh[1]);
+        reap(client);
+        reap(other);
+        close(ready[0]);
+        close(ready[1]);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        munmap(log, sizeof(*log));
+        ASSERT_CMP(tries, >, 100);
+        ASSERT_CMP(refused, >, tries / 2); /* 99 and -20 always; 98 without the flag always */
+        /* Other load on CPU 1 can only lower this; never raise it. */
+        ASSERT_CMP(sh[0], <=, 42.0);
 }
 
 TEST(affinity_is_pinned_while_reserved_and_restored_after) {

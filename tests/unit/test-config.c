@@ -725,6 +725,14 @@ TEST(access_and_rate_keys) {
         ASSERT_PARSE_FAILS("{\"allowed_groups\": \"root\"}", "expected an array");
 
         ASSERT_EQ(c.max_threads_per_reservation, 32);
+        ASSERT_EQ(c.max_reservations, 1024);
+        ASSERT_EQ(c.max_message_bytes, 65536);
+        ASSERT_PARSES("{\"max_reservations\": 3, \"max_message_bytes\": 512}", &c);
+        ASSERT_EQ(c.max_reservations, 3);
+        ASSERT_EQ(c.max_message_bytes, 512);
+        ASSERT_PARSE_FAILS("{\"max_reservations\": 1025}", "\"max_reservations\": 1025 is out of range");
+        ASSERT_PARSE_FAILS("{\"max_message_bytes\": 100}", "\"max_message_bytes\": 100 is out of range",
+                           "256 to 65536");
         ASSERT_PARSES("{\"max_threads_per_reservation\": 4}", &c);
         ASSERT_EQ(c.max_threads_per_reservation, 4);
         ASSERT_PARSE_FAILS("{\"max_threads_per_reservation\": 0}", "\"max_threads_per_reservation\": 0 is out of range");
