@@ -456,6 +456,31 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         return 0;
 }
 
+/* The reservation a release or change names, if the peer may touch it: 0
+ * with *ret_res, or 1 after writing the refusal (or negative errno). */
+static int owned_reservation(Broker *b, const BrokerPeer *peer, uint64_t id, const char *verb, Reservation **ret_res,
+                             uint8_t **reply, size_t *reply_size) {
+        Reservation *res = find_reservation(b, id);
+
+        if (!res)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
+                                   "no reservation with id %" PRIu64 " (pacectl status lists them)", id) ?: 1;
+        if (peer->uid != 0 && peer->uid != res->owner_uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "reservation %" PRIu64 " belongs to uid %u; uid %u may %s only its own", id,
+                                   (unsigned) res->owner_uid, (unsigned) peer->uid, verb) ?: 1;
+        *ret_res = res;
+        return 0;
+}
+
+/* A CPU field outside any machine's range: 1 after writing the refusal. */
+static int bad_cpu_field(bool has_cpu, int32_t cpu, uint8_t **reply, size_t *reply_size) {
+        if (!has_cpu || (cpu >= 0 && cpu < (int32_t) PACE_MAX_CPUS))
+                return 0;
+        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                           "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", cpu) ?: 1;
+}
+
 static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, uint8_t **reply,
                           size_t *reply_size) {
         _cleanup_close_ int pidfd = -EBADF;
@@ -465,9 +490,9 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         pid_t pid;
         int r;
 
-        if (req->has_cpu && (req->cpu < 0 || req->cpu >= (int32_t) PACE_MAX_CPUS))
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", req->cpu);
+        r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
         /* Range errors first: they need no process lookup. */
         PlanRequest preq = {
                 .id = b->next_id,
@@ -535,15 +560,11 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
 
 static int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
                           size_t *reply_size) {
-        Reservation *res = find_reservation(b, req->id);
+        Reservation *res;
+        int r = owned_reservation(b, peer, req->id, "release", &res, reply, reply_size);
 
-        if (!res)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
-                                   "no reservation with id %" PRIu64 " (pacectl status lists them)", req->id);
-        if (peer->uid != 0 && peer->uid != res->owner_uid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "reservation %" PRIu64 " belongs to uid %u; uid %u may release only its own",
-                                   req->id, (unsigned) res->owner_uid, (unsigned) peer->uid);
+        if (r != 0)
+                return r < 0 ? r : 0;
 
         broker_log(b, LOG_INFO, "reservation %" PRIu64 " released by uid %u", req->id, (unsigned) peer->uid);
         drop_reservation(b, res);
@@ -672,21 +693,16 @@ static int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret
 
 static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *req, uint8_t **reply,
                          size_t *reply_size) {
-        Reservation *res = find_reservation(b, req->id);
+        Reservation *res;
         char why[512] = "";
         PlanEntry entry;
         int r;
 
-        if (!res)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
-                                   "no reservation with id %" PRIu64 " (pacectl status lists them)", req->id);
-        if (peer->uid != 0 && peer->uid != res->owner_uid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "reservation %" PRIu64 " belongs to uid %u; uid %u may change only its own",
-                                   req->id, (unsigned) res->owner_uid, (unsigned) peer->uid);
-        if (req->has_cpu && (req->cpu < 0 || req->cpu >= (int32_t) PACE_MAX_CPUS))
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", req->cpu);
+        r = owned_reservation(b, peer, req->id, "change", &res, reply, reply_size);
+        if (r == 0)
+                r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
 
         const PlanEntry *old = plan_find(b->plan, req->id);
         PlanRequest preq = {
