@@ -81,18 +81,19 @@ TEST(fifo_only_during_slots) {
  * machine too. The competitor's gaps are reported for comparison with the
  * paper's method, where any foreign load counts against the client.
  *
- * Tolerance in "nice" mode: one scheduler tick (4 ms at HZ=250) + 2 ms.
- * Between slots the client is SCHED_OTHER nice 19; on average it gets
- * weight 15/1039 of the free time (about 0.5 point, see
- * test-dispatch-share), but when EEVDF does pick it, it keeps the CPU until
- * the next tick checks its slice, so next to a run it can add up to one
- * tick. The remaining 2 ms cover the dispatch thread's wake-up latency at
- * the 4 switches per frame (tens of us here), the tick's own jitter and
- * interrupts; measured here over 8 runs: the longest run was 15 ms + 2.5
- * to 5.1 ms and the worst window 33.0 to 35.3 ms (4 of 8 passed 35 ms,
- * which is why the margin is not 1 ms). Strict mode has no such tick. In strict mode
- * the client is frozen between slots and the tolerance is 0.5 ms per period:
- * only wake-up latency and the freeze taking effect are left. */
+ * Tolerance in "nice" mode: two scheduler ticks (4 ms at HZ=250) + 2 ms.
+ * Between slots the client is SCHED_OTHER nice 19; when it is demoted while
+ * running, EEVDF lets it keep the CPU until the next tick checks its slice,
+ * so each of its two runs per 50 ms can end up to one tick late. Since the
+ * dispatcher keeps one global slot grid (CLOCK_MONOTONIC / slot), run ends
+ * sit at fixed phases of the tick, and both runs of a window can be late
+ * together: measured over 6 runs on a quiet machine, the longest run was
+ * 15 ms + 4.95 to 4.97 ms and the worst window 34.9 to 40.5 ms. The 2 ms
+ * cover the dispatch thread's wake-up latency and interrupts. Over a whole
+ * frame the client gets no more than its share (test-dispatch-share: 60.4%
+ * of 60%), because CFS charges it for the late time at weight 15. Strict
+ * mode has no such tick: the client is frozen at the slot end, tolerance
+ * 0.5 ms (measured 29.94 to 29.95 ms). */
 #define HOURGLASS_GAP_NS 100000ULL
 #define HOURGLASS_NS 3000000000ULL
 #define WINDOW_NS 50000000ULL
@@ -220,7 +221,7 @@ static void hourglass(const char *config, uint64_t tolerance_ns) {
 
 TEST(hourglass_budget_per_period) {
         DISPATCH_REQUIRE();
-        hourglass(CONFIG_1MS, 6000000ULL);
+        hourglass(CONFIG_1MS, 10000000ULL);
 }
 
 TEST(hourglass_budget_per_period_strict) {
