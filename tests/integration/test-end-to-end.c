@@ -172,6 +172,12 @@ static size_t n_reservations(const char *socket) {
         return n;
 }
 
+/* Waits up to 3 s for the broker to list at least n reservations. */
+static void await_reservations(const char *socket, size_t n) {
+        for (int i = 0; i < 300 && n_reservations(socket) < n; i++)
+                sleep_ms(10);
+}
+
 TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         Stack s = {};
         if (skip())
@@ -180,8 +186,7 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
 
         pid_t other = spawn(hog, NULL);
         pid_t client = spawn(reserved_hog, "60%");
-        for (int i = 0; i < 200 && n_reservations(s.broker.socket) == 0; i++)
-                sleep_ms(10);
+        await_reservations(s.broker.socket, 1);
         ASSERT_EQ(n_reservations(s.broker.socket), 1);
         sleep_ms(500);
 
@@ -229,12 +234,10 @@ TEST(two_clients_are_isolated_from_each_other) {
         stack_start(&s);
 
         pid_t a = spawn(reserved_hog, "30%");
-        for (int i = 0; i < 200 && n_reservations(s.broker.socket) < 1; i++)
-                sleep_ms(10);
+        await_reservations(s.broker.socket, 1);
         pid_t b = spawn(reserved_hog, "40%");
         pid_t other = spawn(hog, NULL);
-        for (int i = 0; i < 200 && n_reservations(s.broker.socket) < 2; i++)
-                sleep_ms(10);
+        await_reservations(s.broker.socket, 2);
         ASSERT_EQ(n_reservations(s.broker.socket), 2);
         sleep_ms(500);
 
@@ -271,8 +274,7 @@ TEST(a_broker_crash_does_not_interrupt_a_reservation) {
 
         pid_t other = spawn(hog, NULL);
         pid_t client = spawn(reserved_hog, "60%");
-        for (int i = 0; i < 200 && n_reservations(s.broker.socket) == 0; i++)
-                sleep_ms(10);
+        await_reservations(s.broker.socket, 1);
         ASSERT_EQ(n_reservations(s.broker.socket), 1);
         sleep_ms(300);
         double before = share_over(&s, client, other, 2000);
@@ -307,8 +309,7 @@ TEST(stopping_the_dispatcher_leaves_nothing_realtime) {
 
         pid_t client = spawn(reserved_hog, "50%");
         pid_t other = spawn(hog, NULL);
-        for (int i = 0; i < 200 && n_reservations(s.broker.socket) == 0; i++)
-                sleep_ms(10);
+        await_reservations(s.broker.socket, 1);
         /* Catch it inside a slot, then stop the dispatcher. */
         bool seen = false;
         for (int i = 0; i < 1000 && !seen; i++) {
@@ -540,8 +541,7 @@ TEST(two_seventy_percent_reservations_land_on_different_cpus) {
                               "while :; do :; done", (char *) NULL);
                         _exit(127);
                 }
-                for (int k = 0; k < 300 && n_reservations(s.broker.socket) < (size_t) i + 1; k++)
-                        sleep_ms(10);
+                await_reservations(s.broker.socket, (size_t) i + 1);
         }
         for (int c = 0; c < 2; c++) {
                 hogs[c] = fork();
