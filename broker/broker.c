@@ -6,22 +6,29 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <syslog.h>
 #include <unistd.h>
 
 #include "broker.h"
 #include "macro.h"
+#include "pace-stats.h"
 #include "pace.pb-c.h"
 #include "parse-util.h"
 #include "proc-util.h"
 #include "table-check.h"
+
+/* A thread count the dispatcher reports is shown up to this. */
+#define PACE_MAX_THREADS_REPORTED 65536u
 
 typedef struct Reservation {
         uint64_t id;
         uid_t owner_uid; /* who asked: may release it */
         int pidfd;       /* the process it covers; readable once that exits */
         void *watch;
+        uint32_t threads; /* covered at the grant */
 } Reservation;
 
 /* A token bucket per uid: refilled at max_requests_per_second, holding at
@@ -43,6 +50,12 @@ struct Broker {
         Plan *plan;
         TableWriter *table;
         uint64_t next_id;
+        /* The dispatcher's accounting file (pace-stats.h), mapped read-only
+         * while it is the same file; -1/NULL: none seen yet. */
+        int runtime_dir_fd;
+        const PaceStatsFile *stats;
+        dev_t stats_dev;
+        ino_t stats_ino;
         size_t n_reservations;
         Reservation reservations[PACE_MAX_RESERVATIONS];
 };
@@ -184,9 +197,15 @@ int broker_new(const BrokerOptions *options, Broker **ret) {
         b->config = *options->config;
         b->hooks = options->hooks;
         b->next_id = 1;
+        b->runtime_dir_fd = -EBADF;
         b->proc_root = strdup(options->proc_root ? options->proc_root : "/proc");
         if (!b->proc_root)
                 return -ENOMEM;
+        if (options->runtime_dir_fd >= 0) {
+                b->runtime_dir_fd = fcntl(options->runtime_dir_fd, F_DUPFD_CLOEXEC, 3);
+                if (b->runtime_dir_fd < 0)
+                        return negative_errno();
+        }
 
         r = plan_new(&b->config, &b->plan);
         if (r < 0)
@@ -221,6 +240,9 @@ Broker *broker_free(Broker *b) {
          * itself), and a restarted broker picks the reservations up again. */
         table_writer_free(b->table);
         plan_free(b->plan);
+        if (b->stats)
+                munmap((void *) b->stats, sizeof(PaceStatsFile));
+        safe_close(b->runtime_dir_fd);
         free(b->proc_root);
         free(b);
         return NULL;
@@ -359,6 +381,22 @@ static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g
         g->slot_ns = b->config.slot_ns;
         g->requested_period_ns = e->requested_period_ns;
         g->requested_utilization_ppm = e->requested_utilization_ppm;
+        g->has_scope = true;
+        g->scope = (Pace__Scope) e->scope;
+        if (e->scope == PACE_TABLE_SCOPE_THREAD) {
+                g->has_tid = true;
+                g->tid = e->tid;
+        }
+        uint32_t phase;
+        if (plan_phase(b->plan, e->id, &phase) == 0) {
+                g->has_phase_ns = true;
+                g->phase_ns = (uint64_t) phase * b->config.slot_ns;
+        }
+        for (size_t i = 0; i < b->n_reservations; i++)
+                if (b->reservations[i].id == e->id && b->reservations[i].threads > 0) {
+                        g->has_threads = true;
+                        g->threads = b->reservations[i].threads;
+                }
 }
 
 static int plan_error_code(int r) {
@@ -379,7 +417,8 @@ static int plan_error_code(int r) {
 /* Opens the target and checks it is one the peer may reserve. On refusal
  * writes a reply and returns 1; on success returns 0 with the pidfd. */
 static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, pid_t *ret_pid,
-                          ProcInfo *ret_info, int *ret_pidfd, uint8_t **reply, size_t *reply_size) {
+                          ProcInfo *ret_info, int *ret_pidfd, uint32_t *ret_threads, uint8_t **reply,
+                          size_t *reply_size) {
         _cleanup_close_ int pidfd = -EBADF;
         pid_t pid = req->has_pid ? req->pid : peer->pid;
         int r;
@@ -391,6 +430,18 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         if (pid == 1)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                                    "pid 1 (init) can never be reserved") ?: 1;
+        uint32_t scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
+        if (scope > PACE_TABLE_SCOPE_TREE)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "scope %" PRIu32 " does not exist: use process (0), thread (1) or tree (2)",
+                                   scope) ?: 1;
+        if (scope == PACE_TABLE_SCOPE_THREAD && (!req->has_tid || req->tid <= 0))
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "the thread scope needs the thread's id (tid), a positive number; "
+                                   "got %s", req->has_tid ? "a non-positive one" : "none") ?: 1;
+        if (scope != PACE_TABLE_SCOPE_THREAD && req->has_tid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "a thread id (tid %" PRIi32 ") belongs only with the thread scope", req->tid) ?: 1;
 
         /* Open the process first, read its identity second, and check it is
          * still alive third: then the identity belongs to the process the
@@ -426,12 +477,24 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         if (r < 0)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
                                    "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
-        uint32_t threads;
-        if (proc_count_threads(b->proc_root, pid, &threads) == 0 && threads > b->config.max_threads_per_reservation)
+        uint32_t threads = 1;
+        if (scope == PACE_TABLE_SCOPE_THREAD) {
+                char task[96];
+                struct stat st;
+                snprintf(task, sizeof(task), "%s/%" PRIi32 "/task/%" PRIi32, b->proc_root, (int32_t) pid, req->tid);
+                if (stat(task, &st) < 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                           "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, req->tid) ?: 1;
+        } else if ((scope == PACE_TABLE_SCOPE_TREE ? proc_count_tree_threads(b->proc_root, pid, 4096, &threads)
+                                                   : proc_count_threads(b->proc_root, pid, &threads)) == 0 &&
+                   threads > b->config.max_threads_per_reservation)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                                   "pid %" PRIi32 " has %" PRIu32 " threads; a reservation covers at most %" PRIu32
+                                   "pid %" PRIi32 " has %" PRIu32 " threads%s; a reservation covers at most %" PRIu32
                                    " (max_threads_per_reservation): the dispatcher moves each of them at every "
-                                   "switch", (int32_t) pid, threads, b->config.max_threads_per_reservation) ?: 1;
+                                   "switch", (int32_t) pid, threads,
+                                   scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
+                                   b->config.max_threads_per_reservation) ?: 1;
+        *ret_threads = threads;
         if (ret_info->kernel_thread)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                                    "pid %" PRIi32 " is a kernel thread; only user processes can be reserved",
@@ -444,7 +507,14 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
                 /* Same pid, even with another start time: that one's exit
                  * is about to be noticed, and the table holds one
-                 * reservation per pid. */
+                 * reservation per pid (or one per thread of it). */
+                if (e && e->pid == pid && e->scope == PACE_TABLE_SCOPE_THREAD && scope == PACE_TABLE_SCOPE_THREAD &&
+                    e->tid == req->tid)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                           "thread %" PRIi32 " of pid %" PRIi32 " already holds reservation %" PRIu64
+                                           "; release it first", req->tid, (int32_t) pid, e->id) ?: 1;
+                if (e && e->pid == pid && e->scope == PACE_TABLE_SCOPE_THREAD && scope == PACE_TABLE_SCOPE_THREAD)
+                        continue;
                 if (e && e->pid == pid)
                         return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
                                            "pid %" PRIi32 " already holds reservation %" PRIu64
@@ -513,12 +583,15 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                                    "the broker holds %zu reservations, its limit (max_reservations); try again when "
                                    "some have ended", b->n_reservations);
 
-        r = resolve_target(b, peer, req, &pid, &info, &pidfd, reply, reply_size);
+        uint32_t threads;
+        r = resolve_target(b, peer, req, &pid, &info, &pidfd, &threads, reply, reply_size);
         if (r != 0)
                 return r < 0 ? r : 0;
 
         preq.pid = pid;
         preq.start_time = info.start_time;
+        preq.scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
+        preq.tid = preq.scope == PACE_TABLE_SCOPE_THREAD ? req->tid : 0;
         r = plan_admit(b->plan, &preq, &entry, why, sizeof(why));
         if (r < 0) {
                 broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
@@ -527,7 +600,7 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         }
 
         Reservation *res = &b->reservations[b->n_reservations];
-        *res = (Reservation) { .id = entry.id, .owner_uid = peer->uid, .pidfd = TAKE_FD(pidfd) };
+        *res = (Reservation) { .id = entry.id, .owner_uid = peer->uid, .pidfd = TAKE_FD(pidfd), .threads = threads };
         if (b->hooks.watch_pidfd) {
                 r = b->hooks.watch_pidfd(b->hooks.userdata, res->pidfd, res->id, &res->watch);
                 if (r < 0) {
@@ -784,6 +857,79 @@ void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online) {
         publish(b);
 }
 
+/* (Re)maps the dispatcher's accounting file when it is new: another inode
+ * means a restarted dispatcher. Only a regular file of root's of the exact
+ * size, with the right magic and version, is read. */
+static void stats_refresh(Broker *b) {
+        struct stat st;
+
+        if (b->runtime_dir_fd < 0)
+                return;
+        if (fstatat(b->runtime_dir_fd, PACE_STATS_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != 0 || (uint64_t) st.st_size != sizeof(PaceStatsFile)) {
+                if (b->stats)
+                        munmap((void *) b->stats, sizeof(PaceStatsFile));
+                b->stats = NULL;
+                return;
+        }
+        if (b->stats && st.st_dev == b->stats_dev && st.st_ino == b->stats_ino)
+                return;
+        if (b->stats)
+                munmap((void *) b->stats, sizeof(PaceStatsFile));
+        b->stats = NULL;
+        _cleanup_close_ int fd = openat(b->runtime_dir_fd, PACE_STATS_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        void *m = mmap(NULL, sizeof(PaceStatsFile), PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+                return;
+        b->stats = m;
+        b->stats_dev = st.st_dev;
+        b->stats_ino = st.st_ino;
+}
+
+/* The accounting of reservation id, summed over its pieces; false if the
+ * dispatcher has not reported on it. The file is the dispatcher's, but it is
+ * read as input all the same: torn copies are skipped, counts clamped. */
+static bool stats_collect(const Broker *b, uint64_t id, Pace__Accounting *acc, uint32_t *ret_threads) {
+        const PaceStatsFile *f = b->stats;
+        bool found = false;
+        uint32_t threads = 0;
+
+        if (!f || f->magic != PACE_STATS_MAGIC || f->version != PACE_STATS_VERSION)
+                return false;
+        pace__accounting__init(acc);
+        for (uint32_t i = 0; i < PACE_STATS_MAX_ENTRIES; i++) {
+                const PaceStatsEntry *src = &f->entries[i];
+                PaceStatsEntry e;
+                bool ok = false;
+                if (src->id != id)
+                        continue;
+                for (int attempt = 0; attempt < 4 && !ok; attempt++) {
+                        uint32_t s1 = atomic_load_explicit(&((PaceStatsEntry *) src)->seq, memory_order_acquire);
+                        if (s1 & 1)
+                                continue;
+                        memcpy(&e, (const void *) src, sizeof(e));
+                        atomic_thread_fence(memory_order_acquire);
+                        ok = atomic_load_explicit(&((PaceStatsEntry *) src)->seq, memory_order_relaxed) == s1;
+                }
+                if (!ok || e.id != id || e.window_ns == 0)
+                        continue;
+                found = true;
+                acc->window_ns = MAX(acc->window_ns, e.window_ns);
+                acc->delivered_ns += MIN(e.delivered_ns, e.window_ns);
+                acc->cpu_time_ns += e.cpu_time_ns;
+                acc->periods = MAX(acc->periods, e.periods);
+                acc->periods_blocked += MIN(e.periods_blocked, e.periods);
+                acc->periods_wanted_more += MIN(e.periods_wanted_more, e.periods);
+                threads = MAX(threads, MIN(e.threads, PACE_MAX_THREADS_REPORTED));
+        }
+        acc->periods_blocked = MIN(acc->periods_blocked, acc->periods);
+        acc->periods_wanted_more = MIN(acc->periods_wanted_more, acc->periods);
+        *ret_threads = threads;
+        return found;
+}
+
 static int handle_status(Broker *b, uint8_t **reply, size_t *reply_size) {
         size_t n = plan_n_entries(b->plan), n_cpus = plan_n_cpus(b->plan);
         _cleanup_free_ Pace__Grant *grants = calloc(n ? n : 1, sizeof(Pace__Grant));
@@ -793,8 +939,20 @@ static int handle_status(Broker *b, uint8_t **reply, size_t *reply_size) {
 
         if (!grants || !grant_ptrs || !cpus || !cpu_ptrs)
                 return -ENOMEM;
+        _cleanup_free_ Pace__Accounting *accs = calloc(n ? n : 1, sizeof(Pace__Accounting));
+        if (!accs)
+                return -ENOMEM;
+        stats_refresh(b);
         for (size_t i = 0; i < n; i++) {
+                uint32_t threads;
                 grant_from_entry(b, plan_entry(b->plan, i), &grants[i]);
+                if (stats_collect(b, grants[i].id, &accs[i], &threads)) {
+                        grants[i].accounting = &accs[i];
+                        if (threads > 0) {
+                                grants[i].has_threads = true;
+                                grants[i].threads = threads;
+                        }
+                }
                 grant_ptrs[i] = &grants[i];
         }
         for (size_t i = 0; i < n_cpus; i++) {

@@ -565,6 +565,8 @@ static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t 
                         .cpu = c->cpu,
                         .requested_period_ns = req->period_ns,
                         .requested_utilization_ppm = req->utilization_ppm,
+                        .scope = req->scope,
+                        .tid = req->tid,
                         .period_slots = period,
                         .budget_slots = pieces[o],
                         .flags = PACE_RES_PIECE,
@@ -682,6 +684,8 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                                         .cpu = c->cpu,
                                         .requested_period_ns = req->period_ns,
                                         .requested_utilization_ppm = req->utilization_ppm,
+                                        .scope = req->scope,
+                                        .tid = req->tid,
                                         .period_slots = cand,
                                         .budget_slots = budget,
                                 };
@@ -868,6 +872,53 @@ void plan_cpu_info(const Plan *p, size_t i, PlanCpuInfo *ret) {
         };
 }
 
+int plan_phase(const Plan *p, uint64_t id, uint32_t *ret_phase_slots) {
+        uint32_t period = 0, owned_mask_len;
+        bool found = false;
+
+        for (uint32_t i = 0; i < p->n_entries; i++)
+                if (p->entries[i].id == id) {
+                        period = p->entries[i].period_slots;
+                        found = true;
+                }
+        if (!found || period == 0)
+                return -ENOENT;
+
+        /* The frame is a multiple of the period and starts on a multiple of
+         * the frame, so slot s of any frame sits at offset s % period of a
+         * period; pieces on other CPUs fill in their own offsets. */
+        owned_mask_len = period;
+        _cleanup_free_ bool *owned = calloc(owned_mask_len, sizeof(bool));
+        if (!owned)
+                return -ENOMEM;
+        for (uint32_t c = 0; c < p->n_cpus; c++) {
+                const PlanCpu *pc = &p->cpus[c];
+                for (uint32_t s = 0; s < pc->frame_slots; s++) {
+                        uint32_t o = pc->slots[s];
+                        if (o != 0 && p->entries[o - 1].id == id)
+                                owned[s % period] = true;
+                }
+        }
+
+        /* The longest cyclic run of unowned offsets; the allocation starts
+         * right after it. */
+        uint32_t best_len = 0, best_start = 0;
+        for (uint32_t s = 0; s < period; s++) {
+                if (owned[s] || !owned[(s + period - 1) % period])
+                        continue;
+                /* s starts a free run */
+                uint32_t len = 0;
+                while (len < period && !owned[(s + len) % period])
+                        len++;
+                if (len > best_len) {
+                        best_len = len;
+                        best_start = s;
+                }
+        }
+        *ret_phase_slots = best_len == 0 ? 0 : (best_start + best_len) % period;
+        return 0;
+}
+
 void plan_export(const Plan *p, PaceTableBuffer *out) {
         uint32_t next = 0;
 
@@ -899,6 +950,8 @@ void plan_export(const Plan *p, PaceTableBuffer *out) {
                         .requested_period_ns = e->requested_period_ns,
                         .requested_utilization_ppm = e->requested_utilization_ppm,
                         .flags = e->flags,
+                        .scope = e->scope,
+                        .tid = e->tid,
                 };
         }
 }
@@ -926,6 +979,8 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
                         .period_slots = r->period_slots,
                         .budget_slots = r->budget_slots,
                         .flags = r->flags,
+                        .scope = r->scope,
+                        .tid = r->tid,
                 };
                 map[i] = ++p->n_entries;
         }

@@ -40,6 +40,8 @@ typedef struct PlanRequest {
         uint64_t period_ns;
         uint32_t utilization_ppm;
         int32_t cpu; /* -1: any managed CPU */
+        uint32_t scope; /* PACE_SCOPE_*: carried into the table */
+        pid_t tid;
 } PlanRequest;
 
 typedef struct PlanEntry {
@@ -55,6 +57,8 @@ typedef struct PlanEntry {
         /* PACE_RES_PIECE: one piece of a reservation split over CPUs; the
          * pieces share the id and each has its CPU and part of the budget. */
         uint32_t flags;
+        uint32_t scope;
+        pid_t tid;
 } PlanEntry;
 
 typedef struct PlanCpuInfo {
@@ -115,6 +119,11 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep);
 
 /* Writes the whole plan into a (zeroed) table buffer. */
 void plan_export(const Plan *p, PaceTableBuffer *out);
+
+/* Where the reservation's allocations start: the offset, in slots from a
+ * multiple of its period on the global grid, of the first slot after its
+ * longest stretch without any (over all its pieces). -ENOENT: no such id. */
+int plan_phase(const Plan *p, uint64_t id, uint32_t *ret_phase_slots);
 
 /* The non-real-time server the builder schedules against. */
 void plan_server(const Plan *p, uint32_t *ret_period_slots, uint32_t *ret_budget_slots);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdbool.h>
@@ -119,6 +120,59 @@ int proc_count_threads(const char *proc_root, pid_t pid, uint32_t *ret) {
                 n += de->d_name[0] >= '0' && de->d_name[0] <= '9';
         closedir(d);
         *ret = n;
+        return 0;
+}
+
+int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret) {
+        _cleanup_free_ pid_t *queue = calloc(max_processes ? max_processes : 1, sizeof(pid_t));
+        size_t head = 0, n = 0;
+        uint32_t total = 0;
+        int r;
+
+        if (!queue)
+                return -ENOMEM;
+        queue[n++] = pid;
+        while (head < n) {
+                pid_t cur = queue[head++];
+                char path[160];
+                uint32_t threads;
+                DIR *d;
+
+                r = proc_count_threads(proc_root, cur, &threads);
+                if (r < 0) {
+                        if (cur == pid)
+                                return r;
+                        continue; /* a descendant that exited meanwhile */
+                }
+                total += threads;
+                snprintf(path, sizeof(path), "%s/%" PRIi32 "/task", proc_root, (int32_t) cur);
+                d = opendir(path);
+                if (!d)
+                        continue;
+                for (struct dirent *de; (de = readdir(d));) {
+                        char cpath[PATH_MAX], buf[4096];
+                        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                                continue;
+                        snprintf(cpath, sizeof(cpath), "%s/%s/children", path, de->d_name);
+                        int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+                        if (fd < 0)
+                                continue;
+                        ssize_t k = read(fd, buf, sizeof(buf) - 1);
+                        close(fd);
+                        if (k <= 0)
+                                continue;
+                        buf[k] = '\0';
+                        for (char *q = buf, *end; *q; q = end) {
+                                long v = strtol(q, &end, 10);
+                                if (end == q)
+                                        break;
+                                if (v > 0 && n < max_processes)
+                                        queue[n++] = (pid_t) v;
+                        }
+                }
+                closedir(d);
+        }
+        *ret = total;
         return 0;
 }
 

@@ -20,6 +20,9 @@ int proc_stat_parse(const char *text, uint64_t *ret_start_time, unsigned long *r
 
 /* Threads of a process (entries of /proc/PID/task). */
 int proc_count_threads(const char *proc_root, pid_t pid, uint32_t *ret);
+/* Threads of pid and all its descendants (/proc/P/task/T/children), at most
+ * max_processes processes visited. */
+int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret);
 
 int pidfd_open_checked(pid_t pid, int *ret_fd);
 /* 0 while the process behind the pidfd is alive, -ESRCH once it has exited. */

@@ -240,13 +240,21 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                         if (!(res->flags & PACE_RES_PIECE) || !(o->flags & PACE_RES_PIECE))
                                 return refuse(err, err_size, "reservation id %" PRIu64 " used twice", res->id);
                         if (o->pid != res->pid || o->start_time != res->start_time || o->uid != res->uid ||
-                            o->period_slots != res->period_slots || o->cpu == res->cpu)
+                            o->scope != res->scope || o->tid != res->tid || o->period_slots != res->period_slots ||
+                            o->cpu == res->cpu)
                                 return refuse(err, err_size, "pieces of reservation %" PRIu64
-                                              " disagree on process, owner or period, or share a CPU", res->id);
+                                              " disagree on process, scope, owner or period, or share a CPU",
+                                              res->id);
                         siblings++;
                 }
                 if ((res->flags & PACE_RES_PIECE) && siblings == 0)
                         return refuse(err, err_size, "reservation %" PRIu64 " is a piece of nothing", res->id);
+                if (res->scope > PACE_TABLE_SCOPE_TREE)
+                        return refuse(err, err_size, "reservation %" PRIu64 ": unknown scope %" PRIu32, res->id,
+                                      res->scope);
+                if ((res->scope == PACE_TABLE_SCOPE_THREAD) != (res->tid > 0))
+                        return refuse(err, err_size, "reservation %" PRIu64 ": thread id %" PRIi32
+                                      " does not fit its scope %" PRIu32, res->id, res->tid, res->scope);
                 /* pid 1 and the idle task are never ours to promote. */
                 if (res->pid <= 1)
                         return refuse(err, err_size, "reservation %" PRIu64 ": pid %" PRId32 " is not allowed",
@@ -263,12 +271,18 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                         return refuse(err, err_size, "reservation %" PRIu64 ": budget of %" PRIu32
                                       " slots in a period of %" PRIu32, res->id, res->budget_slots,
                                       res->period_slots);
-                /* One reservation per process: two CPU loops driving the
-                 * same threads would undo each other's promotions. */
-                for (uint32_t j = 0; j < i; j++)
-                        if (t->reservations[j].pid == res->pid && t->reservations[j].id != res->id)
-                                return refuse(err, err_size, "pid %" PRIi32 " holds reservations %" PRIu64
-                                              " and %" PRIu64, res->pid, t->reservations[j].id, res->id);
+                /* One reservation per process, or one per thread: two
+                 * CPU loops driving the same thread would undo each
+                 * other's promotions. */
+                for (uint32_t j = 0; j < i; j++) {
+                        const PaceTableReservation *o = &t->reservations[j];
+                        if (o->pid != res->pid || o->id == res->id)
+                                continue;
+                        if (o->scope == PACE_TABLE_SCOPE_THREAD && res->scope == PACE_TABLE_SCOPE_THREAD && o->tid != res->tid)
+                                continue;
+                        return refuse(err, err_size, "pid %" PRIi32 " holds reservations %" PRIu64 " and %" PRIu64,
+                                      res->pid, o->id, res->id);
+                }
                 held[i] = 0;
         }
 

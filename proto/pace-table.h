@@ -22,7 +22,7 @@
 #include "pace-limits.h"
 
 #define PACE_TABLE_MAGIC 0x31454341504bULL /* "KPACE1" */
-#define PACE_TABLE_VERSION 1u
+#define PACE_TABLE_VERSION 2u
 
 /* Total slots of all CPUs' frames in one buffer. */
 #define PACE_TABLE_MAX_SLOTS (256u * 1024u)
@@ -33,6 +33,14 @@
  * budget in every window of the period, never two at the same instant, and
  * with at least one free slot whenever the process changes CPU. */
 #define PACE_RES_PIECE 0x1u
+
+/* PaceTableReservation.scope: what the reservation covers (pace.proto's
+ * Scope). The dispatcher keeps the members in a cgroup of the reservation's
+ * own and moves out whatever does not belong: other processes (process
+ * scope), other threads (thread scope). */
+#define PACE_TABLE_SCOPE_PROCESS 0u
+#define PACE_TABLE_SCOPE_THREAD 1u
+#define PACE_TABLE_SCOPE_TREE 2u
 
 /* Slot owner value for a slot no reservation owns: non-real-time work runs. */
 #define PACE_SLOT_FREE 0u
@@ -53,6 +61,9 @@ typedef struct PaceTableReservation {
          * broker can adopt the reservation without losing it. */
         uint64_t requested_period_ns;
         uint32_t requested_utilization_ppm;
+        uint32_t scope; /* PACE_SCOPE_* */
+        /* PACE_TABLE_SCOPE_THREAD: the thread, of process pid; else 0. */
+        int32_t tid;
         uint32_t reserved;
 } PaceTableReservation;
 

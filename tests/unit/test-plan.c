@@ -120,6 +120,54 @@ TEST(grant_exact_when_period_divides_frame) {
         assert_requested_windows(&table, &e);
 }
 
+/* The phase is where an allocation starts: the first owned slot after the
+ * longest stretch without one, the same in every period of the frame; and
+ * scope and thread travel into the table. */
+TEST(phase_is_the_start_after_the_longest_gap_and_scope_reaches_the_table) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[256];
+        uint32_t phase;
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 20 * NSEC_PER_MSEC,
+                          .utilization_ppm = 300000, .cpu = -1, .scope = PACE_TABLE_SCOPE_THREAD, .tid = 101 };
+        ASSERT_OK(plan_admit(p, &a, &e, why, sizeof(why)));
+        PlanRequest b = { .id = 2, .pid = 200, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
+                          .utilization_ppm = 200000, .cpu = -1, .scope = PACE_TABLE_SCOPE_TREE };
+        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.reservations[0].scope, PACE_TABLE_SCOPE_THREAD);
+        ASSERT_EQ(table.reservations[0].tid, 101);
+        ASSERT_EQ(table.reservations[1].scope, PACE_TABLE_SCOPE_TREE);
+        ASSERT_EQ(table.reservations[1].tid, 0);
+        ASSERT_ERR(plan_phase(p, 99, &phase), -ENOENT);
+
+        for (uint64_t id = 1; id <= 2; id++) {
+                const PlanEntry *pe = plan_find(p, id);
+                uint32_t P = pe->period_slots, frame = table.cpus[0].frame_slots;
+                ASSERT_OK(plan_phase(p, id, &phase));
+                ASSERT_CMP(phase, <, P);
+                /* Owned at the phase in every period, free just before it,
+                 * and no free stretch is longer than the one it ends. */
+                uint32_t gap = 0;
+                while (gap < P && table.slots[(phase + P - 1 - gap) % frame] != id)
+                        gap++;
+                for (uint32_t k = 0; k < frame / P; k++) {
+                        ASSERT_EQ(table.slots[k * P + phase], id);
+                        ASSERT_TRUE(table.slots[(k * P + phase + frame - 1) % frame] != id);
+                }
+                for (uint32_t s0 = 0; s0 < frame; s0++) {
+                        uint32_t run = 0;
+                        while (run < frame && table.slots[(s0 + run) % frame] != id)
+                                run++;
+                        ASSERT_CMP(run, <=, gap);
+                }
+        }
+}
+
 TEST(rounded_period_still_covers_requested_windows) {
         PaceConfig c;
         _cleanup_(plan_freep) Plan *p = NULL;

@@ -203,10 +203,41 @@ TEST(per_user_limits_without_slack_and_one_reservation_per_process) {
         t.reservations[1].pid = 500;
         assert_refused("pid 500 holds reservations 1 and 2");
 
+        /* One reservation per thread is fine, the same thread twice or a
+         * thread beside its whole process is not. */
+        char err[256] = "";
+        t.reservations[0].scope = t.reservations[1].scope = PACE_TABLE_SCOPE_THREAD;
+        t.reservations[0].tid = 500;
+        t.reservations[1].tid = 502;
+        ASSERT_OK(table_check(&t, &config, err, sizeof(err)));
+        t.reservations[1].tid = 500;
+        assert_refused("pid 500 holds reservations 1 and 2");
+        t.reservations[1].scope = PACE_TABLE_SCOPE_PROCESS;
+        t.reservations[1].tid = 0;
+        assert_refused("pid 500 holds reservations 1 and 2");
+        t.reservations[0].scope = t.reservations[1].scope = PACE_TABLE_SCOPE_PROCESS;
+        t.reservations[0].tid = t.reservations[1].tid = 0;
+
         /* Count limit. */
         t.reservations[1].pid = 501;
         config.max_reservations_per_user = 1;
         assert_refused("holds 2 reservations, limit 1");
+}
+
+TEST(scopes_are_checked) {
+        sound_table();
+        t.reservations[0].scope = 3;
+        assert_refused("unknown scope 3");
+        sound_table();
+        t.reservations[0].scope = PACE_TABLE_SCOPE_THREAD;
+        assert_refused("thread id 0 does not fit its scope");
+        sound_table();
+        t.reservations[0].tid = 4243;
+        assert_refused("thread id 4243 does not fit its scope");
+        sound_table();
+        t.reservations[0].scope = PACE_TABLE_SCOPE_TREE;
+        char err[256] = "";
+        ASSERT_OK(table_check(&t, &config, err, sizeof(err)));
 }
 
 /* A reservation split over CPUs 0 and 1: period 10, 3 slots on CPU 0 at

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* What reservations really received: written by pace-dispatcher (the only
+ * one that sees every period end), read by pace-broker for status replies.
+ * A file in the runtime directory, created by the dispatcher before it drops
+ * its privileges and owned by root, so the broker can read but never write
+ * it. The broker trusts it no more than the dispatcher trusts the table: it
+ * only displays it, and checks every field it shows (pace-stats readers take
+ * an entry only if its sequence word is even and unchanged across the copy,
+ * and its id names a live reservation).
+ *
+ * One entry per reservation piece a dispatch thread holds; each entry has a
+ * single writer (the dispatch thread of its CPU), so a per-entry seqlock is
+ * all the synchronisation there is. */
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "pace-limits.h"
+
+#define PACE_STATS_MAGIC 0x3154535043415045ULL /* "EPACPST1" */
+#define PACE_STATS_VERSION 1u
+#define PACE_STATS_NAME "stats"
+/* Pieces in two generations of the table at once, while loops adopt. */
+#define PACE_STATS_MAX_ENTRIES (2u * PACE_MAX_RESERVATIONS)
+
+typedef struct PaceStatsEntry {
+        _Atomic uint32_t seq; /* odd while written */
+        _Atomic uint32_t claimed; /* owned by a dispatch thread */
+        uint64_t id;          /* reservation id; 0: unused */
+        int32_t cpu;
+        uint32_t threads;     /* threads moved at the last promotion */
+        uint64_t cpu_time_ns; /* on this CPU since adoption */
+        uint64_t window_ns;   /* whole periods, about the last second; 0: none yet */
+        uint64_t delivered_ns;
+        uint64_t periods;
+        uint64_t periods_blocked;
+        uint64_t periods_wanted_more;
+        uint64_t updated_ns;  /* CLOCK_MONOTONIC of the last update */
+} PaceStatsEntry;
+
+typedef struct PaceStatsFile {
+        uint64_t magic;
+        uint32_t version;
+        uint32_t n_entries;
+        int32_t dispatcher_pid;
+        uint32_t reserved;
+        PaceStatsEntry entries[PACE_STATS_MAX_ENTRIES];
+} PaceStatsFile;
