@@ -25,7 +25,9 @@
 #include <unistd.h>
 
 #include "dispatcher.h"
+#include "group.h"
 #include "held.h"
+#include "pace-stats.h"
 #include "macro.h"
 #include "rt-check.h"
 #include "sched-util.h"
@@ -53,6 +55,10 @@ typedef enum LoopState {
 typedef struct Run {
         uint32_t start; /* slot offset in the (rotated) frame */
         Held *owner;    /* NULL: free */
+        /* The owner's last run of its period (the one before its longest
+         * gap): its end is where the period's accounting closes. */
+        bool closes;
+        uint32_t gap;
 } Run;
 
 typedef struct CpuLoop {
@@ -114,6 +120,11 @@ struct Dispatcher {
         char freezer_root[512];
         char freezer_base[PATH_MAX];
         bool freezer;
+        /* Reservation groups (NULL: not usable here, groups_note says why)
+         * and the accounting file the broker reads (NULL: none). */
+        GroupSet *groups;
+        char groups_note[512];
+        PaceStatsFile *stats;
 
         CpuLoop *loops;
         uint32_t n_loops;
@@ -318,6 +329,91 @@ static const char *identity_problem(int r) {
         }
 }
 
+static void stats_write_begin(PaceStatsEntry *e) {
+        atomic_fetch_add_explicit(&e->seq, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+}
+
+static void stats_write_end(PaceStatsEntry *e) {
+        atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+}
+
+/* A free entry of the accounting file for a newly held piece; none when
+ * there is no file or it is full (then the piece goes unaccounted). */
+static void stats_claim(Dispatcher *d, Held *h, int32_t cpu) {
+        if (!d->stats)
+                return;
+        for (uint32_t i = 0; i < PACE_STATS_MAX_ENTRIES; i++) {
+                PaceStatsEntry *e = &d->stats->entries[i];
+                uint32_t expected = 0;
+                if (!atomic_compare_exchange_strong(&e->claimed, &expected, 1))
+                        continue;
+                stats_write_begin(e);
+                e->id = h->id;
+                e->cpu = cpu;
+                e->threads = 0;
+                e->cpu_time_ns = e->window_ns = e->delivered_ns = 0;
+                e->periods = e->periods_blocked = e->periods_wanted_more = 0;
+                e->updated_ns = now_ns();
+                stats_write_end(e);
+                h->stats = e;
+                return;
+        }
+}
+
+static void loop_free_held(CpuLoop *l, Held *h) {
+        PaceStatsEntry *e = h->stats;
+        if (e) {
+                stats_write_begin(e);
+                e->id = 0;
+                stats_write_end(e);
+                atomic_store(&e->claimed, 0);
+        }
+        held_free(h, &l->ctx);
+}
+
+/* The end of the owner's period (its closing run just ended, it is not yet
+ * demoted): what it used in the period, whether it still wanted the CPU,
+ * and every second or so a delivered figure over whole periods. */
+static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
+        uint64_t u;
+
+        if (h->gone || !h->stats || held_usage_ns(h, &l->ctx, &u) < 0)
+                return;
+        if (!h->acct_started) {
+                h->acct_started = true;
+                h->acct_base = h->acct_period_start = h->acct_win_usage = u;
+                h->acct_win_ns = t;
+                return;
+        }
+        uint64_t used = u - h->acct_period_start, budget = (uint64_t) h->budget_slots * l->config->slot_ns;
+        h->acct_periods++;
+        /* 5% of slack: the switches themselves take some of every run. */
+        if (used * 20 < budget * 19)
+                h->acct_blocked++;
+        if (held_any_runnable(h))
+                h->acct_wanted_more++;
+        h->acct_period_start = u;
+        if (t - h->acct_win_ns >= NSEC_PER_SEC) {
+                h->acct_window_ns = t - h->acct_win_ns;
+                h->acct_delivered_ns = u - h->acct_win_usage;
+                h->acct_win_ns = t;
+                h->acct_win_usage = u;
+        }
+
+        PaceStatsEntry *e = h->stats;
+        stats_write_begin(e);
+        e->threads = (uint32_t) h->n_threads;
+        e->cpu_time_ns = u - h->acct_base;
+        e->window_ns = h->acct_window_ns;
+        e->delivered_ns = h->acct_delivered_ns;
+        e->periods = h->acct_periods;
+        e->periods_blocked = h->acct_blocked;
+        e->periods_wanted_more = h->acct_wanted_more;
+        e->updated_ns = t;
+        stats_write_end(e);
+}
+
 static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
         for (size_t i = 0; i < l->n_held; i++) {
                 Held *h = l->held[i];
@@ -361,8 +457,11 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                                 r = held_new_inert(res, &h);
                                 if (r < 0)
                                         return r;
-                        }
+                        } else
+                                stats_claim(d, h, l->cpu);
                 }
+                h->period_slots = res->period_slots;
+                h->budget_slots = res->budget_slots;
                 h->mark = true;
                 l->by_index[i] = h;
                 l->next_held[n_next++] = h;
@@ -370,7 +469,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
 
         for (size_t i = 0; i < l->n_held; i++)
                 if (!l->held[i]->mark)
-                        held_free(l->held[i], &l->ctx);
+                        loop_free_held(l, l->held[i]);
 
         Held **swap = l->held;
         l->held = l->next_held;
@@ -398,6 +497,42 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                                 l->next_runs[n++] = (Run) { .start = k, .owner = o };
                 }
 #undef OWNER
+        /* Which run closes each owner's period: the one before its longest
+         * gap (the grant's pattern repeats with its period, so there is one
+         * such run per period; ties go to the first offset found). */
+        for (uint32_t k = 0; k < n; k++)
+                if (l->next_runs[k].owner)
+                        l->next_runs[k].owner->tmp_first = UINT32_MAX;
+        for (uint32_t k = 0; k < n; k++) {
+                Held *o = l->next_runs[k].owner;
+                if (o && o->tmp_first == UINT32_MAX) {
+                        o->tmp_first = l->next_runs[k].start;
+                        o->tmp_next = o->tmp_first + frame;
+                        o->tmp_maxgap = 0;
+                        o->tmp_close = UINT32_MAX;
+                }
+        }
+        for (uint32_t k = n; k-- > 0;) {
+                Run *run = &l->next_runs[k];
+                if (!run->owner)
+                        continue;
+                uint32_t end = k + 1 < n ? l->next_runs[k + 1].start : frame;
+                run->gap = run->owner->tmp_next - end;
+                run->owner->tmp_next = run->start;
+                run->owner->tmp_maxgap = MAX(run->owner->tmp_maxgap, run->gap);
+        }
+        for (uint32_t k = 0; k < n; k++) {
+                Run *run = &l->next_runs[k];
+                run->closes = false;
+                if (!run->owner || run->gap != run->owner->tmp_maxgap || run->owner->period_slots == 0)
+                        continue;
+                uint32_t end = k + 1 < n ? l->next_runs[k + 1].start : frame;
+                uint32_t off = (uint32_t) (((uint64_t) (rot == UINT32_MAX ? 0 : rot) + end) %
+                                           run->owner->period_slots);
+                if (run->owner->tmp_close == UINT32_MAX)
+                        run->owner->tmp_close = off;
+                run->closes = off == run->owner->tmp_close;
+        }
         Run *runs = l->runs;
         l->runs = l->next_runs;
         l->next_runs = runs;
@@ -538,6 +673,7 @@ static void loop_active(CpuLoop *l) {
         uint64_t slot_ns = l->config->slot_ns;
         uint64_t frame_start;
         Held *prev = NULL;
+        bool prev_closes = false;
         uint32_t k;
 
         /* Join the grid where it stands: the run under way is entered at
@@ -562,6 +698,8 @@ static void loop_active(CpuLoop *l) {
                                 /* Whoever owned the last run is done anyway
                                  * (runs are rotated); demote before the copy
                                  * and check so it gets no extra time. */
+                                if (prev && prev_closes)
+                                        loop_period_end(l, prev, t);
                                 loop_switch(l, prev, NULL);
                                 prev = NULL;
                                 if (loop_consider(l) > 0) {
@@ -580,8 +718,11 @@ static void loop_active(CpuLoop *l) {
                         }
                 }
 
+                if (prev && prev_closes && prev != l->runs[k].owner)
+                        loop_period_end(l, prev, t);
                 loop_switch(l, prev, l->runs[k].owner);
                 prev = l->runs[k].owner;
+                prev_closes = l->runs[k].closes;
                 if (++k == l->n_runs) {
                         k = 0;
                         frame_start += (uint64_t) l->frame_slots * slot_ns;
@@ -636,7 +777,7 @@ static void *loop_main(void *userdata) {
         }
 
         for (size_t i = 0; i < l->n_held; i++)
-                held_free(l->held[i], &l->ctx);
+                loop_free_held(l, l->held[i]);
         l->n_held = 0;
         atomic_store(&l->state, LOOP_EXITED);
         return NULL;
@@ -751,6 +892,48 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         return 0;
 }
 
+int dispatcher_stats_open(const char *runtime_dir, int *ret_fd) {
+        _cleanup_close_ int dfd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+
+        if (dfd < 0)
+                return negative_errno();
+        /* The directory is the broker's: whatever it left under the name is
+         * not ours to trust (a symlink, a file of its own, a hard link). */
+        fd = openat(dfd, PACE_STATS_NAME, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || st.st_nlink != 1))
+                fd = safe_close(fd);
+        if (fd < 0) {
+                (void) unlinkat(dfd, PACE_STATS_NAME, 0);
+                fd = openat(dfd, PACE_STATS_NAME, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+                if (fd < 0)
+                        return negative_errno();
+        }
+        if (fchmod(fd, 0644) < 0 || ftruncate(fd, 0) < 0 || ftruncate(fd, sizeof(PaceStatsFile)) < 0)
+                return negative_errno();
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int dispatcher_use_stats(Dispatcher *d, int fd) {
+        PaceStatsFile *f = mmap(NULL, sizeof(PaceStatsFile), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+        if (f == MAP_FAILED)
+                return negative_errno();
+        /* A restarted dispatcher starts from nothing: its Helds are new. */
+        memset(f, 0, sizeof(*f));
+        f->version = PACE_STATS_VERSION;
+        f->n_entries = PACE_STATS_MAX_ENTRIES;
+        f->dispatcher_pid = getpid();
+        atomic_thread_fence(memory_order_release);
+        f->magic = PACE_STATS_MAGIC;
+        if (d->stats)
+                munmap(d->stats, sizeof(PaceStatsFile));
+        d->stats = f;
+        return 0;
+}
+
 const PaceConfig *dispatcher_config(const Dispatcher *d) {
         return &d->config;
 }
@@ -861,6 +1044,15 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                 }
         }
 
+        /* Reservation groups: without them members are found in /proc and
+         * accounted per thread, which dispatcher_run() says once. */
+        char base[PATH_MAX];
+        if (group_base_path(d->freezer_name, base, sizeof(base)) == 0)
+                (void) sweep_demote_groups(base); /* a crashed run's tree members */
+        r = group_set_new(d->freezer_name, &d->groups, d->groups_note, sizeof(d->groups_note));
+        if (r < 0 && !d->groups_note[0])
+                snprintf(d->groups_note, sizeof(d->groups_note), "%s", strerror(-r));
+
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];
                 pthread_attr_t attr;
@@ -874,6 +1066,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                         .max_threads = d->config.max_threads_per_reservation,
                         .freezer_root = d->freezer ? d->freezer_root : NULL,
                         .freezer_base = d->freezer ? d->freezer_base : NULL,
+                        .groups = d->groups,
                 };
                 CPU_ZERO(&set);
                 CPU_SET(l->cpu, &set);
@@ -1174,6 +1367,17 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (tfd < 0)
                 return negative_errno();
+        if (d->groups)
+                run_log(o, d->groups_note[0] ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
+                        "reservation groups in %s/%s: members found and accounted by cgroup%s%s",
+                        group_set_root(d->groups), d->freezer_name, d->groups_note[0] ? "; " : "", d->groups_note);
+        else
+                run_log(o, DISPATCHER_LOG_WARNING, "reservation groups unavailable (%s): members are found in "
+                        "/proc/PID/task, tree scope covers only the process, and accounting reads each thread's "
+                        "schedstat", d->groups_note);
+        if (!d->stats)
+                run_log(o, DISPATCHER_LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
+                        "shows no delivered utilization");
         if (o->watchdog_ns > 0 && o->watchdog_ping) {
                 uint64_t every = MAX(o->watchdog_ns / 4, 2 * WATCH_PROBE_NS);
                 struct itimerspec its = {
@@ -1349,10 +1553,10 @@ void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint6
         uint64_t base = 12ULL * 1024 * 1024;
 
         *ret_memlock = base + tables + d->n_loops * per_loop;
-        /* Per reserved process a pidfd, a /proc directory and (strict) a
-         * freezer.state; per loop a few transient ones; the main thread's
+        /* Per reserved process a pidfd, a /proc directory, (strict) a
+         * freezer.state and its group's tasks, cgroup.procs and usage; per loop a few transient ones; the main thread's
          * signalfd, inotify, timers, eventfd, stdio, notify socket. */
-        *ret_files = 3ULL * PACE_MAX_RESERVATIONS + 4ULL * d->n_loops + 32;
+        *ret_files = 6ULL * PACE_MAX_RESERVATIONS + 4ULL * d->n_loops + 32;
         *ret_threads = d->n_loops + 1;
 }
 
@@ -1384,6 +1588,9 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
                 (void) freezer_anchor(d, false);
                 (void) rmdir(d->freezer_base);
         }
+        group_set_free(d->groups);
+        if (d->stats)
+                munmap(d->stats, sizeof(PaceStatsFile));
         table_reader_free((TableReader *) atomic_load(&d->reader));
         for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
                 table_reader_free(d->leaked[i]);

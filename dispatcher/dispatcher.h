@@ -72,5 +72,15 @@ static inline void dispatcher_freep(Dispatcher **d) {
         dispatcher_free(*d);
 }
 
+/* The accounting file (pace-stats.h) in runtime_dir: created, or taken
+ * over from an earlier run if it is a regular file of root's with one link
+ * (else replaced), sized and cleared. Called before privileges are dropped:
+ * the runtime directory belongs to the broker's user and becomes read-only
+ * for the dispatcher afterwards. *ret_fd stays open for every later
+ * dispatcher (the monitor's restarts). */
+int dispatcher_stats_open(const char *runtime_dir, int *ret_fd);
+/* Maps it; entries are claimed as reservations are adopted. */
+int dispatcher_use_stats(Dispatcher *d, int fd);
+
 /* Managed CPUs after resolution. */
 const PaceConfig *dispatcher_config(const Dispatcher *d);

@@ -221,12 +221,23 @@ int held_new(const PaceTableReservation *res, Held **ret) {
                         return -EACCES;
         }
 
+        /* A thread of this very process: its entry under the pinned
+         * /proc/PID directory. */
+        if (res->scope == PACE_TABLE_SCOPE_THREAD) {
+                char task[48];
+                snprintf(task, sizeof(task), "task/%" PRIi32, res->tid);
+                if (res->tid <= 0 || faccessat(procfd, task, F_OK, 0) < 0)
+                        return -ESRCH;
+        }
+
         Held *h = calloc(1, sizeof(*h));
         if (!h)
                 return -ENOMEM;
         h->id = res->id;
         h->pid = res->pid;
         h->start_time = res->start_time;
+        h->scope = res->scope;
+        h->tid = res->scope == PACE_TABLE_SCOPE_THREAD ? res->tid : 0;
         h->pidfd = TAKE_FD(pidfd);
         h->procfd = TAKE_FD(procfd);
         h->cg_state_fd = -EBADF;
@@ -293,8 +304,9 @@ static int held_freezer_enter(Held *h, const HeldContext *ctx) {
         if (h->cg_state_fd < 0)
                 return negative_errno();
 
-        snprintf(path, sizeof(path), "%s/cgroup.procs", h->cg_dir);
-        snprintf(pidbuf, sizeof(pidbuf), "%" PRIi32, h->pid);
+        bool thread = h->scope == PACE_TABLE_SCOPE_THREAD;
+        snprintf(path, sizeof(path), "%s/%s", h->cg_dir, thread ? "tasks" : "cgroup.procs");
+        snprintf(pidbuf, sizeof(pidbuf), "%" PRIi32, thread ? h->tid : h->pid);
         return write_file(path, pidbuf);
 }
 
@@ -338,9 +350,16 @@ static int held_thread_find(const Held *h, pid_t tid) {
         return -1;
 }
 
+static void held_group_leave(Held *h, const HeldContext *ctx) {
+        if (h->group && ctx->groups)
+                group_release(ctx->groups, h->group);
+        h->group = NULL;
+}
+
 static void held_mark_gone(Held *h, const HeldContext *ctx) {
         held_forget_threads(h, ctx, false);
         held_freezer_leave(h, ctx);
+        held_group_leave(h, ctx);
         h->gone = true;
         h->running = false;
         h->pidfd = safe_close(h->pidfd);
@@ -372,6 +391,113 @@ static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const Pac
         return sched_attr_set(tid, running);
 }
 
+/* Takes one listed thread: found or newly registered, then moved. */
+static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, unsigned scan, const PaceSchedAttr *running,
+                            uint32_t *skipped) {
+        int i = held_thread_find(h, tid);
+        int r;
+
+        if (i < 0 && ctx->max_threads > 0 && h->n_threads >= ctx->max_threads) {
+                (*skipped)++;
+                return 0;
+        }
+        if (i < 0) {
+                RegistryEntry *e;
+                const PaceSchedAttr *fallback = scan > 1 && h->main_orig_set ? &h->main_orig : NULL;
+
+                if (h->n_threads == h->n_allocated) {
+                        size_t k = MAX(h->n_allocated * 2, (size_t) 8);
+                        HeldThread *t = realloc(h->threads, k * sizeof(*t));
+                        if (!t)
+                                return -ENOMEM;
+                        h->threads = t;
+                        h->n_allocated = k;
+                }
+                r = registry_acquire(ctx->registry, tid, h->pid, fallback, ctx->cpu, &e);
+                if (r < 0)
+                        return 0; /* exited since the listing */
+                if (tid == h->pid && !h->main_orig_set) {
+                        h->main_orig = e->orig;
+                        h->main_orig_set = true;
+                }
+                i = (int) h->n_threads++;
+                h->threads[i] = (HeldThread) { .tid = tid, .entry = e };
+        }
+        h->threads[i].seen = scan;
+        if (held_move_thread(h, ctx, (size_t) i, running) == -ESRCH)
+                h->threads[i].seen = 0;
+        return 0;
+}
+
+/* The members, from /proc/PID/task (no group): getdents64 on a stack
+ * buffer, no allocation on the dispatch path. */
+static int held_scan_proc(Held *h, const HeldContext *ctx, int taskfd, unsigned scan, const PaceSchedAttr *running,
+                          uint32_t *skipped) {
+        for (;;) {
+                char buf[4096] __attribute__((aligned(8)));
+                long n = syscall(SYS_getdents64, taskfd, buf, sizeof(buf));
+                if (n < 0)
+                        return -ESRCH;
+                if (n == 0)
+                        return 0;
+                for (long off = 0; off < n;) {
+                        struct linux_dirent64 *de = (struct linux_dirent64 *) (buf + off);
+                        char *end;
+                        long tid;
+
+                        off += de->d_reclen;
+                        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                                continue;
+                        tid = strtol(de->d_name, &end, 10);
+                        if (*end != '\0' || tid <= 1)
+                                continue;
+                        int r = held_take_thread(h, ctx, (pid_t) tid, scan, running, skipped);
+                        if (r < 0)
+                                return r;
+                }
+        }
+}
+
+/* The members, from the reservation's group: whatever was born inside is
+ * listed without walking /proc (children of a tree included). */
+static int held_scan_group(Held *h, const HeldContext *ctx, unsigned scan, const PaceSchedAttr *running,
+                           uint32_t *skipped) {
+        pid_t tids[256];
+        size_t n;
+        int r;
+
+        (void) group_evict_strangers(ctx->groups, h->group);
+        r = group_list_threads(h->group, tids, ELEMENTSOF(tids), &n);
+        if (r < 0)
+                return r;
+        if (n > ELEMENTSOF(tids))
+                *skipped += (uint32_t) (n - ELEMENTSOF(tids));
+        for (size_t i = 0; i < MIN(n, ELEMENTSOF(tids)); i++) {
+                if (tids[i] <= 1)
+                        continue;
+                r = held_take_thread(h, ctx, tids[i], scan, running, skipped);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* At first promotion: the group of its own, members moved in. A failure
+ * leaves the reservation on /proc scanning (logged once by the loop). */
+static void held_group_enter(Held *h, const HeldContext *ctx) {
+        int r;
+
+        if (!ctx->groups || h->group || h->group_error)
+                return;
+        r = group_acquire(ctx->groups, h->id, &h->group);
+        if (r >= 0)
+                r = group_enter(ctx->groups, h->group, h->pid, h->tid, h->scope);
+        if (r < 0) {
+                held_group_leave(h, ctx);
+                h->group_error = r;
+        }
+}
+
 int held_promote(Held *h, const HeldContext *ctx) {
         PaceSchedAttr running;
         _cleanup_close_ int taskfd = -EBADF;
@@ -394,6 +520,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
                 if (r < 0)
                         return r;
         }
+        held_group_enter(h, ctx);
 
         sched_attr_running(&running);
 
@@ -415,61 +542,18 @@ int held_promote(Held *h, const HeldContext *ctx) {
 
         scan = ++h->scans;
         uint32_t skipped = 0;
-        /* getdents64 on a stack buffer: no allocation on the dispatch path. */
-        for (;;) {
-                char buf[4096] __attribute__((aligned(8)));
-                long n = syscall(SYS_getdents64, taskfd, buf, sizeof(buf));
-                if (n < 0) {
-                        held_mark_gone(h, ctx);
-                        return -ESRCH;
-                }
-                if (n == 0)
-                        break;
-                for (long off = 0; off < n;) {
-                        struct linux_dirent64 *de = (struct linux_dirent64 *) (buf + off);
-                        char *end;
-                        long tid;
-
-                        off += de->d_reclen;
-                        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-                                continue;
-                        tid = strtol(de->d_name, &end, 10);
-                        if (*end != '\0' || tid <= 1)
-                                continue;
-
-                        int i = held_thread_find(h, (pid_t) tid);
-                        if (i < 0 && ctx->max_threads > 0 && h->n_threads >= ctx->max_threads) {
-                                skipped++;
-                                continue;
-                        }
-                        if (i < 0) {
-                                RegistryEntry *e;
-                                const PaceSchedAttr *fallback =
-                                        scan > 1 && h->main_orig_set ? &h->main_orig : NULL;
-
-                                if (h->n_threads == h->n_allocated) {
-                                        size_t k = MAX(h->n_allocated * 2, (size_t) 8);
-                                        HeldThread *t = realloc(h->threads, k * sizeof(*t));
-                                        if (!t)
-                                                return -ENOMEM;
-                                        h->threads = t;
-                                        h->n_allocated = k;
-                                }
-                                r = registry_acquire(ctx->registry, (pid_t) tid, h->pid, fallback, ctx->cpu, &e);
-                                if (r < 0)
-                                        continue; /* exited since the listing */
-                                if ((pid_t) tid == h->pid && !h->main_orig_set) {
-                                        h->main_orig = e->orig;
-                                        h->main_orig_set = true;
-                                }
-                                i = (int) h->n_threads++;
-                                h->threads[i] = (HeldThread) { .tid = (pid_t) tid, .entry = e };
-                        }
-                        h->threads[i].seen = scan;
-                        if (held_move_thread(h, ctx, (size_t) i, &running) == -ESRCH)
-                                h->threads[i].seen = 0;
-                }
+        if (h->group)
+                r = held_scan_group(h, ctx, scan, &running, &skipped);
+        else if (h->scope == PACE_TABLE_SCOPE_THREAD)
+                r = held_take_thread(h, ctx, h->tid, scan, &running, &skipped);
+        else
+                r = held_scan_proc(h, ctx, taskfd, scan, &running, &skipped);
+        if (r == -ESRCH) {
+                held_mark_gone(h, ctx);
+                return r;
         }
+        if (r < 0)
+                return r;
 
         for (size_t i = h->n_threads; i-- > 0;)
                 if (h->threads[i].seen != scan)
@@ -480,6 +564,35 @@ int held_promote(Held *h, const HeldContext *ctx) {
                 (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
         h->running = true;
         return 0;
+}
+
+int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
+        uint64_t sum = 0;
+
+        if (h->group)
+                return group_usage_ns(h->group, ctx->cpu, ret);
+        for (size_t i = 0; i < h->n_threads; i++) {
+                char path[64], buf[128];
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/schedstat", h->threads[i].tid);
+                if (read_at(AT_FDCWD, path, buf, sizeof(buf)) == 0)
+                        sum += strtoull(buf, NULL, 10);
+        }
+        *ret = sum;
+        return 0;
+}
+
+bool held_any_runnable(Held *h) {
+        for (size_t i = 0; i < h->n_threads; i++) {
+                char path[48], buf[512];
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/stat", h->threads[i].tid);
+                if (read_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
+                        continue;
+                /* "tid (comm) S ...": comm may hold spaces and parentheses. */
+                const char *p = strrchr(buf, ')');
+                if (p && p[1] == ' ' && p[2] == 'R')
+                        return true;
+        }
+        return false;
 }
 
 int held_demote(Held *h, const HeldContext *ctx) {
@@ -512,6 +625,7 @@ Held *held_free(Held *h, const HeldContext *ctx) {
                 return NULL;
         held_forget_threads(h, ctx, true);
         held_freezer_leave(h, ctx);
+        held_group_leave(h, ctx);
         safe_close(h->pidfd);
         safe_close(h->procfd);
         free(h->threads);

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "group.h"
 #include "pace-table.h"
 #include "sched-util.h"
 
@@ -37,6 +38,9 @@ typedef struct HeldContext {
          * dispatcher's own directory below it (pace.<hash>). */
         const char *freezer_root;
         const char *freezer_base;
+        /* Reservation groups (group.h); NULL: members are found in
+         * /proc/PID/task and accounted per thread. */
+        GroupSet *groups;
 } HeldContext;
 
 typedef struct HeldThread {
@@ -62,6 +66,20 @@ typedef struct Held {
         char *cg_dir;
         char *cg_orig;
         int cg_state_fd;
+        /* What it covers (PACE_TABLE_SCOPE_*) and, for a thread, which. */
+        uint32_t scope;
+        pid_t tid;
+        Group *group;
+        int group_error; /* why the group could not be used (0: fine or not tried) */
+        bool group_logged;
+        /* Accounting, owned by the dispatch loop (dispatcher.c). */
+        uint32_t period_slots, budget_slots;
+        struct PaceStatsEntry *stats;
+        bool acct_started;
+        uint64_t acct_base, acct_period_start, acct_win_usage, acct_win_ns;
+        uint64_t acct_periods, acct_blocked, acct_wanted_more, acct_window_ns, acct_delivered_ns;
+        /* loop_adopt's scratch: next run start, longest gap, closing offset */
+        uint32_t tmp_first, tmp_next, tmp_maxgap, tmp_close;
         /* owned by the dispatch loop: whether the current/next table uses it */
         bool mark;
         bool logged;
@@ -86,6 +104,14 @@ int held_demote(Held *h, const HeldContext *ctx);
 /* Restores every thread it touched to its original state and undoes the
  * freezer cgroup. Accepts NULL. */
 Held *held_free(Held *h, const HeldContext *ctx);
+
+/* CPU time the members received on ctx->cpu: the group's accounting, or
+ * without a group the sum of its threads' schedstat (threads that exited
+ * take theirs with them). */
+int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret);
+/* Whether any held thread is runnable (state R) right now: called at the
+ * end of a slot, it tells a client that wanted more from one that blocked. */
+bool held_any_runnable(Held *h);
 
 /* A reservation that failed its identity check: kept (inert) so that the
  * same reservation in later tables is recognised and not reported again. */

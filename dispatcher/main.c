@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
@@ -10,6 +11,8 @@
 
 #include "config.h"
 #include "dispatcher.h"
+#include "pace-stats.h"
+#include "group.h"
 #include "monitor.h"
 #include "macro.h"
 #include "pace-build-config.h"
@@ -114,10 +117,21 @@ static void on_stopping(void *userdata) {
 /* The dispatcher proper, on a Dispatcher that dispatcher_new() made and
  * whose privileges are already dropped. Takes ownership of d. ready_fd: the
  * monitor's pipe, or negative without a monitor. */
+/* The accounting file, opened before privileges are dropped and kept for
+ * every dispatcher the monitor starts. */
+static int arg_stats_fd = -EBADF;
+
 static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
         _cleanup_(dispatcher_freep) Dispatcher *d = d_;
         char err[1024] = "";
         int r;
+
+        if (arg_stats_fd >= 0) {
+                r = dispatcher_use_stats(d, arg_stats_fd);
+                if (r < 0)
+                        fprintf(stderr, "%scannot map the accounting file: %s\n",
+                                level_prefix(DISPATCHER_LOG_WARNING), strerror(-r));
+        }
 
         r = dispatcher_start(d, err, sizeof(err));
         if (r < 0) {
@@ -268,8 +282,31 @@ int main(int argc, char **argv) {
                 return EXIT_FAILURE;
         }
 
+        /* Created while the broker's runtime directory is still writable
+         * for us: it will not be once privileges are dropped. */
+        r = dispatcher_stats_open(runtime_dir, &arg_stats_fd);
+        if (r < 0)
+                fprintf(stderr, "%scannot create %s/%s (accounting for pacectl status): %s\n",
+                        level_prefix(DISPATCHER_LOG_WARNING), runtime_dir, PACE_STATS_NAME, strerror(-r));
+
+        /* Reservation groups: the base directory's path, and its mount,
+         * which must stay writable in the read-only view. */
+        char group_name[64], group_base[PATH_MAX], group_mount[PATH_MAX], cpu_mount[PATH_MAX];
+        bool groups = false, cpu_group = false;
+        sweep_freezer_name(runtime_dir, group_name, sizeof(group_name));
+        if (group_base_path(group_name, group_base, sizeof(group_base)) == 0) {
+                snprintf(group_mount, sizeof(group_mount), "%s", group_base);
+                char *slash = strrchr(group_mount, '/');
+                if (slash)
+                        *slash = '\0';
+                groups = true;
+                cpu_group = group_cpu_mount(cpu_mount, sizeof(cpu_mount)) == 0;
+        }
+
         /* Before any thread exists: capabilities are per thread. */
         PrivilegeLimits limits = {
+                .groups_path = groups ? group_mount : NULL,
+                .groups_cpu_path = cpu_group ? cpu_mount : NULL,
                 .writable_path = config.waiting == PACE_WAITING_FREEZE &&
                                                  rt_find_freezer("/proc", freezer_root, sizeof(freezer_root)) == 0 ?
                                          freezer_root :
@@ -311,6 +348,10 @@ int main(int argc, char **argv) {
                 .log = log_stderr,
                 .userdata = &args,
         };
+        if (groups) {
+                mo.group_base = group_base;
+                mo.group_name = group_name;
+        }
         char freezer_base[sizeof(freezer_root) + 80];
         if (limits.writable_path) {
                 char name[64];

@@ -21,6 +21,7 @@
 
 #include "held.h"
 #include "macro.h"
+#include "group.h"
 #include "monitor.h"
 #include "pace-limits.h"
 #include "proc-util.h"
@@ -261,6 +262,7 @@ static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, ui
 
         *ret_demoted = 0;
         r = sweep_table_file(m->table_path, m->scratch, ret_demoted);
+        *ret_demoted += sweep_demote_groups(m->o->group_base);
         *ret_groups = m->o->freezer_base ? sweep_freezer(m->o->freezer_root, m->o->freezer_base, false) : 0;
         *ret_ns = now_ns() - t0;
         return r;
@@ -348,6 +350,8 @@ static int watch_child(Monitor *m) {
                              (uint64_t) (exit_ns / NSEC_PER_MSEC));
                 if (m->o->freezer_base)
                         (void) sweep_freezer(m->o->freezer_root, m->o->freezer_base, true);
+                if (m->o->group_name)
+                        (void) group_set_remove(m->o->group_name);
         }
         m->child = 0;
         return status;

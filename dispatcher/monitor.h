@@ -20,6 +20,11 @@ typedef struct MonitorOptions {
          * otherwise. */
         const char *freezer_root;
         const char *freezer_base;
+        /* Reservation groups (group.h): the base directory whose members
+         * are demoted at once after a crash, and the name to remove once
+         * the child is gone. NULL: none. */
+        const char *group_base;
+        const char *group_name;
         /* More than max_restarts restarts within restart_window_ns: give up
          * and exit non-zero (a dispatcher that crashes at once would
          * otherwise be restarted forever). */

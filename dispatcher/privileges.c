@@ -109,7 +109,7 @@ static bool has_effective(const PrivilegeReport *rep, int cap) {
  * freezer needs. Slave propagation, so mounts made later outside (e.g. a
  * runtime directory) still appear. Under systemd ProtectSystem=strict does
  * this job and CAP_SYS_ADMIN is already gone: skipped then. */
-static int read_only_view(const char *writable_path) {
+static int read_only_view(const char *writable_path, const char *groups_path, const char *groups_cpu_path) {
         struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY, .propagation = MS_SLAVE };
         struct mount_attr rw = { .attr_clr = MOUNT_ATTR_RDONLY };
 
@@ -120,6 +120,12 @@ static int read_only_view(const char *writable_path) {
         if (writable_path &&
             syscall(SYS_mount_setattr, AT_FDCWD, writable_path, 0, &rw, sizeof(rw)) < 0)
                 return negative_errno();
+        if (groups_path &&
+            syscall(SYS_mount_setattr, AT_FDCWD, groups_path, 0, &rw, sizeof(rw)) < 0)
+                return negative_errno();
+        if (groups_cpu_path &&
+            syscall(SYS_mount_setattr, AT_FDCWD, groups_cpu_path, 0, &rw, sizeof(rw)) < 0)
+                return negative_errno();
         return 0;
 }
 
@@ -128,10 +134,11 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         uint64_t keep = KEEP_CAPS;
         int r;
 
-        if (limits->writable_path)
-                keep |= PACE_CAP_BIT(CAP_DAC_OVERRIDE);
-
         r = privileges_read(&rep);
+        bool dac = limits->writable_path ||
+                   (limits->groups_path && (rep.permitted & PACE_CAP_BIT(CAP_DAC_OVERRIDE)));
+        if (dac)
+                keep |= PACE_CAP_BIT(CAP_DAC_OVERRIDE);
         if (r < 0) {
                 snprintf(err, err_size, "cannot read this process's capabilities: %s", strerror(-r));
                 return r;
@@ -179,7 +186,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         (void) set_limit(RLIMIT_CORE, 0, NULL);
 
         if (has_effective(&rep, CAP_SYS_ADMIN)) {
-                r = read_only_view(limits->writable_path);
+                r = read_only_view(limits->writable_path, limits->groups_path, limits->groups_cpu_path);
                 if (r < 0) {
                         snprintf(err, err_size, "cannot make the file system read-only for the dispatcher "
                                  "(private mount namespace): %s", strerror(-r));
@@ -227,7 +234,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         int n_values = 1;
         if (rep.kept_ipc_lock)
                 values[n_values++] = CAP_IPC_LOCK;
-        if (limits->writable_path)
+        if (dac)
                 values[n_values++] = CAP_DAC_OVERRIDE;
         if (cap_set_flag(caps, CAP_EFFECTIVE, n_values, values, CAP_SET) < 0 ||
             cap_set_flag(caps, CAP_PERMITTED, n_values, values, CAP_SET) < 0) {
@@ -263,7 +270,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
                 snprintf(err, err_size,
                          "refusing to run: capabilities beyond CAP_SYS_NICE%s%s remain after dropping them "
                          "(CapEff %016" PRIx64 ", CapPrm %016" PRIx64 ", CapInh %016" PRIx64 ", CapAmb %016" PRIx64 ")",
-                         ipc ? ", CAP_IPC_LOCK" : "", limits->writable_path ? ", CAP_DAC_OVERRIDE" : "", rep.effective, rep.permitted, rep.inheritable, rep.ambient);
+                         ipc ? ", CAP_IPC_LOCK" : "", dac ? ", CAP_DAC_OVERRIDE" : "", rep.effective, rep.permitted, rep.inheritable, rep.ambient);
                 return -EPERM;
         }
         if (!(rep.effective & KEEP_CAPS))

@@ -20,6 +20,11 @@ typedef struct PrivilegeLimits {
         /* Strict mode: the v1 freezer mount stays writable in the read-only
          * view of the file system. NULL otherwise. */
         const char *writable_path;
+        /* Reservation groups: the cpuacct mount stays writable too, and
+         * CAP_DAC_OVERRIDE is kept if it is there (its root directory is
+         * mode 0555). Without it groups are not used; nothing is refused. */
+        const char *groups_path;
+        const char *groups_cpu_path; /* the cpu hierarchy's, if separate */
 } PrivilegeLimits;
 
 typedef struct PrivilegeReport {

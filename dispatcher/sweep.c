@@ -52,6 +52,35 @@ unsigned sweep_demote_table(const PaceTableBuffer *t) {
         return n;
 }
 
+unsigned sweep_demote_groups(const char *group_base) {
+        PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
+        unsigned n = 0;
+        DIR *dir;
+
+        if (!group_base || !(dir = opendir(group_base)))
+                return 0;
+        for (struct dirent *de; (de = readdir(dir));) {
+                char path[PATH_MAX + 300], line[32];
+                if (strncmp(de->d_name, "res-", 4) != 0)
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/tasks", group_base, de->d_name);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        continue;
+                while (fgets(line, sizeof(line), f)) {
+                        PaceSchedAttr a;
+                        long tid = strtol(line, NULL, 10);
+                        if (tid > 1 && tid != getpid() && sched_attr_get((pid_t) tid, &a) == 0 &&
+                            (a.sched_policy == SCHED_FIFO || a.sched_policy == SCHED_RR) &&
+                            a.sched_priority == PACE_RUNNING_PRIORITY && sched_attr_set((pid_t) tid, &other) == 0)
+                                n++;
+                }
+                fclose(f);
+        }
+        closedir(dir);
+        return n;
+}
+
 static int pread_all(int fd, void *buf, size_t size, off_t offset) {
         ssize_t n = pread(fd, buf, size, offset);
 

@@ -18,6 +18,11 @@
  * threads were demoted. */
 unsigned sweep_demote_table(const PaceTableBuffer *t);
 
+/* Every thread in the res-* groups under group_base (group.h: a tree's
+ * descendants, which the table does not name) at SCHED_FIFO/RR
+ * PACE_RUNNING_PRIORITY goes to SCHED_OTHER. Returns how many. */
+unsigned sweep_demote_groups(const char *group_base);
+
 /* Reads both buffers of the table file at path with pread() (no mapping, so
  * a file the broker truncates cannot raise SIGBUS here) into *scratch, one
  * after the other, and demotes what each names. Both, not only the

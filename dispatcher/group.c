@@ -1,0 +1,616 @@
+/* SPDX-License-Identifier: MIT */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libcgroup.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "group.h"
+#include "macro.h"
+#include "pace-table.h"
+
+/* Descendants moved with a tree-scope reservation at its first promotion;
+ * past this the rest are left where they are. */
+#define TREE_MAX 4096
+
+struct Group {
+        Group *next;
+        uint64_t id;
+        unsigned refs;
+        bool entered;
+        uint32_t scope;
+        pid_t pid, tid;
+        char dir[PATH_MAX + 64];
+        /* Where the members came from, relative to the hierarchy's root. */
+        char orig[PATH_MAX];
+        char cpu_orig[PATH_MAX]; /* the same in the cpu hierarchy ("" if none) */
+        int tasks_fd, procs_fd, usage_fd;
+};
+
+struct GroupSet {
+        pthread_mutex_t lock;
+        char root[PATH_MAX];
+        char name[128];
+        char base[PATH_MAX];
+        /* The cpu hierarchy's pace.<hash>, shared by every reservation:
+         * cpu.shares 2, so waiting members (nice 19, but many threads) take
+         * next to nothing from the free time, and under RT_GROUP_SCHED the
+         * real-time runtime SCHED_FIFO needs there. "" when not used. */
+        char cpu_root[PATH_MAX];
+        char cpu_base[PATH_MAX];
+        Group *groups;
+};
+
+static int write_text(const char *path, const char *text) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        if (write(fd, text, strlen(text)) < 0)
+                return negative_errno();
+        return 0;
+}
+
+static int write_id(const char *dir, const char *file, pid_t id) {
+        char path[PATH_MAX * 2 + 32], text[32];
+        snprintf(path, sizeof(path), "%s/%s", dir, file);
+        snprintf(text, sizeof(text), "%" PRIi32, id);
+        return write_text(path, text);
+}
+
+static int libcgroup_error(int r) {
+        switch (r) {
+        case 0:
+                return 0;
+        case ECGROUPNOTMOUNTED:
+        case ECGROUPSUBSYSNOTMOUNTED:
+        case ECGROUPNOTEXIST:
+                return -ENOENT;
+        case ECGOTHER:
+                return -cgroup_get_last_errno() ?: -EIO;
+        default:
+                return -EIO;
+        }
+}
+
+/* The base group, through libcgroup: what it is made for. With
+ * CGFLAG_DELETE_RECURSIVE the tasks of every subgroup go to the base's
+ * parent, the hierarchy's root. */
+static int base_delete(const char *name, const char *controller) {
+        struct cgroup *cg = cgroup_new_cgroup(name);
+        int r;
+
+        if (!cg)
+                return -ENOMEM;
+        if (!cgroup_add_controller(cg, controller)) {
+                cgroup_free(&cg);
+                return -ENOMEM;
+        }
+        r = cgroup_delete_cgroup_ext(cg, CGFLAG_DELETE_RECURSIVE);
+        cgroup_free(&cg);
+        return libcgroup_error(r);
+}
+
+static int base_create(const char *name, const char *controller) {
+        struct cgroup *cg = cgroup_new_cgroup(name);
+        int r;
+
+        if (!cg)
+                return -ENOMEM;
+        if (!cgroup_add_controller(cg, controller)) {
+                cgroup_free(&cg);
+                return -ENOMEM;
+        }
+        r = cgroup_create_cgroup(cg, 0);
+        cgroup_free(&cg);
+        return libcgroup_error(r);
+}
+
+static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t err_size);
+
+int group_set_new(const char *name, GroupSet **ret, char *err, size_t err_size) {
+        _cleanup_free_ char *acct = NULL, *cpu = NULL;
+        struct stat st;
+        int r;
+
+        r = cgroup_init();
+        if (r != 0) {
+                snprintf(err, err_size, "libcgroup cannot read the mounted cgroup hierarchies: %s",
+                         cgroup_strerror(r));
+                return -EOPNOTSUPP;
+        }
+        if (cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct) {
+                snprintf(err, err_size, "no cgroup v1 cpuacct hierarchy is mounted");
+                return -EOPNOTSUPP;
+        }
+        /* Mounted together with cpu, a new group is also a cpu group: under
+         * RT_GROUP_SCHED it starts with cpu.rt_runtime_us = 0 (SCHED_FIFO
+         * refused) and the runtimes of all groups may not sum past their
+         * parent's, one CPU's share, while reservations on several CPUs
+         * need more. */
+        if (cgroup_get_subsys_mount_point("cpu", &cpu) == 0 && cpu && strcmp(cpu, acct) == 0) {
+                char path[PATH_MAX + 32];
+                snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", acct);
+                if (stat(path, &st) == 0) {
+                        snprintf(err, err_size,
+                                 "cpuacct shares its hierarchy (%s) with cpu and the kernel has RT group "
+                                 "scheduling: real-time threads in a group of their own would need "
+                                 "cpu.rt_runtime_us of their own, which the kernel caps in total below what "
+                                 "reservations on several CPUs need; mount cpuacct on its own to let pace use it",
+                                 acct);
+                        return -EOPNOTSUPP;
+                }
+        }
+
+        GroupSet *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        pthread_mutex_init(&s->lock, NULL);
+        snprintf(s->root, sizeof(s->root), "%s", acct);
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        snprintf(s->base, sizeof(s->base), "%s/%s", acct, name);
+
+        /* A crashed run's leftovers: their tasks go to the root (where they
+         * came from is lost with the dead run); reserved ones come back
+         * in at their next promotion. */
+        if (stat(s->base, &st) == 0)
+                (void) base_delete(name, "cpuacct");
+        r = base_create(name, "cpuacct");
+        if (r < 0) {
+                snprintf(err, err_size, "cannot create the cgroup %s: %s", s->base, strerror(-r));
+                group_set_free(s);
+                return r;
+        }
+        if (cpu && strcmp(cpu, acct) != 0)
+                cpu_group_setup(s, cpu, err, err_size);
+        *ret = s;
+        return 0;
+}
+
+static int read_u64(const char *path, uint64_t *ret) {
+        char buf[64];
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return n < 0 ? negative_errno() : -EIO;
+        buf[n] = '\0';
+        *ret = strtoull(buf, NULL, 10);
+        return 0;
+}
+
+/* The shared cpu group. Under RT_GROUP_SCHED a new group may run no
+ * SCHED_FIFO thread until it has cpu.rt_runtime_us, and the kernel refuses
+ * more than the parent's runtime minus what its other children hold: take
+ * all that is left (the dispatch table, not this, is what bounds the
+ * clients). A failure is noted in err (not fatal: accounting groups work
+ * without it, the waiting threads just weigh more). */
+static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t err_size) {
+        char path[PATH_MAX + 64], dir[PATH_MAX];
+        uint64_t parent_runtime, parent_period, siblings = 0;
+        struct stat st;
+        int r;
+
+        snprintf(dir, sizeof(dir), "%s/%s", cpu_root, s->name);
+        if (stat(dir, &st) == 0)
+                (void) base_delete(s->name, "cpu");
+        r = base_create(s->name, "cpu");
+        if (r < 0) {
+                snprintf(err, err_size, "cannot create the cgroup %s: %s", dir, strerror(-r));
+                return;
+        }
+        snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", cpu_root);
+        if (read_u64(path, &parent_runtime) == 0) {
+                snprintf(path, sizeof(path), "%s/cpu.rt_period_us", cpu_root);
+                if (read_u64(path, &parent_period) < 0)
+                        parent_period = 1000000;
+                DIR *d = opendir(cpu_root);
+                for (struct dirent *de; d && (de = readdir(d));) {
+                        uint64_t v;
+                        if (de->d_type != DT_DIR || de->d_name[0] == '.' || strcmp(de->d_name, s->name) == 0)
+                                continue;
+                        snprintf(path, sizeof(path), "%s/%s/cpu.rt_runtime_us", cpu_root, de->d_name);
+                        if (read_u64(path, &v) == 0)
+                                siblings += v;
+                }
+                if (d)
+                        closedir(d);
+                char text[32];
+                snprintf(path, sizeof(path), "%s/cpu.rt_period_us", dir);
+                snprintf(text, sizeof(text), "%" PRIu64, parent_period);
+                (void) write_text(path, text);
+                snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", dir);
+                snprintf(text, sizeof(text), "%" PRIu64, parent_runtime > siblings ? parent_runtime - siblings : 0);
+                r = parent_runtime > siblings ? write_text(path, text) : -EBUSY;
+                if (r < 0) {
+                        snprintf(err, err_size, "cannot give the cgroup %s real-time runtime (cpu.rt_runtime_us: "
+                                 "%" PRIu64 " of the parent's %" PRIu64 " us are held by other groups): %s; "
+                                 "reserved threads stay in their own cpu groups", dir, siblings, parent_runtime,
+                                 strerror(-r));
+                        (void) base_delete(s->name, "cpu");
+                        return;
+                }
+        }
+        snprintf(path, sizeof(path), "%s/cpu.shares", dir);
+        (void) write_text(path, "2");
+        snprintf(s->cpu_root, sizeof(s->cpu_root), "%s", cpu_root);
+        snprintf(s->cpu_base, sizeof(s->cpu_base), "%s", dir);
+}
+
+GroupSet *group_set_free(GroupSet *s) {
+        if (!s)
+                return NULL;
+        while (s->groups) {
+                Group *g = s->groups;
+                g->refs = 1;
+                group_release(s, g);
+        }
+        (void) rmdir(s->base);
+        if (s->cpu_base[0])
+                (void) rmdir(s->cpu_base);
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return NULL;
+}
+
+const char *group_set_root(const GroupSet *s) {
+        return s->root;
+}
+
+size_t group_set_count(GroupSet *s) {
+        size_t n = 0;
+        pthread_mutex_lock(&s->lock);
+        for (Group *g = s->groups; g; g = g->next)
+                n++;
+        pthread_mutex_unlock(&s->lock);
+        return n;
+}
+
+int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
+        char path[PATH_MAX + 128];
+        Group *g;
+        int r = 0;
+
+        pthread_mutex_lock(&s->lock);
+        for (g = s->groups; g; g = g->next)
+                if (g->id == id) {
+                        g->refs++;
+                        goto done;
+                }
+        g = calloc(1, sizeof(*g));
+        if (!g) {
+                r = -ENOMEM;
+                goto done;
+        }
+        g->id = id;
+        g->refs = 1;
+        g->tasks_fd = g->procs_fd = g->usage_fd = -EBADF;
+        snprintf(g->dir, sizeof(g->dir), "%s/res-%" PRIu64, s->base, id);
+        if (mkdir(g->dir, 0755) < 0 && errno != EEXIST) {
+                r = negative_errno();
+                free(g);
+                g = NULL;
+                goto done;
+        }
+        snprintf(path, sizeof(path), "%s/tasks", g->dir);
+        g->tasks_fd = open(path, O_RDONLY | O_CLOEXEC);
+        snprintf(path, sizeof(path), "%s/cgroup.procs", g->dir);
+        g->procs_fd = open(path, O_RDONLY | O_CLOEXEC);
+        snprintf(path, sizeof(path), "%s/cpuacct.usage_percpu", g->dir);
+        g->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (g->tasks_fd < 0 || g->procs_fd < 0 || g->usage_fd < 0) {
+                r = negative_errno();
+                safe_close(g->tasks_fd);
+                safe_close(g->procs_fd);
+                safe_close(g->usage_fd);
+                (void) rmdir(g->dir);
+                free(g);
+                g = NULL;
+                goto done;
+        }
+        g->next = s->groups;
+        s->groups = g;
+done:
+        pthread_mutex_unlock(&s->lock);
+        if (r >= 0)
+                *ret = g;
+        return r;
+}
+
+/* Reads a whole list file (one number per line) through a held fd. */
+static int read_ids(int fd, pid_t *ids, size_t max, size_t *ret_n) {
+        char buf[8192];
+        size_t n = 0, fill = 0;
+        off_t off = 0;
+
+        for (;;) {
+                ssize_t k = pread(fd, buf + fill, sizeof(buf) - fill - 1, off);
+                if (k < 0)
+                        return negative_errno();
+                off += k;
+                fill += (size_t) k;
+                buf[fill] = '\0';
+                /* Whole lines only; the tail waits for the next read. */
+                char *p = buf, *nl;
+                while ((nl = strchr(p, '\n'))) {
+                        *nl = '\0';
+                        char *end;
+                        long v = strtol(p, &end, 10);
+                        if (end != p && v > 0 && v <= INT32_MAX) {
+                                if (n < max)
+                                        ids[n] = (pid_t) v;
+                                n++;
+                        }
+                        p = nl + 1;
+                }
+                fill = (size_t) (buf + fill - p);
+                memmove(buf, p, fill);
+                if (k == 0 || fill >= sizeof(buf) - 1)
+                        break;
+        }
+        *ret_n = n;
+        return 0;
+}
+
+static void orig_dir(const GroupSet *s, const Group *g, char *ret, size_t size) {
+        int n = snprintf(ret, size, "%s%s", s->root, strcmp(g->orig, "/") == 0 ? "" : g->orig);
+        if (n < 0 || (size_t) n >= size)
+                snprintf(ret, size, "%s", s->root);
+}
+
+/* Moves one process (file "cgroup.procs") or thread ("tasks") back where
+ * the members came from, or to the root if that group is gone. */
+static void move_out(const GroupSet *s, const Group *g, const char *file, pid_t id) {
+        char dir[PATH_MAX * 2];
+        orig_dir(s, g, dir, sizeof(dir));
+        if (write_id(dir, file, id) < 0)
+                (void) write_id(s->root, file, id);
+        if (s->cpu_base[0] && g->cpu_orig[0]) {
+                int n = snprintf(dir, sizeof(dir), "%s%s", s->cpu_root, strcmp(g->cpu_orig, "/") == 0 ? "" : g->cpu_orig);
+                if (n < 0 || (size_t) n >= sizeof(dir) || write_id(dir, file, id) < 0)
+                        (void) write_id(s->cpu_root, file, id);
+        }
+}
+
+void group_release(GroupSet *s, Group *g) {
+        pid_t ids[256];
+        size_t n;
+
+        if (!g)
+                return;
+        pthread_mutex_lock(&s->lock);
+        if (--g->refs > 0) {
+                pthread_mutex_unlock(&s->lock);
+                return;
+        }
+        for (Group **p = &s->groups; *p; p = &(*p)->next)
+                if (*p == g) {
+                        *p = g->next;
+                        break;
+                }
+        pthread_mutex_unlock(&s->lock);
+
+        /* Everything inside goes back, children it forked included. A fork
+         * racing with the move leaves a straggler: go round a few times. */
+        for (int round = 0; round < 8; round++) {
+                const char *file = g->scope == PACE_TABLE_SCOPE_THREAD ? "tasks" : "cgroup.procs";
+                int fd = g->scope == PACE_TABLE_SCOPE_THREAD ? g->tasks_fd : g->procs_fd;
+                if (read_ids(fd, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
+                        break;
+                for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
+                        move_out(s, g, file, ids[i]);
+        }
+        safe_close(g->tasks_fd);
+        safe_close(g->procs_fd);
+        safe_close(g->usage_fd);
+        (void) rmdir(g->dir);
+        free(g);
+}
+
+/* "2:cpuacct:/a/b" (or "3:cpu,cpuacct:/a/b") of /proc/ID/cgroup. */
+static int read_orig(const char *proc_path, const char *controller, char *ret, size_t size) {
+        char buf[4096];
+        _cleanup_close_ int fd = open(proc_path, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        if (fd < 0)
+                return errno == ENOENT ? -ESRCH : negative_errno();
+        n = read(fd, buf, sizeof(buf) - 1);
+        if (n < 0)
+                return negative_errno();
+        buf[n] = '\0';
+        for (char *line = buf; line && *line;) {
+                char *nl = strchr(line, '\n');
+                if (nl)
+                        *nl = '\0';
+                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (c1 && c2) {
+                        *c2 = '\0';
+                        for (char *tok = c1 + 1, *save = NULL; (tok = strtok_r(tok, ",", &save)); tok = NULL)
+                                if (strcmp(tok, controller) == 0) {
+                                        snprintf(ret, size, "%s", c2 + 1);
+                                        return 0;
+                                }
+                }
+                line = nl ? nl + 1 : NULL;
+        }
+        return -ENOENT;
+}
+
+/* A process's descendants, breadth first, from /proc/PID/task/TID/children. */
+static size_t list_descendants(pid_t pid, pid_t *out, size_t max) {
+        size_t n = 0, head = 0;
+        pid_t queue_first = pid;
+
+        for (pid_t cur = queue_first;; cur = out[head++]) {
+                char path[96];
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task", cur);
+                _cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd >= 0) {
+                        _cleanup_close_ int tfd = -EBADF;
+                        long tids[64];
+                        size_t nt = 0;
+                        DIR *d = fdopendir(dfd);
+                        if (d) {
+                                TAKE_FD(dfd);
+                                for (struct dirent *de; (de = readdir(d)) && nt < ELEMENTSOF(tids);)
+                                        if (isdigit((unsigned char) de->d_name[0]))
+                                                tids[nt++] = strtol(de->d_name, NULL, 10);
+                                closedir(d);
+                        }
+                        for (size_t t = 0; t < nt; t++) {
+                                char cpath[160], buf[4096];
+                                snprintf(cpath, sizeof(cpath), "/proc/%" PRIi32 "/task/%ld/children", cur, tids[t]);
+                                tfd = open(cpath, O_RDONLY | O_CLOEXEC);
+                                if (tfd < 0)
+                                        continue;
+                                ssize_t k = read(tfd, buf, sizeof(buf) - 1);
+                                tfd = safe_close(tfd);
+                                if (k <= 0)
+                                        continue;
+                                buf[k] = '\0';
+                                for (char *p = buf, *end; *p; p = end) {
+                                        long v = strtol(p, &end, 10);
+                                        if (end == p)
+                                                break;
+                                        if (v > 1 && n < max)
+                                                out[n++] = (pid_t) v;
+                                }
+                        }
+                }
+                if (head >= n)
+                        break;
+        }
+        return n;
+}
+
+int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope) {
+        char path[96];
+        int r = 0;
+
+        pthread_mutex_lock(&s->lock);
+        if (g->entered)
+                goto done;
+        if (scope == PACE_TABLE_SCOPE_THREAD)
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/cgroup", pid, tid);
+        else
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/cgroup", pid);
+        r = read_orig(path, "cpuacct", g->orig, sizeof(g->orig));
+        if (r < 0)
+                goto done;
+        if (s->cpu_base[0] && read_orig(path, "cpu", g->cpu_orig, sizeof(g->cpu_orig)) < 0)
+                g->cpu_orig[0] = '\0';
+        g->scope = scope;
+        g->pid = pid;
+        g->tid = tid;
+        bool cpu = s->cpu_base[0] && g->cpu_orig[0];
+        if (scope == PACE_TABLE_SCOPE_THREAD) {
+                r = write_id(g->dir, "tasks", tid);
+                if (r >= 0 && cpu)
+                        (void) write_id(s->cpu_base, "tasks", tid);
+        } else {
+                r = write_id(g->dir, "cgroup.procs", pid);
+                if (r >= 0 && cpu)
+                        (void) write_id(s->cpu_base, "cgroup.procs", pid);
+                if (r >= 0 && scope == PACE_TABLE_SCOPE_TREE) {
+                        /* Those forked before the grant; later ones are
+                         * born inside. */
+                        static pid_t kids[TREE_MAX];
+                        size_t n = list_descendants(pid, kids, ELEMENTSOF(kids));
+                        for (size_t i = 0; i < n; i++) {
+                                (void) write_id(g->dir, "cgroup.procs", kids[i]);
+                                if (cpu)
+                                        (void) write_id(s->cpu_base, "cgroup.procs", kids[i]);
+                        }
+                }
+        }
+        if (r >= 0)
+                g->entered = true;
+done:
+        pthread_mutex_unlock(&s->lock);
+        return r;
+}
+
+bool group_entered(const Group *g) {
+        return g->entered;
+}
+
+int group_evict_strangers(GroupSet *s, Group *g) {
+        pid_t ids[64];
+        size_t n;
+        int r;
+
+        if (!g->entered || g->scope == PACE_TABLE_SCOPE_TREE)
+                return 0;
+        /* The common case, the member and nobody else, costs one read. */
+        bool thread = g->scope == PACE_TABLE_SCOPE_THREAD;
+        r = read_ids(thread ? g->tasks_fd : g->procs_fd, ids, ELEMENTSOF(ids), &n);
+        if (r < 0)
+                return r;
+        pid_t member = thread ? g->tid : g->pid;
+        unsigned evicted = 0;
+        for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
+                if (ids[i] != member) {
+                        move_out(s, g, thread ? "tasks" : "cgroup.procs", ids[i]);
+                        evicted++;
+                }
+        return (int) evicted;
+}
+
+int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n) {
+        return read_ids(g->tasks_fd, tids, max, ret_n);
+}
+
+int group_usage_ns(Group *g, int cpu, uint64_t *ret) {
+        char buf[2048];
+        ssize_t n = pread(g->usage_fd, buf, sizeof(buf) - 1, 0);
+        char *p = buf, *end;
+
+        if (n < 0)
+                return negative_errno();
+        buf[n] = '\0';
+        for (int i = 0;; i++) {
+                unsigned long long v = strtoull(p, &end, 10);
+                if (end == p)
+                        return -ENOENT;
+                if (i == cpu) {
+                        *ret = v;
+                        return 0;
+                }
+                p = end;
+        }
+}
+
+int group_cpu_mount(char *ret, size_t size) {
+        _cleanup_free_ char *acct = NULL, *cpu = NULL;
+
+        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpu", &cpu) != 0 || !cpu ||
+            (cgroup_get_subsys_mount_point("cpuacct", &acct) == 0 && acct && strcmp(acct, cpu) == 0))
+                return -EOPNOTSUPP;
+        snprintf(ret, size, "%s", cpu);
+        return 0;
+}
+
+int group_base_path(const char *name, char *ret, size_t size) {
+        _cleanup_free_ char *acct = NULL;
+
+        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct)
+                return -EOPNOTSUPP;
+        snprintf(ret, size, "%s/%s", acct, name);
+        return 0;
+}
+
+int group_set_remove(const char *name) {
+        if (cgroup_init() != 0)
+                return -EOPNOTSUPP;
+        (void) base_delete(name, "cpu");
+        return base_delete(name, "cpuacct");
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Reservation groups: each reservation's members live in a cgroup of its own
+ * in the v1 cpuacct hierarchy (<mount>/pace.<hash>/res-<id>). Threads and
+ * children the members create later are born inside, so the dispatcher
+ * finds them by reading the group's task list instead of walking /proc, and
+ * the group's CPU accounting says what the reservation really received.
+ *
+ * Set-up and tear-down of the hierarchy use libcgroup (main thread only);
+ * the dispatch threads touch groups only through file descriptors opened
+ * once, so a promotion reads one small file and allocates nothing.
+ *
+ * Core code: returns negative errno, never logs. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct GroupSet GroupSet;
+typedef struct Group Group;
+
+/* Finds the cpuacct hierarchy (libcgroup) and creates the dispatcher's base
+ * group `name` in it, removing a crashed run's leftovers of the same name
+ * first. -EOPNOTSUPP with a sentence in err when groups cannot be used here
+ * (no v1 cpuacct hierarchy; cpuacct mounted together with cpu under
+ * RT_GROUP_SCHED, where every group would need real-time runtime of its own
+ * and the kernel caps their sum). */
+int group_set_new(const char *name, GroupSet **ret, char *err, size_t err_size);
+/* Removes the base group (empty by then: every Group was released). */
+GroupSet *group_set_free(GroupSet *s);
+/* The hierarchy's mount point, e.g. /sys/fs/cgroup/cpuacct. */
+const char *group_set_root(const GroupSet *s);
+/* Groups left under the base (for tests and the exit path). */
+size_t group_set_count(GroupSet *s);
+
+/* The group of reservation id, created on first use; shared by the pieces of
+ * a split reservation (one per CPU), removed when the last lets go. */
+int group_acquire(GroupSet *s, uint64_t id, Group **ret);
+/* Moves every member back to where the first one came from (or the root if
+ * that group is gone) and removes the group once nobody holds it. */
+void group_release(GroupSet *s, Group *g);
+
+/* scope as in pace-table.h. Moves the members in, once: the process (all its
+ * threads), the one thread, or the process and its descendants. */
+int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope);
+bool group_entered(const Group *g);
+/* Moves out what was born inside but is not a member: other processes
+ * (process scope: children it forked), other threads (thread scope). */
+int group_evict_strangers(GroupSet *s, Group *g);
+/* (returns how many were moved out) */
+/* The thread ids in the group, into tids[max]; *ret_n may exceed max (the
+ * rest are not listed). */
+int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n);
+/* CPU time the members received on cpu (cpuacct.usage_percpu), in ns. */
+int group_usage_ns(Group *g, int cpu, uint64_t *ret);
+
+/* Where group_set_new(name) puts its base group (libcgroup finds the
+ * mount): for the monitor, which sweeps and removes it after a crash. */
+int group_base_path(const char *name, char *ret, size_t size);
+/* Removes the base group `name` and everything under it, tasks to the
+ * hierarchy's root. */
+int group_set_remove(const char *name);
+/* The v1 cpu hierarchy's mount when it is separate from cpuacct (the
+ * shared cpu group lives there). */
+int group_cpu_mount(char *ret, size_t size);
