@@ -78,6 +78,27 @@ int cli_parse_cpu(const char *option, const char *s, int *ret) {
         return 0;
 }
 
+static const char *const scope_names[] = {
+        [PACE_SCOPE_PROCESS] = "process",
+        [PACE_SCOPE_THREAD] = "thread",
+        [PACE_SCOPE_TREE] = "tree",
+};
+
+int cli_parse_scope(const char *option, const char *s, pace_scope *ret) {
+        for (size_t i = 0; i < ELEMENTSOF(scope_names); i++)
+                if (strcmp(s, scope_names[i]) == 0) {
+                        *ret = (pace_scope) i;
+                        return 0;
+                }
+        return cli_usage_error("invalid %s '%s': expected thread, process or tree", option, s);
+}
+
+const char *cli_scope_name(pace_scope scope) {
+        if ((unsigned) scope >= ELEMENTSOF(scope_names))
+                return "?";
+        return scope_names[scope];
+}
+
 bool cli_is_refusal(int r) {
         return r <= -(PACE_E_BASE + 1) && r > PACE_E_PROTOCOL;
 }

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "macro.h"
+#include "pace/pace.h"
 
 /* Set once by main(): the name every message starts with. */
 extern const char *cli_program;
@@ -24,6 +25,12 @@ int cli_parse_period(const char *option, const char *s, uint64_t *ret);
 int cli_parse_util(const char *option, const char *s, uint32_t *ret);
 int cli_parse_pid(const char *option, const char *s, pid_t *ret);
 int cli_parse_cpu(const char *option, const char *s, int *ret);
+/* "thread", "process" or "tree". */
+int cli_parse_scope(const char *option, const char *s, pace_scope *ret);
+
+/* The word cli_parse_scope() reads for a scope; "?" for one this build does
+ * not know (a newer broker's). */
+const char *cli_scope_name(pace_scope scope);
 
 /* The broker said no (as opposed to: could not be asked). */
 bool cli_is_refusal(int r);

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "macro.h"
@@ -341,6 +342,11 @@ static int check_response(const Pace__Response *resp, Pace__Response__BodyCase e
 }
 
 static void grant_from_wire(const Pace__Grant *g, pace_grant *ret) {
+        /* Absent optional fields read as 0, which is what a broker that does
+         * not know them means: process scope, no count, no report yet. A scope
+         * this library does not know is passed on rather than refused: a
+         * status lists other clients' reservations, and one newer kind must
+         * not hide all the others. */
         *ret = (pace_grant) {
                 .id = g->id,
                 .pid = (pid_t) g->pid,
@@ -351,7 +357,22 @@ static void grant_from_wire(const Pace__Grant *g, pace_grant *ret) {
                 .slot_ns = g->slot_ns,
                 .requested_period_ns = g->requested_period_ns,
                 .requested_utilization_ppm = g->requested_utilization_ppm,
+                .scope = g->has_scope ? (pace_scope) g->scope : PACE_SCOPE_PROCESS,
+                .tid = g->has_tid ? (pid_t) g->tid : 0,
+                .threads = g->has_threads ? g->threads : 0,
+                .phase_ns = g->has_phase_ns ? g->phase_ns : 0,
         };
+
+        if (g->accounting)
+                ret->accounting = (pace_accounting) {
+                        .valid = 1,
+                        .window_ns = g->accounting->window_ns,
+                        .delivered_ns = g->accounting->delivered_ns,
+                        .cpu_time_ns = g->accounting->cpu_time_ns,
+                        .periods = g->accounting->periods,
+                        .periods_blocked = g->accounting->periods_blocked,
+                        .periods_wanted_more = g->accounting->periods_wanted_more,
+                };
 }
 
 /* Sends a request answered by a grant; expected_id 0: any. */
@@ -375,6 +396,7 @@ static int grant_exchange(pace *p, const Pace__Request *req, uint64_t expected_i
 _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant *ret_grant) {
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ReserveRequest body = PACE__RESERVE_REQUEST__INIT;
+        pid_t pid, tid;
 
         clear_last_message();
 
@@ -384,14 +406,44 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
                 return -EINVAL;
         if (params->utilization_ppm < 1 || params->utilization_ppm > PPM)
                 return -EINVAL;
-        if (params->pid < 0 || params->cpu < -1)
+        if (params->pid < 0 || params->cpu < -1 || params->tid < 0)
                 return -EINVAL;
+        /* The enum's storage may hold any int a caller put there. */
+        if ((unsigned) params->scope > PACE_SCOPE_TREE)
+                return -EINVAL;
+        /* A thread id outside thread scope would be silently ignored, and a
+         * thread of another process cannot be guessed. */
+        if (params->tid != 0 && params->scope != PACE_SCOPE_THREAD)
+                return -EINVAL;
+        if (params->scope == PACE_SCOPE_THREAD && params->pid != 0 && params->tid == 0)
+                return -EINVAL;
+
+        pid = params->pid;
+        tid = params->tid;
+        if (params->scope == PACE_SCOPE_THREAD && pid == 0) {
+                /* The broker knows the caller's pid from the kernel but not
+                 * which of its threads is asking: that is only known here. A
+                 * thread id means something only with its process, so the
+                 * pid goes along. */
+                pid = getpid();
+                if (tid == 0)
+                        tid = gettid();
+        }
 
         body.period_ns = params->period_ns;
         body.utilization_ppm = params->utilization_ppm;
-        if (params->pid > 0) {
+        if (pid > 0) {
                 body.has_pid = true;
-                body.pid = params->pid;
+                body.pid = pid;
+        }
+        /* Absent means process scope, as to a broker that predates scopes. */
+        if (params->scope != PACE_SCOPE_PROCESS) {
+                body.has_scope = true;
+                body.scope = (Pace__Scope) params->scope;
+        }
+        if (params->scope == PACE_SCOPE_THREAD) {
+                body.has_tid = true;
+                body.tid = tid;
         }
         if (params->cpu >= 0) {
                 body.has_cpu = true;
@@ -404,6 +456,8 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
         return grant_exchange(p, &req, 0, ret_grant);
 }
 
+/* params->pid, ->scope and ->tid are not looked at: what a reservation
+ * covers is fixed when it is made. */
 _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant) {
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ModifyRequest body = PACE__MODIFY_REQUEST__INIT;
@@ -580,6 +634,52 @@ _public_ int pace_status(pace *p, pace_status_report **ret) {
                 return r;
 
         return status_from_wire(resp->status, ret);
+}
+
+_public_ uint64_t pace_next_allocation(const pace_grant *grant, uint64_t now_ns) {
+        uint64_t period, phase, into, wait;
+
+        if (!grant || grant->period_ns == 0)
+                return now_ns;
+
+        period = grant->period_ns;
+        /* A broker's phase is below the period; reducing it anyway keeps the
+         * result the next start for any value. */
+        phase = grant->phase_ns % period;
+        into = now_ns % period;
+        /* Both differences are below the period, so nothing here can wrap;
+         * only the final sum can, near the end of the clock's range. */
+        wait = into <= phase ? phase - into : period - (into - phase);
+        if (wait > UINT64_MAX - now_ns)
+                return UINT64_MAX;
+        return now_ns + wait;
+}
+
+_public_ int pace_wait_next_allocation(const pace_grant *grant, uint64_t *ret_start_ns) {
+        struct timespec ts;
+        uint64_t start;
+        int r;
+
+        if (!grant || grant->period_ns == 0)
+                return -EINVAL;
+
+        if (clock_gettime(CLOCK_MONOTONIC, &ts) < 0)
+                return negative_errno();
+        start = pace_next_allocation(grant, (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec);
+
+        /* An absolute deadline: time spent before the sleep begins (being
+         * preempted right here) does not push the wake-up later. */
+        ts = (struct timespec) {
+                .tv_sec = (time_t) (start / NSEC_PER_SEC),
+                .tv_nsec = (long) (start % NSEC_PER_SEC),
+        };
+        r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        if (r != 0)
+                return -r;
+
+        if (ret_start_ns)
+                *ret_start_ns = start;
+        return 0;
 }
 
 _public_ const char *pace_strerror(int err) {

@@ -8,6 +8,12 @@
  * over. A reservation dies with its process, so there is nothing to clean up
  * when the command exits.
  *
+ * The scope says what the reservation covers. The default, tree, covers the
+ * command and everything it starts, which is what "run this reserved" means
+ * for `pace-run -- sh -c 'a | b'`. Thread scope covers the thread that asks:
+ * pace-run has only one, its main thread, and exec keeps that thread and its
+ * id, so it becomes the command's main thread.
+ *
  * Exit status, as env(1) does it: the command's own, or 126 if it could not
  * be run, 127 if it was not found; before that 1 when the broker refused, 2
  * for a usage error, 3 when the broker could not be reached. */
@@ -62,6 +68,9 @@ static void help(void) {
                "  -p, --period DUR    period, with a unit: 50ms, 250us, 1.5ms, 1s\n"
                "  -u, --util SHARE    share of one CPU in every period: 60%% or 0.6\n"
                "  -c, --cpu N         reserve on CPU N (default: the broker chooses)\n"
+               "      --scope SCOPE   what the reservation covers: tree (default: the command\n"
+               "                      and every process it starts), process (the command's\n"
+               "                      threads) or thread (its main thread only)\n"
                "  -b, --best-effort   if the reservation cannot be had, warn and run the\n"
                "                      command anyway, without one\n"
                "  -q, --quiet         do not print the grant\n"
@@ -78,10 +87,14 @@ static void help(void) {
 /* Returns 0 to go on, 1 when the work is done (--help, --version), or a
  * negative value after a usage error has been reported. */
 static int parse_args(int argc, char *argv[], Args *args) {
+        enum {
+                ARG_SCOPE = 0x100,
+        };
         static const struct option options[] = {
                 { "period",      required_argument, NULL, 'p' },
                 { "util",        required_argument, NULL, 'u' },
                 { "cpu",         required_argument, NULL, 'c' },
+                { "scope",       required_argument, NULL, ARG_SCOPE },
                 { "best-effort", no_argument,       NULL, 'b' },
                 { "quiet",       no_argument,       NULL, 'q' },
                 { "socket",      required_argument, NULL, 's' },
@@ -92,7 +105,7 @@ static int parse_args(int argc, char *argv[], Args *args) {
         int c, r;
 
         *args = (Args) {
-                .reserve = { .pid = 0, .cpu = -1 },
+                .reserve = { .pid = 0, .cpu = -1, .scope = PACE_SCOPE_TREE },
         };
 
         /* '+': stop at the command, whose own options are not ours. */
@@ -113,6 +126,11 @@ static int parse_args(int argc, char *argv[], Args *args) {
                         break;
                 case 'c':
                         r = cli_parse_cpu("--cpu", optarg, &args->reserve.cpu);
+                        if (r < 0)
+                                return r;
+                        break;
+                case ARG_SCOPE:
+                        r = cli_parse_scope("--scope", optarg, &args->reserve.scope);
                         if (r < 0)
                                 return r;
                         break;
@@ -151,7 +169,7 @@ static int parse_args(int argc, char *argv[], Args *args) {
         return 0;
 }
 
-static void print_grant(const pace_grant *g) {
+static void print_grant(const pace_grant *g, pace_scope requested_scope) {
         char util[32], budget[32], period[32], slot[32], req_util[32], req_period[32];
         uint64_t ppm = 0;
 
@@ -160,15 +178,24 @@ static void print_grant(const pace_grant *g) {
         if (g->period_ns > 0)
                 ppm = (uint64_t) (((unsigned __int128) g->budget_ns * PPM + g->period_ns / 2) / g->period_ns);
 
-        fprintf(stderr, "%s: reserved %s of CPU %d: %s in every %s (slot %s, reservation %" PRIu64 ")",
+        fprintf(stderr, "%s: reserved %s of CPU %d: %s in every %s (slot %s, reservation %" PRIu64
+                ", scope %s",
                 cli_program, format_ppm(util, sizeof(util), (uint32_t) MIN(ppm, (uint64_t) UINT32_MAX)), g->cpu,
                 format_duration(budget, sizeof(budget), g->budget_ns),
                 format_duration(period, sizeof(period), g->period_ns),
-                format_duration(slot, sizeof(slot), g->slot_ns), g->id);
+                format_duration(slot, sizeof(slot), g->slot_ns), g->id, cli_scope_name(g->scope));
+        /* 0: a broker that does not count them. */
+        if (g->threads > 0)
+                fprintf(stderr, ", %" PRIu32 " thread%s", g->threads, g->threads == 1 ? "" : "s");
+        fputc(')', stderr);
         if (g->period_ns != g->requested_period_ns || ppm != g->requested_utilization_ppm)
                 fprintf(stderr, "; requested %s of every %s",
                         format_ppm(req_util, sizeof(req_util), g->requested_utilization_ppm),
                         format_duration(req_period, sizeof(req_period), g->requested_period_ns));
+        /* A broker that predates scopes grants process scope whatever was
+         * asked: the command's children would run unreserved. */
+        if (g->scope != requested_scope)
+                fprintf(stderr, "; requested scope %s", cli_scope_name(requested_scope));
         fputc('\n', stderr);
 }
 
@@ -214,7 +241,7 @@ static int reserve(const Args *args) {
         r = pace_reserve(p, &args->reserve, &g);
         if (r >= 0) {
                 if (!args->quiet)
-                        print_grant(&g);
+                        print_grant(&g, args->reserve.scope);
                 return 0;
         }
 

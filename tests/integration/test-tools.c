@@ -2,6 +2,7 @@
 /* pacectl and pace-run as a user runs them, against a real broker. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -212,6 +213,272 @@ TEST(pace_run_refused_says_why_and_does_not_run) {
         ASSERT_CONTAINS(err, "--util");
         free(out);
         free(err);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+static unsigned count_occurrences(const char *haystack, const char *needle) {
+        unsigned n = 0;
+
+        for (const char *p = strstr(haystack, needle); p; p = strstr(p + 1, needle))
+                n++;
+        return n;
+}
+
+static double now_sec(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static cJSON *json_first_reservation(cJSON *root) {
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "reservations");
+
+        ASSERT_TRUE(cJSON_IsArray(list));
+        ASSERT_CMP(cJSON_GetArraySize(list), >=, 1);
+        return cJSON_GetArrayItem(list, 0);
+}
+
+TEST(pacectl_status_new_columns) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        char *out = NULL, *err = NULL;
+        const char *pacectl = getenv("PACECTL");
+
+        ASSERT_OK(broker_start(&b, config_json));
+        pid_t sleeper = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = sleeper, .cpu = -1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
+        ASSERT_CONTAINS(out, "SCOPE");
+        ASSERT_CONTAINS(out, "THREADS");
+        ASSERT_CONTAINS(out, "REQUESTED");
+        ASSERT_CONTAINS(out, "GRANTED");
+        ASSERT_CONTAINS(out, "DELIVERED");
+        ASSERT_CONTAINS(out, "PERIODS");
+        ASSERT_CONTAINS(out, "BLOCKED");
+        ASSERT_CONTAINS(out, "WANTED MORE");
+        ASSERT_CONTAINS(out, "process");
+        /* No dispatcher here, so no accounting: shown as unknown, not 0. */
+        ASSERT_CONTAINS(out, "no report from pace-dispatcher yet");
+        ASSERT_FALSE(strstr(out, "0.0%"));
+        /* Readable on a terminal: no line wider than 120 columns. */
+        for (const char *line = out; *line;) {
+                const char *end = strchr(line, '\n');
+                size_t len = end ? (size_t) (end - line) : strlen(line);
+
+                ASSERT_CMP(len, <=, 120);
+                line += len + (end ? 1 : 0);
+        }
+        free(out);
+        free(err);
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
+        cJSON *root = cJSON_Parse(out);
+        ASSERT_TRUE(root);
+        cJSON *r0 = json_first_reservation(root);
+        ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r0, "scope")));
+        ASSERT_STREQ(cJSON_GetObjectItemCaseSensitive(r0, "scope")->valuestring, "process");
+        ASSERT_TRUE(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r0, "threads")));
+        ASSERT_TRUE(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r0, "phase_ns")));
+        ASSERT_TRUE(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r0, "requested_utilization_ppm")));
+        ASSERT_TRUE(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r0, "utilization_ppm")));
+        ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r0, "delivered_utilization_ppm")));
+        ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r0, "accounting")));
+        cJSON_Delete(root);
+        free(out);
+        free(err);
+
+        pace_close(p);
+        reap(sleeper);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* Needs the broker to echo the scope and count the threads (issue 5). */
+TEST(pacectl_status_shows_scope_and_threads_from_broker) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        char *out = NULL, *err = NULL;
+        const char *pacectl = getenv("PACECTL");
+
+        ASSERT_OK(broker_start(&b, config_json));
+        pid_t sleeper = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .pid = sleeper,
+                                       .cpu = -1, .scope = PACE_SCOPE_TREE };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        ASSERT_EQ(g.scope, PACE_SCOPE_TREE);
+        ASSERT_EQ(g.threads, 1);
+        ASSERT_CMP(g.phase_ns, <, g.period_ns);
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
+        ASSERT_CONTAINS(out, "tree");
+        free(out);
+        free(err);
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
+        cJSON *root = cJSON_Parse(out);
+        ASSERT_TRUE(root);
+        cJSON *r0 = json_first_reservation(root);
+        ASSERT_STREQ(cJSON_GetObjectItemCaseSensitive(r0, "scope")->valuestring, "tree");
+        ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "threads")->valuedouble, 1);
+        cJSON_Delete(root);
+        free(out);
+        free(err);
+
+        pace_close(p);
+        reap(sleeper);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(pacectl_top_prints_frames) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        char *out = NULL, *err = NULL;
+        const char *pacectl = getenv("PACECTL");
+        char row[64];
+        double t;
+
+        ASSERT_OK(broker_start(&b, config_json));
+        pid_t sleeper = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 40 * NSEC_PER_MSEC, .utilization_ppm = 250000, .pid = sleeper, .cpu = -1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+
+        /* Not a terminal: frames one after another, a blank line between,
+         * no escape sequences; -n ends it; the interval is waited. */
+        t = now_sec();
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "2", "-d", "0.3", NULL }, &out, &err), 0);
+        t = now_sec() - t;
+        ASSERT_CMP(t, >=, 0.3);
+        ASSERT_EQ(count_occurrences(out, "pacectl top - "), 2);
+        ASSERT_EQ(count_occurrences(out, "\n\npacectl top - "), 1);
+        ASSERT_TRUE(strncmp(out, "pacectl top - ", strlen("pacectl top - ")) == 0);
+        ASSERT_FALSE(strchr(out, '\033'));
+        snprintf(row, sizeof(row), "%" PRIu64 "  %d  ", g.id, (int) sleeper);
+        ASSERT_EQ(count_occurrences(out, row), 2);
+        ASSERT_EQ(count_occurrences(out, "WANTED MORE"), 2);
+        ASSERT_EQ(count_occurrences(out, "RESERVED"), 2);
+        ASSERT_CONTAINS(out, "25%");
+        ASSERT_STREQ(err, "");
+        free(out);
+        free(err);
+
+        /* --interval with a unit, and one frame. */
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "--interval", "200ms", "--iterations", "1", NULL },
+                           &out, &err), 0);
+        ASSERT_EQ(count_occurrences(out, "pacectl top - "), 1);
+        ASSERT_CONTAINS(out, "every 200ms");
+        free(out);
+        free(err);
+
+        /* Usage errors name the value. */
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-d", "soon", NULL }, &out, &err), 2);
+        ASSERT_CONTAINS(err, "'soon'");
+        free(out);
+        free(err);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "0", NULL }, &out, &err), 2);
+        ASSERT_CONTAINS(err, "--iterations '0'");
+        free(out);
+        free(err);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", "-n", "2", NULL }, &out, &err), 2);
+        ASSERT_CONTAINS(err, "only applies to the top command");
+        free(out);
+        free(err);
+
+        /* A broker that cannot be reached is reported like for status. */
+        ASSERT_EQ(run_tool("/nonexistent/broker.sock", (const char *[]) { pacectl, "top", "-n", "1", NULL }, &out, &err), 3);
+        ASSERT_CONTAINS(err, "/nonexistent/broker.sock");
+        free(out);
+        free(err);
+
+        pace_close(p);
+        reap(sleeper);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+TEST(pace_run_scope_option) {
+        BrokerInstance b;
+        char *out = NULL, *err = NULL;
+        const char *pace_run = getenv("PACE_RUN");
+        int rc;
+
+        ASSERT_OK(broker_start(&b, config_json));
+
+        /* A bad scope is a usage error naming the value; nothing runs. */
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", "threads", "--period", "40ms", "--util", "10%", "--",
+                                             "/bin/echo", "ran", NULL }, &out, &err);
+        ASSERT_EQ(rc, 2);
+        ASSERT_CONTAINS(err, "--scope 'threads'");
+        ASSERT_CONTAINS(err, "thread, process or tree");
+        ASSERT_STREQ(out, "");
+        free(out);
+        free(err);
+
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "10%", "--scope", NULL }, &out, &err);
+        ASSERT_EQ(rc, 2);
+        ASSERT_CONTAINS(err, "--scope");
+        free(out);
+        free(err);
+
+        /* Each scope is accepted, and the grant line says which one was had. */
+        static const char *const scopes[] = { "process", "thread", "tree" };
+        for (size_t i = 0; i < ELEMENTSOF(scopes); i++) {
+                rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", scopes[i], "--period", "40ms", "--util", "10%",
+                                                     "--", "/bin/echo", "ran", NULL }, &out, &err);
+                ASSERT_EQ(rc, 0);
+                ASSERT_STREQ(out, "ran\n");
+                ASSERT_CONTAINS(err, "scope ");
+                free(out);
+                free(err);
+        }
+
+        /* --quiet says nothing about the grant. */
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "-q", "--scope", "process", "--period", "40ms", "--util", "10%",
+                                             "--", "/bin/true", NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_STREQ(err, "");
+        free(out);
+        free(err);
+
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* Needs the broker to grant the scope asked for and count threads (issue 5). */
+TEST(pace_run_scope_is_granted_as_asked) {
+        BrokerInstance b;
+        char *out = NULL, *err = NULL;
+        const char *pace_run = getenv("PACE_RUN");
+        char script[512];
+        int rc;
+
+        ASSERT_OK(broker_start(&b, config_json));
+
+        /* The default is tree, and the command sees its reservation as one. */
+        snprintf(script, sizeof(script),
+                 "%s --json status | grep -q '\"scope\":[[:space:]]*\"tree\"' && echo tree-as-$$", getenv("PACECTL"));
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "10%", "--", "/bin/sh", "-c",
+                                             script, NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_CONTAINS(out, "tree-as-");
+        ASSERT_CONTAINS(err, "scope tree, 1 thread)");
+        ASSERT_FALSE(strstr(err, "requested scope"));
+        free(out);
+        free(err);
+
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", "thread", "--period", "40ms", "--util", "10%", "--",
+                                             "/bin/true", NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_CONTAINS(err, "scope thread");
+        ASSERT_FALSE(strstr(err, "requested scope"));
+        free(out);
+        free(err);
+
         ASSERT_EQ(broker_stop(&b), 0);
 }
 

@@ -8,8 +8,10 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -135,6 +137,7 @@ static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, siz
         Pace__Grant *gp[3] = { &g[0], &g[1], &g[2] };
         Pace__CpuStatus c[2] = { PACE__CPU_STATUS__INIT, PACE__CPU_STATUS__INIT };
         Pace__CpuStatus *cp[2] = { &c[0], &c[1] };
+        Pace__Accounting accounting = PACE__ACCOUNTING__INIT;
         char message[128];
         FakeMode mode;
 
@@ -214,6 +217,14 @@ static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, siz
                 grant.requested_period_ns = 50000000;
                 grant.requested_utilization_ppm = 600000;
                 grant.uid = 4000000000u;
+                grant.has_scope = true;
+                grant.scope = PACE__SCOPE__SCOPE_TREE;
+                grant.has_tid = true;
+                grant.tid = 2000000001;
+                grant.has_threads = true;
+                grant.threads = 4000000001u;
+                grant.has_phase_ns = true;
+                grant.phase_ns = 48999999;
                 resp.body_case = PACE__RESPONSE__BODY_GRANT;
                 resp.grant = &grant;
                 return pack_response(&resp, out, size);
@@ -241,6 +252,17 @@ static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, siz
                 fill_grant(&grant, 77, req->reserve->has_pid ? req->reserve->pid : 4242,
                            req->reserve->has_cpu ? req->reserve->cpu : 1, req->reserve->period_ns,
                            req->reserve->utilization_ppm);
+                /* What it covers, echoed as a broker does. */
+                grant.has_scope = req->reserve->has_scope;
+                grant.scope = req->reserve->scope;
+                grant.has_tid = req->reserve->has_tid;
+                grant.tid = req->reserve->tid;
+                resp.body_case = PACE__RESPONSE__BODY_GRANT;
+                resp.grant = &grant;
+                break;
+        case PACE__REQUEST__BODY_MODIFY:
+                fill_grant(&grant, req->modify->id, 4242, req->modify->has_cpu ? req->modify->cpu : 1,
+                           req->modify->period_ns, req->modify->utilization_ppm);
                 resp.body_case = PACE__RESPONSE__BODY_GRANT;
                 resp.grant = &grant;
                 break;
@@ -255,6 +277,29 @@ static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, siz
                 fill_grant(&g[2], 3, 300, 1, 20000000, 100000);
                 g[2].period_ns = 19000000;
                 g[2].uid = 0;
+                /* g[0]: every new field, each value distinct; g[1]: none of
+                 * them, as an older broker sends; g[2]: a thread. */
+                g[0].has_scope = true;
+                g[0].scope = PACE__SCOPE__SCOPE_TREE;
+                g[0].has_threads = true;
+                g[0].threads = 9;
+                g[0].has_phase_ns = true;
+                g[0].phase_ns = 40000000;
+                g[0].accounting = &accounting;
+                accounting.window_ns = 1000000001;
+                accounting.delivered_ns = 598000002;
+                accounting.cpu_time_ns = UINT64_C(0xFFFFFFFFFFFF0003);
+                accounting.periods = 20000000004;
+                accounting.periods_blocked = 5;
+                accounting.periods_wanted_more = 6;
+                g[2].has_scope = true;
+                g[2].scope = PACE__SCOPE__SCOPE_THREAD;
+                g[2].has_tid = true;
+                g[2].tid = 301;
+                g[2].has_threads = true;
+                g[2].threads = 1;
+                g[2].has_phase_ns = true;
+                g[2].phase_ns = 0;
                 c[0].cpu = 0;
                 c[0].reserved_ppm = 600000;
                 c[0].free_ppm = 300000;
@@ -517,8 +562,11 @@ TEST(reserve_request_carries_fields) {
         ASSERT_EQ(req->reserve->utilization_ppm, 600000);
         ASSERT_FALSE(req->reserve->has_pid);
         ASSERT_FALSE(req->reserve->has_cpu);
+        ASSERT_FALSE(req->reserve->has_scope);
+        ASSERT_FALSE(req->reserve->has_tid);
         pace__request__free_unpacked(req, NULL);
         ASSERT_EQ(g.pid, 4242);
+        ASSERT_EQ(g.scope, PACE_SCOPE_PROCESS);
         ASSERT_EQ(g.cpu, 1);
 
         params = (pace_reserve_params) { .period_ns = 1, .utilization_ppm = PPM, .pid = 42, .cpu = 0 };
@@ -558,6 +606,12 @@ TEST(grant_decoding) {
         ASSERT_EQ(g.requested_period_ns, 50000000);
         ASSERT_EQ(g.requested_utilization_ppm, 600000);
         ASSERT_EQ(g.uid, 4000000000u);
+        ASSERT_EQ(g.scope, PACE_SCOPE_TREE);
+        ASSERT_EQ(g.tid, 2000000001);
+        ASSERT_EQ(g.threads, 4000000001u);
+        ASSERT_EQ(g.phase_ns, 48999999);
+        /* A grant carries no accounting: it is for status reports. */
+        ASSERT_EQ(g.accounting.valid, 0);
 
         pace_close(p);
         fake_broker_stop(&b);
@@ -612,6 +666,29 @@ TEST(status_request_and_decoding) {
         ASSERT_EQ(s->reservations[0].period_ns, 50000000);
         ASSERT_EQ(s->reservations[0].budget_ns, 30000000);
         ASSERT_EQ(s->reservations[0].requested_utilization_ppm, 600000);
+        ASSERT_EQ(s->reservations[0].scope, PACE_SCOPE_TREE);
+        ASSERT_EQ(s->reservations[0].tid, 0);
+        ASSERT_EQ(s->reservations[0].threads, 9);
+        ASSERT_EQ(s->reservations[0].phase_ns, 40000000);
+        ASSERT_EQ(s->reservations[0].accounting.valid, 1);
+        ASSERT_EQ(s->reservations[0].accounting.window_ns, 1000000001);
+        ASSERT_EQ(s->reservations[0].accounting.delivered_ns, 598000002);
+        ASSERT_TRUE(s->reservations[0].accounting.cpu_time_ns == UINT64_C(0xFFFFFFFFFFFF0003));
+        ASSERT_EQ(s->reservations[0].accounting.periods, 20000000004);
+        ASSERT_EQ(s->reservations[0].accounting.periods_blocked, 5);
+        ASSERT_EQ(s->reservations[0].accounting.periods_wanted_more, 6);
+        /* Absent fields read as the defaults they stand for. */
+        ASSERT_EQ(s->reservations[1].scope, PACE_SCOPE_PROCESS);
+        ASSERT_EQ(s->reservations[1].tid, 0);
+        ASSERT_EQ(s->reservations[1].threads, 0);
+        ASSERT_EQ(s->reservations[1].phase_ns, 0);
+        ASSERT_EQ(s->reservations[1].accounting.valid, 0);
+        ASSERT_EQ(s->reservations[1].accounting.window_ns, 0);
+        ASSERT_EQ(s->reservations[1].accounting.periods, 0);
+        ASSERT_EQ(s->reservations[2].scope, PACE_SCOPE_THREAD);
+        ASSERT_EQ(s->reservations[2].tid, 301);
+        ASSERT_EQ(s->reservations[2].threads, 1);
+        ASSERT_EQ(s->reservations[2].accounting.valid, 0);
         ASSERT_EQ(s->reservations[1].id, 2);
         ASSERT_EQ(s->reservations[1].cpu, 1);
         ASSERT_EQ(s->reservations[1].budget_ns, 2500000);
@@ -1088,6 +1165,277 @@ TEST(arguments_are_validated_before_sending) {
 
         pace_close(p);
         fake_broker_stop(&b);
+}
+
+typedef struct ThreadReserve {
+        pace *p;
+        pace_reserve_params params;
+        pid_t tid;
+        int r;
+        pace_grant g;
+} ThreadReserve;
+
+static void *reserve_thread(void *userdata) {
+        ThreadReserve *t = userdata;
+
+        t->tid = gettid();
+        t->r = pace_reserve(t->p, &t->params, &t->g);
+        return NULL;
+}
+
+TEST(reserve_request_carries_scope_and_tid) {
+        FakeBroker b;
+        pace *p = NULL;
+        pace_grant g;
+        Pace__Request *req;
+        pace_reserve_params params = default_params;
+        ThreadReserve t;
+        pthread_t thread;
+
+        fake_broker_start(&b, MODE_ECHO);
+        ASSERT_OK(pace_connect(b.path, &p));
+
+        /* Tree and process scope name no thread; the pid stays the
+         * broker's to take from the connection. */
+        params.scope = PACE_SCOPE_TREE;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        req = fake_broker_last_request(&b);
+        ASSERT_TRUE(req->reserve->has_scope);
+        ASSERT_EQ(req->reserve->scope, PACE__SCOPE__SCOPE_TREE);
+        ASSERT_FALSE(req->reserve->has_tid);
+        ASSERT_FALSE(req->reserve->has_pid);
+        pace__request__free_unpacked(req, NULL);
+        ASSERT_EQ(g.scope, PACE_SCOPE_TREE);
+
+        params.scope = PACE_SCOPE_PROCESS;
+        params.pid = 42;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        req = fake_broker_last_request(&b);
+        ASSERT_FALSE(req->reserve->has_scope && req->reserve->scope != PACE__SCOPE__SCOPE_PROCESS);
+        ASSERT_FALSE(req->reserve->has_tid);
+        ASSERT_EQ(req->reserve->pid, 42);
+        pace__request__free_unpacked(req, NULL);
+
+        /* Thread scope, pid 0 and tid 0: the calling thread, which only the
+         * client can name. Called from a second thread, so that its tid is
+         * not the pid. */
+        t = (ThreadReserve) { .p = p, .params = default_params };
+        t.params.scope = PACE_SCOPE_THREAD;
+        ASSERT_EQ(pthread_create(&thread, NULL, reserve_thread, &t), 0);
+        ASSERT_EQ(pthread_join(thread, NULL), 0);
+        ASSERT_OK(t.r);
+        ASSERT_NE(t.tid, getpid());
+        req = fake_broker_last_request(&b);
+        ASSERT_TRUE(req->reserve->has_scope);
+        ASSERT_EQ(req->reserve->scope, PACE__SCOPE__SCOPE_THREAD);
+        ASSERT_TRUE(req->reserve->has_tid);
+        ASSERT_EQ(req->reserve->tid, t.tid);
+        ASSERT_TRUE(req->reserve->has_pid);
+        ASSERT_EQ(req->reserve->pid, getpid());
+        pace__request__free_unpacked(req, NULL);
+        ASSERT_EQ(t.g.scope, PACE_SCOPE_THREAD);
+        ASSERT_EQ(t.g.tid, t.tid);
+
+        /* A named thread of the caller's own process. */
+        params = default_params;
+        params.scope = PACE_SCOPE_THREAD;
+        params.tid = 31337;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        req = fake_broker_last_request(&b);
+        ASSERT_EQ(req->reserve->tid, 31337);
+        ASSERT_EQ(req->reserve->pid, getpid());
+        pace__request__free_unpacked(req, NULL);
+
+        /* A named thread of a named process: both go as given. */
+        params.pid = 4000;
+        params.tid = 4001;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        req = fake_broker_last_request(&b);
+        ASSERT_EQ(req->reserve->scope, PACE__SCOPE__SCOPE_THREAD);
+        ASSERT_EQ(req->reserve->pid, 4000);
+        ASSERT_EQ(req->reserve->tid, 4001);
+        pace__request__free_unpacked(req, NULL);
+        ASSERT_EQ(g.tid, 4001);
+
+        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 5);
+        pace_close(p);
+        fake_broker_stop(&b);
+}
+
+TEST(scope_arguments_are_validated_before_sending) {
+        FakeBroker b;
+        pace *p = NULL;
+        pace_grant g;
+        pace_reserve_params params;
+
+        fake_broker_start(&b, MODE_ECHO);
+        ASSERT_OK(pace_connect(b.path, &p));
+
+        params = default_params;
+        params.scope = (pace_scope) 3;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+        params.scope = (pace_scope) -1;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+
+        /* A tid outside thread scope. */
+        params = default_params;
+        params.tid = 5;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+        params.scope = PACE_SCOPE_TREE;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+
+        /* Another process's thread cannot be guessed. */
+        params = default_params;
+        params.scope = PACE_SCOPE_THREAD;
+        params.pid = 42;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+
+        params = default_params;
+        params.scope = PACE_SCOPE_THREAD;
+        params.tid = -1;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+
+        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 0);
+
+        /* Modify never changes what a reservation covers, so it does not
+         * look at scope and tid at all. */
+        params = default_params;
+        params.scope = (pace_scope) 99;
+        params.tid = 7;
+        params.pid = 3;
+        ASSERT_OK(pace_modify(p, 12, &params, &g));
+        ASSERT_EQ(g.id, 12);
+        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 1);
+
+        pace_close(p);
+        fake_broker_stop(&b);
+}
+
+static uint64_t next_at(uint64_t period, uint64_t phase, uint64_t now) {
+        pace_grant g = { .period_ns = period, .phase_ns = phase };
+
+        return pace_next_allocation(&g, now);
+}
+
+TEST(next_allocation_arithmetic) {
+        const uint64_t M = UINT64_MAX;
+
+        /* 50 ms period, allocations at 10 ms past each multiple. */
+        ASSERT_EQ(next_at(50, 10, 0), 10);
+        ASSERT_EQ(next_at(50, 10, 9), 10);
+        ASSERT_EQ(next_at(50, 10, 10), 10); /* exactly on a start: that start */
+        ASSERT_EQ(next_at(50, 10, 11), 60);
+        ASSERT_EQ(next_at(50, 10, 49), 60);
+        ASSERT_EQ(next_at(50, 10, 50), 60);
+        ASSERT_EQ(next_at(50, 10, 60), 60);
+        ASSERT_EQ(next_at(50, 10, 1000000), 1000010);
+
+        /* Phase 0: the multiples of the period. */
+        ASSERT_EQ(next_at(50, 0, 0), 0);
+        ASSERT_EQ(next_at(50, 0, 1), 50);
+        ASSERT_EQ(next_at(50, 0, 100), 100);
+        ASSERT_EQ(next_at(50, 0, 101), 150);
+
+        /* The last phase of the period. */
+        ASSERT_EQ(next_at(50, 49, 49), 49);
+        ASSERT_EQ(next_at(50, 49, 50), 99);
+
+        /* Realistic values: 40 ms period, 12.345 ms phase, a day of uptime. */
+        ASSERT_TRUE(next_at(40000000, 12345000, UINT64_C(86400000000000) + 1) ==
+                    UINT64_C(86400000000000) + 12345000);
+
+        /* A phase of a period or more (a confused broker) still gives a
+         * start on the grid. */
+        ASSERT_EQ(next_at(50, 60, 0), 10);
+        ASSERT_EQ(next_at(50, 60, 11), 60);
+
+        /* No period: nothing to wait for. */
+        ASSERT_EQ(next_at(0, 10, 12345), 12345);
+        ASSERT_TRUE(pace_next_allocation(NULL, 777) == 777);
+
+        /* Huge values: neither the steps nor the sum may wrap. */
+        ASSERT_TRUE(next_at(M, M - 1, 0) == M - 1);
+        ASSERT_TRUE(next_at(M, M - 1, M - 1) == M - 1);
+        ASSERT_TRUE(next_at(M, 0, M - 1) == M); /* M % M == 0 */
+        ASSERT_TRUE(next_at(M, 0, M) == M);
+        ASSERT_TRUE(next_at(M, 5, M - 1) == M); /* the next is past the end: saturates */
+        ASSERT_TRUE(next_at(M - 1, M - 2, 1) == M - 2);
+        ASSERT_TRUE(next_at(UINT64_C(1) << 63, (UINT64_C(1) << 63) - 1, (UINT64_C(1) << 63) + 1) == M);
+        ASSERT_TRUE(next_at(UINT64_C(1) << 63, 1, (UINT64_C(1) << 63) + 2) == M); /* 2^64 + 1 saturates */
+        ASSERT_TRUE(next_at(UINT64_C(1) << 63, 0, M) == M);
+        ASSERT_TRUE(next_at(1, 0, M) == M);
+        ASSERT_TRUE(next_at(1, 0, 12345) == 12345);
+        ASSERT_TRUE(next_at(10, 3, M - 4) == M - 2); /* M is 5 modulo 10 */
+}
+
+static uint64_t monotonic_ns(void) {
+        struct timespec ts;
+
+        ASSERT_OK(clock_gettime(CLOCK_MONOTONIC, &ts));
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+/* A unit test on a shared VM: returning early is a bug, returning late by
+ * less than this is scheduling noise. */
+#define WAIT_LATE_TOLERANCE_NS (50 * NSEC_PER_MSEC)
+
+TEST(wait_next_allocation_sleeps_to_the_start) {
+        pace_grant g = { .period_ns = 20 * NSEC_PER_MSEC, .phase_ns = 7 * NSEC_PER_MSEC };
+
+        for (unsigned i = 0; i < 10; i++) {
+                uint64_t before, after, start = 0;
+
+                before = monotonic_ns();
+                ASSERT_OK(pace_wait_next_allocation(&g, &start));
+                after = monotonic_ns();
+
+                ASSERT_EQ(start % g.period_ns, g.phase_ns);
+                ASSERT_CMP(start, >=, before);
+                ASSERT_CMP(start - before, <=, g.period_ns);
+                ASSERT_CMP(after, >=, start);
+                ASSERT_CMP(after - start, <, WAIT_LATE_TOLERANCE_NS);
+        }
+
+        /* A long period with the start far ahead, to see that it is really
+         * waited for and not rounded to something near. */
+        g = (pace_grant) { .period_ns = 10 * NSEC_PER_SEC };
+        g.phase_ns = (monotonic_ns() + 150 * NSEC_PER_MSEC) % g.period_ns;
+        uint64_t before = monotonic_ns(), start = 0;
+        ASSERT_OK(pace_wait_next_allocation(&g, &start));
+        uint64_t after = monotonic_ns();
+        ASSERT_CMP(start - before, <=, 150 * NSEC_PER_MSEC);
+        ASSERT_CMP(start - before, >=, 100 * NSEC_PER_MSEC);
+        ASSERT_CMP(after, >=, start);
+        ASSERT_CMP(after - start, <, WAIT_LATE_TOLERANCE_NS);
+
+        /* ret_start_ns may be NULL. */
+        g = (pace_grant) { .period_ns = 5 * NSEC_PER_MSEC, .phase_ns = 1 };
+        ASSERT_OK(pace_wait_next_allocation(&g, NULL));
+
+        g = (pace_grant) {};
+        ASSERT_ERR(pace_wait_next_allocation(&g, &start), -EINVAL);
+        ASSERT_ERR(pace_wait_next_allocation(NULL, &start), -EINVAL);
+}
+
+static void on_alarm(int sig) {
+}
+
+TEST(wait_next_allocation_reports_eintr) {
+        struct sigaction sa = { .sa_handler = on_alarm, .sa_flags = SA_RESTART }, old;
+        struct itimerval it = { .it_value = { .tv_usec = 50000 } };
+        pace_grant g = { .period_ns = 3600 * NSEC_PER_SEC };
+        uint64_t before, start = 12345;
+
+        /* The next start half an hour away; a signal cuts the sleep short,
+         * even with SA_RESTART (clock_nanosleep is never restarted). */
+        g.phase_ns = (monotonic_ns() + 1800 * NSEC_PER_SEC) % g.period_ns;
+        ASSERT_OK(sigaction(SIGALRM, &sa, &old));
+        ASSERT_OK(setitimer(ITIMER_REAL, &it, NULL));
+        before = monotonic_ns();
+        ASSERT_ERR(pace_wait_next_allocation(&g, &start), -EINTR);
+        ASSERT_CMP(monotonic_ns() - before, <, 10 * NSEC_PER_SEC);
+        ASSERT_EQ(start, 12345);
+        ASSERT_OK(sigaction(SIGALRM, &old, NULL));
 }
 
 #define CONCURRENT_THREADS 4

@@ -36,12 +36,34 @@ extern "C" {
 
 typedef struct pace pace;
 
+/* What a reservation covers. Threads created later, and (tree) processes
+ * forked later, are covered from their creation. */
+typedef enum pace_scope {
+        PACE_SCOPE_PROCESS = 0, /* every thread of the process (the default) */
+        PACE_SCOPE_THREAD = 1,  /* one thread: pace_reserve_params.tid */
+        PACE_SCOPE_TREE = 2,    /* the process and all its descendants */
+} pace_scope;
+
 typedef struct pace_reserve_params {
         uint64_t period_ns;       /* > 0 */
         uint32_t utilization_ppm; /* parts per million of one CPU, 1..1000000 */
         pid_t pid;                /* 0: the calling process */
         int cpu;                  /* -1: let the broker choose */
+        pace_scope scope;
+        pid_t tid;                /* PACE_SCOPE_THREAD: a thread of pid; 0 with pid 0: the calling thread */
 } pace_reserve_params;
+
+/* What a reservation really received, measured by the dispatcher (cgroup CPU
+ * accounting) at the end of each of its periods. */
+typedef struct pace_accounting {
+        int valid;                    /* 0: no report yet (or no dispatcher) */
+        uint64_t window_ns;           /* whole periods, about the last second */
+        uint64_t delivered_ns;        /* CPU time received in that window */
+        uint64_t cpu_time_ns;         /* since the reservation began */
+        uint64_t periods;             /* periods completed */
+        uint64_t periods_blocked;     /* used less than the budget: it blocked */
+        uint64_t periods_wanted_more; /* still runnable when the period's last slot ended */
+} pace_accounting;
 
 typedef struct pace_grant {
         uint64_t id;
@@ -53,6 +75,13 @@ typedef struct pace_grant {
         uint64_t slot_ns;
         uint64_t requested_period_ns;
         uint32_t requested_utilization_ppm;
+        pace_scope scope;
+        pid_t tid;         /* PACE_SCOPE_THREAD */
+        uint32_t threads;  /* covered: at the grant; in a status report, at the last promotion */
+        /* An allocation starts at every CLOCK_MONOTONIC time t with
+         * t % period_ns == phase_ns (see pace_next_allocation()). */
+        uint64_t phase_ns;
+        pace_accounting accounting; /* status reports only */
 } pace_grant;
 
 typedef struct pace_cpu_status {
@@ -70,6 +99,15 @@ typedef struct pace_status_report {
         size_t n_cpus;
         pace_cpu_status *cpus;
 } pace_status_report;
+
+/* Periodic clients. The start (CLOCK_MONOTONIC, ns) of the grant's first
+ * allocation at or after now_ns. */
+uint64_t pace_next_allocation(const pace_grant *grant, uint64_t now_ns);
+/* Sleeps until the start of the grant's next allocation, so that a frame's
+ * work begins with its whole budget ahead. ret_start_ns (may be NULL): the
+ * start it slept to. -EINTR when a signal interrupted the sleep, -EINVAL for
+ * a grant without a period. */
+int pace_wait_next_allocation(const pace_grant *grant, uint64_t *ret_start_ns);
 
 /* socket_path NULL: $PACE_SOCKET, else /run/pace/broker.sock. */
 int pace_connect(const char *socket_path, pace **ret);
