@@ -3,6 +3,7 @@
  * pace-run, publishes the table, pace-dispatcher enforces it. Root only;
  * every process it starts is pinned to CPU 1, bounded in time and reaped. */
 #include <dirent.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -114,9 +115,15 @@ typedef struct Stack {
         pid_t dispatcher;
 } Stack;
 
+static void stack_start_dispatcher(Stack *s);
+
 static void stack_start_with(Stack *s, const char *json) {
         ASSERT_OK(broker_start(&s->broker, json));
         reserve_argv_socket = s->broker.socket;
+        stack_start_dispatcher(s);
+}
+
+static void stack_start_dispatcher(Stack *s) {
         s->dispatcher = fork();
         ASSERT_OK(s->dispatcher);
         if (s->dispatcher == 0) {
@@ -819,6 +826,300 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         reap(kid);
         ASSERT_EQ(stack_stop_dispatcher(&s), 0);
         ASSERT_EQ(broker_stop(&s.broker), 0);
+}
+
+/* Issue 5: scopes, groups and accounting. */
+
+/* The pace.<hash> directories of a runtime dir in the cpuacct and cpu
+ * hierarchies: how many exist (0 when clean). */
+static unsigned pace_groups_left(const Stack *s, char *ret_base, size_t size) {
+        static const char *roots[] = { "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu" };
+        unsigned n = 0;
+        for (size_t i = 0; i < ELEMENTSOF(roots); i++) {
+                DIR *d = opendir(roots[i]);
+                for (struct dirent *de; d && (de = readdir(d));)
+                        if (strncmp(de->d_name, "pace.", 5) == 0) {
+                                n++;
+                                if (ret_base && i == 0)
+                                        snprintf(ret_base, size, "%s/%s", roots[i], de->d_name);
+                        }
+                if (d)
+                        closedir(d);
+        }
+        return n;
+}
+
+static bool have_cpuacct(void) {
+        return access("/sys/fs/cgroup/cpuacct/cpuacct.usage", F_OK) == 0;
+}
+
+/* Whether a thread id is listed in a cgroup file. */
+static bool listed_in(const char *path, pid_t id) {
+        FILE *f = fopen(path, "re");
+        long v;
+        bool found = false;
+        if (!f)
+                return false;
+        while (!found && fscanf(f, "%ld", &v) == 1)
+                found = v == id;
+        fclose(f);
+        return found;
+}
+
+typedef struct ScopeShared {
+        _Atomic pid_t late_tid;
+        _Atomic int go_late;
+        _Atomic uint64_t id;
+} ScopeShared;
+static ScopeShared *scope_shared;
+
+static void *busy_thread(void *arg);
+
+/* Busy; whichever thread holds the CPU when told makes the late one (a
+ * waiting thread would queue behind its SCHED_FIFO siblings for good). */
+static void *busy_thread(void *arg) {
+        pthread_t t;
+        if (arg)
+                atomic_store(&scope_shared->late_tid, (pid_t) gettid());
+        for (;;)
+                if (atomic_load_explicit(&scope_shared->go_late, memory_order_relaxed) == 1 &&
+                    atomic_exchange(&scope_shared->go_late, 2) == 1)
+                        pthread_create(&t, NULL, busy_thread, (void *) 1);
+        return NULL;
+}
+
+/* Reserves itself, process scope, (50 ms, 50%) on CPU 1, then runs 8 busy
+ * threads; a 9th when told. */
+static void eight_thread_client(const void *arg) {
+        pace *p = NULL;
+        pace_grant g;
+        pthread_t t;
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 500000, .cpu = CPU,
+                                       .scope = PACE_SCOPE_PROCESS };
+
+        if (pace_connect(reserve_argv_socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                _exit(3);
+        atomic_store(&scope_shared->id, g.id);
+        for (int i = 0; i < 7; i++)
+                pthread_create(&t, NULL, busy_thread, NULL);
+        busy_thread(NULL);
+}
+
+static bool find_reservation(const char *socket, uint64_t id, pace_grant *ret) {
+        pace *p = NULL;
+        pace_status_report *st = NULL;
+        bool found = false;
+        ASSERT_OK(pace_connect(socket, &p));
+        ASSERT_OK(pace_status(p, &st));
+        for (size_t i = 0; i < st->n_reservations; i++)
+                if (st->reservations[i].id == id) {
+                        *ret = st->reservations[i];
+                        found = true;
+                }
+        pace_status_report_free(st);
+        pace_close(p);
+        return found;
+}
+
+TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_got) {
+        Stack s = {};
+        char base[512] = "", tasks[700];
+        if (skip() || !have_cpuacct())
+                TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
+        scope_shared = mmap(NULL, sizeof(*scope_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(scope_shared != MAP_FAILED);
+        memset(scope_shared, 0, sizeof(*scope_shared));
+        stack_start(&s);
+
+        pid_t other = spawn(hog, NULL);
+        pid_t client = spawn(eight_thread_client, NULL);
+        await_reservations(s.broker.socket, 1);
+        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        uint64_t id = atomic_load(&scope_shared->id);
+        sleep_ms(300);
+
+        /* Its group: all 8 threads listed, found without a /proc walk. */
+        ASSERT_EQ(pace_groups_left(&s, base, sizeof(base)), 2);
+        snprintf(tasks, sizeof(tasks), "%s/res-%" PRIu64 "/tasks", base, id);
+        unsigned in_group = 0;
+        for (int k = 0; k < 8; k++) {
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/%d/task", (int) client);
+                DIR *d = opendir(path);
+                for (struct dirent *de; d && (de = readdir(d));)
+                        if (atoi(de->d_name) > 0)
+                                in_group += k == 0 && listed_in(tasks, atoi(de->d_name));
+                if (d)
+                        closedir(d);
+        }
+        ASSERT_EQ(in_group, 8);
+
+        /* 50% of CPU 1 for the 8 threads together, next to a nice-0 hog. */
+        double shares[3];
+        share_measure(CPU, (pid_t[]) { client, other, s.dispatcher }, 3, 4000, shares);
+        printf("  8 threads under (50 ms, 50%%): %.2f%%; hog %.2f%%\n", shares[0], shares[1]);
+        ASSERT_CMP(shares[0], >=, 48.0);
+        ASSERT_CMP(shares[0], <=, 52.0);
+
+        /* Delivered, as pacectl status reports it, against /proc/PID/stat
+         * over the same stretch (the report covers whole periods of about
+         * the last second; both are steady here). */
+        pace_grant g = {};
+        uint64_t t0 = now_ns(), c0 = share_cpu_time_ns(client);
+        sleep_ms(2000);
+        uint64_t c1 = share_cpu_time_ns(client), t1 = now_ns();
+        ASSERT_TRUE(find_reservation(s.broker.socket, id, &g));
+        ASSERT_TRUE(g.accounting.valid);
+        double proc = 100.0 * (double) (c1 - c0) / (double) (t1 - t0);
+        double delivered = 100.0 * (double) g.accounting.delivered_ns / (double) g.accounting.window_ns;
+        printf("  delivered %.2f%% over %.0f ms (pace) vs %.2f%% (/proc/PID/stat); %" PRIu64 " periods, %" PRIu64
+               " blocked, %" PRIu64 " wanted more; %u threads\n", delivered, (double) g.accounting.window_ns / 1e6,
+               proc, g.accounting.periods, g.accounting.periods_blocked, g.accounting.periods_wanted_more,
+               g.threads);
+        ASSERT_CMP(delivered, >=, proc - 1.0);
+        ASSERT_CMP(delivered, <=, proc + 1.0);
+        /* Always runnable: it wanted more in (nearly) every period, and
+         * never used less than its budget. */
+        ASSERT_CMP(g.accounting.periods, >, 40);
+        ASSERT_CMP(g.accounting.periods_wanted_more * 10, >=, g.accounting.periods * 9);
+        ASSERT_CMP(g.accounting.periods_blocked * 10, <=, g.accounting.periods);
+        ASSERT_EQ(g.threads, 8);
+
+        /* A thread created now is in the group, and promoted, within one
+         * frame (50 ms) of its birth. */
+        atomic_store(&scope_shared->go_late, 1);
+        while (atomic_load(&scope_shared->late_tid) == 0)
+                sleep_ms(1);
+        pid_t late = atomic_load(&scope_shared->late_tid);
+        uint64_t born = now_ns(), promoted = 0;
+        ASSERT_TRUE(listed_in(tasks, late)); /* born inside */
+        pin(0);
+        while (now_ns() - born < 500 * NSEC_PER_MSEC && !promoted)
+                if (policy_of(late) == SCHED_FIFO)
+                        promoted = now_ns();
+        ASSERT_TRUE(promoted != 0);
+        printf("  a thread born after the grant ran SCHED_FIFO %.1f ms after its birth\n",
+               (double) (promoted - born) / 1e6);
+        ASSERT_CMP(promoted - born, <, 60 * NSEC_PER_MSEC);
+
+        /* Outside its slots no thread of it is real-time: sampled, the
+         * share of samples with any thread real-time stays near the grant
+         * (every thread moves together). */
+        unsigned any_rt = 0, samples = 0;
+        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+                any_rt += any_thread_realtime(client);
+                sleep_ms(1);
+        }
+        printf("  some thread real-time in %u of %u samples\n", any_rt, samples);
+        ASSERT_CMP(any_rt * 100, <, samples * 65);
+
+        reap(client);
+        reap(other);
+        await_reservations(s.broker.socket, 0);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
+        munmap(scope_shared, sizeof(*scope_shared));
+}
+
+/* pace-run (tree scope by default) -- sh -c 'spin & spin; wait' */
+static void reserved_tree(const void *arg) {
+        const char *pace_run = getenv("PACE_RUN");
+        setenv("PACE_SOCKET", reserve_argv_socket, 1);
+        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "40%", "--cpu", "1", "--", "/bin/sh",
+              "-c", "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait", (char *) NULL);
+        _exit(127);
+}
+
+TEST(a_tree_scope_covers_the_children_of_a_pace_run_command) {
+        Stack s = {};
+        char base[512] = "", procs[700];
+        if (skip() || !have_cpuacct())
+                TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
+        stack_start(&s);
+        pid_t client = spawn(reserved_tree, NULL);
+        await_reservations(s.broker.socket, 1);
+        sleep_ms(500);
+        ASSERT_EQ(pace_groups_left(&s, base, sizeof(base)), 2);
+        pace *p = NULL;
+        pace_status_report *st = NULL;
+        ASSERT_OK(pace_connect(s.broker.socket, &p));
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->n_reservations, 1);
+        ASSERT_EQ(st->reservations[0].scope, PACE_SCOPE_TREE);
+        snprintf(procs, sizeof(procs), "%s/res-%" PRIu64 "/cgroup.procs", base, st->reservations[0].id);
+        pace_status_report_free(st);
+        pace_close(p);
+
+        /* The shell and its two children, all inside; each child is
+         * promoted in the tree's slots. */
+        pid_t kids[8];
+        unsigned n = 0;
+        FILE *f = fopen(procs, "re");
+        ASSERT_TRUE(f);
+        for (long v; n < ELEMENTSOF(kids) && fscanf(f, "%ld", &v) == 1;)
+                if (v != client)
+                        kids[n++] = (pid_t) v;
+        fclose(f);
+        ASSERT_CMP(n, >=, 2);
+        pin(0);
+        unsigned fifo[8] = {}, samples = 0;
+        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+                for (unsigned i = 0; i < n; i++)
+                        fifo[i] += policy_of(kids[i]) == SCHED_FIFO;
+                sleep_ms(1);
+        }
+        unsigned busy = 0;
+        for (unsigned i = 0; i < n; i++)
+                busy += fifo[i] > samples / 10;
+        printf("  %u processes in the tree's group; %u of them SCHED_FIFO in >10%% of %u samples\n", n + 1, busy,
+               samples);
+        ASSERT_CMP(busy, >=, 2);
+        for (unsigned i = 0; i < n; i++)
+                ASSERT_CMP(fifo[i], <, samples * 6 / 10);
+
+        reap(client);
+        for (unsigned i = 0; i < n; i++)
+                reap(kids[i]);
+        await_reservations(s.broker.socket, 0);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
+}
+
+TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
+        Stack s = {};
+        if (skip() || !have_cpuacct())
+                TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
+        stack_start(&s);
+        pid_t client = spawn(reserved_hog, "30%");
+        await_reservations(s.broker.socket, 1);
+        sleep_ms(300);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
+
+        /* The dispatcher proper dies: its monitor removes the groups and
+         * the restarted one makes them anew. */
+        pid_t child = dispatcher_child(&s);
+        ASSERT_CMP(child, >, 0);
+        kill(child, SIGKILL);
+        sleep_ms(1500);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
+
+        /* Both processes die at once: the groups stay (nothing is left to
+         * act), and the next start removes them before making its own. */
+        child = dispatcher_child(&s);
+        kill(s.dispatcher, SIGKILL);
+        kill(child, SIGKILL);
+        waitpid(s.dispatcher, NULL, 0);
+        sleep_ms(100);
+        s.dispatcher = 0;
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
+        reap(client);
+        await_reservations(s.broker.socket, 0);
+        stack_start_dispatcher(&s);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
 }
 
 TEST_MAIN()
