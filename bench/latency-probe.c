@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: MIT */
+/* latency-probe: a pace client that measures its own dispatch latency, the
+ * time from the start of one of its runs in the dispatch table until it
+ * really runs.
+ *
+ * It reserves (period, utilization) on a CPU, reads the dispatch table to
+ * learn which slots it owns (the global grid: slot g = CLOCK_MONOTONIC /
+ * slot_ns, table slot = g mod frame), then spins reading CLOCK_MONOTONIC. For
+ * every run start S (a slot it owns after one it does not) the first reading
+ * at or after S is when it ran again; the difference is one sample. Meant
+ * for strict mode ("waiting": "freeze"), where the client gets no CPU at all
+ * between its runs, so the first reading after S is the wake-up.
+ *
+ *   latency-probe --cpu N [--run-on M] [--period 2ms] [--util 50%]
+ *                 [--threads K] [--duration 5s] [--warmup 300ms] [--out FILE]
+ *
+ * --run-on M: the dispatch thread of CPU N promotes it, but it runs on CPU
+ * M: after its first promotion (the dispatcher pins a thread to the
+ * reservation's CPU once, at first touch) it moves itself to M, so every
+ * promotion is made from another CPU than the one the client wakes on.
+ * --threads K: K - 1 more threads that only sleep, so the dispatcher moves
+ * K threads at every switch (the measuring thread is one of them).
+ *
+ * Writes one latency in ns per line to FILE and a summary line to stdout:
+ *   samples=N missed=N offcpu=N median_ns=N p99_ns=N p999_ns=N max_ns=N
+ * missed: run starts at which the client did not run at all before the next
+ * one; offcpu: samples taken on another CPU than the one intended. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* pace.h before pace-table.h: the table's PACE_SCOPE_* macros would
+ * otherwise rewrite pace.h's enum of the same names. */
+#include "pace/pace.h"
+#include "macro.h"
+#include "pace-table.h"
+#include "parse-util.h"
+#include "table-shm.h"
+
+#define MAX_RUNS 65536
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+        return x < y ? -1 : x > y;
+}
+
+static uint64_t percentile(const uint64_t *sorted, size_t n, double q) {
+        if (n == 0)
+                return 0;
+        size_t i = (size_t) (q * (double) (n - 1) + 0.5);
+        return sorted[MIN(i, n - 1)];
+}
+
+typedef struct Schedule {
+        uint64_t slot_ns;
+        uint32_t frame_slots;
+        uint32_t n_starts;
+        uint32_t starts[MAX_RUNS]; /* frame offsets of run starts, ascending */
+} Schedule;
+
+/* The first run start at or after t. */
+static uint64_t next_start(const Schedule *s, uint64_t t) {
+        uint64_t g = t / s->slot_ns, base = g - g % s->frame_slots;
+
+        for (int lap = 0; lap < 2; lap++, base += s->frame_slots)
+                for (uint32_t i = 0; i < s->n_starts; i++) {
+                        uint64_t at = (base + s->starts[i]) * s->slot_ns;
+                        if (at >= t)
+                                return at;
+                }
+        return UINT64_MAX; /* not reached: n_starts > 0 */
+}
+
+/* Finds the reservation `id` on `cpu` in the published table and lists where
+ * its runs start. -ENOENT while the table does not hold it yet. */
+static int read_schedule(const char *path, uint64_t id, int cpu, Schedule *ret) {
+        _cleanup_(table_reader_freep) TableReader *r = NULL;
+        _cleanup_free_ PaceTableBuffer *b = malloc(sizeof(PaceTableBuffer));
+        uint64_t gen;
+        int k;
+
+        if (!b)
+                return -ENOMEM;
+        k = table_reader_open(path, &r);
+        if (k < 0)
+                return k;
+        do
+                k = table_reader_snapshot(r, b, &gen);
+        while (k == -EAGAIN);
+        if (k < 0)
+                return k;
+
+        uint32_t owner = 0;
+        for (uint32_t i = 0; i < b->n_reservations && i < PACE_MAX_RESERVATIONS; i++)
+                if (b->reservations[i].id == id && b->reservations[i].cpu == cpu)
+                        owner = i + 1;
+        if (owner == 0)
+                return -ENOENT;
+        for (uint32_t c = 0; c < b->n_cpus && c < PACE_MAX_CPUS; c++) {
+                const PaceTableCpu *tc = &b->cpus[c];
+                if (tc->cpu != cpu)
+                        continue;
+                if (tc->frame_slots == 0 || (uint64_t) tc->first_slot + tc->frame_slots > PACE_TABLE_MAX_SLOTS)
+                        return -EBADMSG;
+                const uint16_t *slots = b->slots + tc->first_slot;
+                uint32_t f = tc->frame_slots;
+                ret->slot_ns = b->slot_ns;
+                ret->frame_slots = f;
+                ret->n_starts = 0;
+                for (uint32_t s = 0; s < f; s++)
+                        if (slots[s] == owner && slots[(s + f - 1) % f] != owner && ret->n_starts < MAX_RUNS)
+                                ret->starts[ret->n_starts++] = s;
+                return ret->n_starts > 0 && ret->slot_ns > 0 ? 0 : -EBADMSG;
+        }
+        return -ENOENT;
+}
+
+static int pin_self(int cpu) {
+        cpu_set_t set;
+
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        return sched_setaffinity(0, sizeof(set), &set) < 0 ? -errno : 0;
+}
+
+static int sleeper_fd = -1;
+
+static void *sleeper(void *arg) {
+        char c;
+        /* Blocks until the process exits: the pipe's write end stays open. */
+        while (read(sleeper_fd, &c, 1) < 0 && errno == EINTR)
+                ;
+        return NULL;
+}
+
+int main(int argc, char **argv) {
+        static const struct option options[] = {
+                { "cpu", required_argument, NULL, 'c' },
+                { "run-on", required_argument, NULL, 'r' },
+                { "period", required_argument, NULL, 'p' },
+                { "util", required_argument, NULL, 'u' },
+                { "threads", required_argument, NULL, 't' },
+                { "duration", required_argument, NULL, 'd' },
+                { "warmup", required_argument, NULL, 'w' },
+                { "out", required_argument, NULL, 'o' },
+                { "table", required_argument, NULL, 'T' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        uint64_t period_ns = 2 * NSEC_PER_MSEC, duration_ns = 5 * NSEC_PER_SEC, warmup_ns = 300 * NSEC_PER_MSEC;
+        uint32_t util_ppm = 500000, threads = 1, cpu = UINT32_MAX, run_on = UINT32_MAX;
+        const char *out_path = NULL, *table_path = NULL;
+        int c, r;
+
+        while ((c = getopt_long(argc, argv, "c:r:p:u:t:d:w:o:T:h", options, NULL)) >= 0)
+                switch (c) {
+                case 'c':
+                case 'r':
+                        if (parse_uint32(optarg, c == 'c' ? &cpu : &run_on) < 0 ||
+                            (c == 'c' ? cpu : run_on) >= CPU_SETSIZE) {
+                                fprintf(stderr, "latency-probe: bad CPU number '%s'\n", optarg);
+                                return 2;
+                        }
+                        break;
+                case 'p':
+                case 'd':
+                case 'w':
+                        if (parse_duration_ns(optarg, c == 'p' ? &period_ns : c == 'd' ? &duration_ns : &warmup_ns) < 0) {
+                                fprintf(stderr, "latency-probe: bad duration '%s'\n", optarg);
+                                return 2;
+                        }
+                        break;
+                case 'u':
+                        if (parse_utilization_ppm(optarg, &util_ppm) < 0) {
+                                fprintf(stderr, "latency-probe: bad utilization '%s'\n", optarg);
+                                return 2;
+                        }
+                        break;
+                case 't':
+                        if (parse_uint32(optarg, &threads) < 0 || threads == 0 || threads > 1024) {
+                                fprintf(stderr, "latency-probe: --threads %s: expected 1..1024\n", optarg);
+                                return 2;
+                        }
+                        break;
+                case 'o':
+                        out_path = optarg;
+                        break;
+                case 'T':
+                        table_path = optarg;
+                        break;
+                case 'h':
+                        printf("Usage: latency-probe --cpu N [--run-on M] [--period D] [--util U] [--threads K]\n"
+                               "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n");
+                        return 0;
+                default:
+                        return 2;
+                }
+        if (cpu == UINT32_MAX) {
+                fprintf(stderr, "latency-probe: --cpu is required\n");
+                return 2;
+        }
+        if (run_on == UINT32_MAX)
+                run_on = cpu;
+
+        _cleanup_free_ char *table_buf = NULL;
+        if (!table_path) {
+                const char *sock = getenv("PACE_SOCKET");
+                const char *slash = sock ? strrchr(sock, '/') : NULL;
+                if (!slash) {
+                        fprintf(stderr, "latency-probe: set PACE_SOCKET or --table\n");
+                        return 2;
+                }
+                if (asprintf(&table_buf, "%.*s/%s", (int) (slash - sock), sock, PACE_TABLE_NAME) < 0)
+                        return 1;
+                table_path = table_buf;
+        }
+
+        /* A bound on everything, even a client stuck at SCHED_FIFO. */
+        alarm((unsigned) ((duration_ns + warmup_ns) / NSEC_PER_SEC) + 20);
+
+        r = pin_self((int) cpu);
+        if (r < 0) {
+                fprintf(stderr, "latency-probe: cannot pin to CPU %" PRIu32 ": %s\n", cpu, strerror(-r));
+                return 1;
+        }
+
+        int pipefd[2];
+        if (pipe(pipefd) < 0)
+                return 1;
+        sleeper_fd = pipefd[0];
+        for (uint32_t i = 1; i < threads; i++) {
+                pthread_t th;
+                pthread_attr_t attr;
+                pthread_attr_init(&attr);
+                pthread_attr_setstacksize(&attr, 64 * 1024);
+                r = pthread_create(&th, &attr, sleeper, NULL);
+                pthread_attr_destroy(&attr);
+                if (r != 0) {
+                        fprintf(stderr, "latency-probe: pthread_create: %s\n", strerror(r));
+                        return 1;
+                }
+        }
+
+        pace *p = NULL;
+        pace_grant g;
+        r = pace_connect(NULL, &p);
+        if (r < 0) {
+                fprintf(stderr, "latency-probe: cannot connect to pace-broker: %s\n", pace_strerror(r));
+                return 1;
+        }
+        r = pace_reserve(p, &(pace_reserve_params) { .period_ns = period_ns, .utilization_ppm = util_ppm, .cpu = (int) cpu }, &g);
+        if (r < 0) {
+                fprintf(stderr, "latency-probe: reservation refused: %s\n",
+                        pace_last_message() ? pace_last_message() : pace_strerror(r));
+                pace_close(p);
+                return 1;
+        }
+        pace_close(p);
+
+        _cleanup_free_ Schedule *s = malloc(sizeof(Schedule));
+        if (!s)
+                return 1;
+        uint64_t give_up = now_ns() + 2 * NSEC_PER_SEC;
+        while ((r = read_schedule(table_path, g.id, g.cpu, s)) == -ENOENT && now_ns() < give_up)
+                usleep(1000);
+        if (r < 0) {
+                fprintf(stderr, "latency-probe: cannot find reservation %" PRIu64 " in %s: %s\n", g.id, table_path,
+                        strerror(-r));
+                return 1;
+        }
+
+        /* The first promotion: from then on the dispatcher has pinned us
+         * (first touch) and will not pin us again. */
+        give_up = now_ns() + 3 * NSEC_PER_SEC;
+        while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
+                if (now_ns() > give_up) {
+                        fprintf(stderr, "latency-probe: never promoted (is the dispatcher running?)\n");
+                        return 1;
+                }
+        if (run_on != cpu) {
+                r = pin_self((int) run_on);
+                if (r < 0) {
+                        fprintf(stderr, "latency-probe: cannot move to CPU %" PRIu32 ": %s\n", run_on, strerror(-r));
+                        return 1;
+                }
+        }
+
+        uint64_t begin = now_ns() + warmup_ns, end = begin + duration_ns;
+        /* Every run start could be sampled; twice that is room enough. */
+        uint64_t per_frame = s->n_starts, frame_ns = s->frame_slots * s->slot_ns;
+        size_t cap = (size_t) (duration_ns / frame_ns + 2) * per_frame * 2 + 16;
+        _cleanup_free_ uint64_t *lat = calloc(cap, sizeof(uint64_t));
+        if (!lat)
+                return 1;
+        size_t n = 0, missed = 0, offcpu = 0;
+
+        while (now_ns() < begin)
+                ;
+        uint64_t next = next_start(s, now_ns() + 1);
+        for (;;) {
+                uint64_t t = now_ns();
+                if (t < next)
+                        continue;
+                uint64_t last = next;
+                for (;;) {
+                        uint64_t nn = next_start(s, last + 1);
+                        if (nn > t) {
+                                next = nn;
+                                break;
+                        }
+                        missed++;
+                        last = nn;
+                }
+                if (n < cap) {
+                        lat[n++] = t - last;
+                        if (sched_getcpu() != (int) run_on)
+                                offcpu++;
+                }
+                if (t >= end)
+                        break;
+        }
+
+        if (out_path) {
+                FILE *f = fopen(out_path, "we");
+                if (!f) {
+                        fprintf(stderr, "latency-probe: %s: %m\n", out_path);
+                        return 1;
+                }
+                for (size_t i = 0; i < n; i++)
+                        fprintf(f, "%" PRIu64 "\n", lat[i]);
+                if (fclose(f) != 0)
+                        return 1;
+        }
+        qsort(lat, n, sizeof(uint64_t), cmp_u64);
+        printf("samples=%zu missed=%zu offcpu=%zu median_ns=%" PRIu64 " p99_ns=%" PRIu64 " p999_ns=%" PRIu64
+               " max_ns=%" PRIu64 " runs_per_frame=%" PRIu32 " frame_ns=%" PRIu64 " grant_period_ns=%" PRIu64
+               " grant_budget_ns=%" PRIu64 "\n",
+               n, missed, offcpu, percentile(lat, n, 0.5), percentile(lat, n, 0.99), percentile(lat, n, 0.999),
+               n ? lat[n - 1] : 0, s->n_starts, frame_ns, g.period_ns, g.budget_ns);
+        return 0;
+}
