@@ -269,7 +269,14 @@ int main(int argc, char **argv) {
         uint64_t cpu_used = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         runs[n].end = t;
         size_t n_runs = n + 1, n_gaps = n;
-        t1 = t;
+        /* The measured time is [t0, t1] exactly, wherever its own runs fall:
+         * one that was starved across t0 or t1 must not start or end its
+         * window where it happened to run (that would count a whole burst
+         * too many when its gaps are long). */
+        for (size_t i = 0; i < n_runs; i++) {
+                runs[i].start = MIN(runs[i].start, t1);
+                runs[i].end = MIN(runs[i].end, t1);
+        }
 
         uint64_t ran = 0, over_1ms = 0, longest = 0;
         for (size_t i = 0; i < n_runs; i++)
@@ -283,9 +290,9 @@ int main(int argc, char **argv) {
 
         uint64_t wmin = 0, wmax = 0;
         if (window_ns > 0)
-                window_extremes(runs, n_runs, runs[0].start, t1, window_ns, &wmin, &wmax);
+                window_extremes(runs, n_runs, t0, t1, window_ns, &wmin, &wmax);
 
-        double span = (double) (t1 - runs[0].start);
+        double span = (double) (t1 - t0);
         printf("label=%s share=%.5f cpu_share=%.5f longest_gap_us=%.1f gaps_over_1ms=%" PRIu64 " gap_p99_us=%.1f"
                " runs=%zu win_ms=%.3f win_min_ms=%.3f win_max_ms=%.3f overflow=%zu\n",
                label, (double) ran / span, (double) cpu_used / span, (double) longest / 1e3, over_1ms,

@@ -7,7 +7,9 @@
  * learn which slots it owns (the global grid: slot g = CLOCK_MONOTONIC /
  * slot_ns, table slot = g mod frame), then spins reading CLOCK_MONOTONIC. For
  * every run start S (a slot it owns after one it does not) the first reading
- * at or after S is when it ran again; the difference is one sample. Meant
+ * at or after S is when it ran again; the difference is one sample (a start
+ * it slept through entirely is "missed" and its sample is its whole delay,
+ * up to the run in which it did run). Meant
  * for strict mode ("waiting": "freeze"), where the client gets no CPU at all
  * between its runs, so the first reading after S is the wake-up.
  *
@@ -24,7 +26,8 @@
  * Writes one latency in ns per line to FILE and a summary line to stdout:
  *   samples=N missed=N offcpu=N median_ns=N p99_ns=N p999_ns=N max_ns=N
  * missed: run starts at which the client did not run at all before the next
- * one; offcpu: samples taken on another CPU than the one intended. */
+ * one (their samples are in FILE); offcpu: samples taken on another CPU than
+ * the one intended. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -315,20 +318,22 @@ int main(int argc, char **argv) {
                 uint64_t t = now_ns();
                 if (t < next)
                         continue;
-                uint64_t last = next;
-                for (;;) {
-                        uint64_t nn = next_start(s, last + 1);
+                /* Every run start up to now gets its sample, even one the
+                 * client slept through entirely: like cyclictest's, a late
+                 * wake-up counts with its whole delay. */
+                bool here = sched_getcpu() == (int) run_on;
+                for (uint64_t at = next;;) {
+                        if (n < cap) {
+                                lat[n++] = t - at;
+                                offcpu += !here;
+                        }
+                        uint64_t nn = next_start(s, at + 1);
                         if (nn > t) {
                                 next = nn;
                                 break;
                         }
                         missed++;
-                        last = nn;
-                }
-                if (n < cap) {
-                        lat[n++] = t - last;
-                        if (sched_getcpu() != (int) run_on)
-                                offcpu++;
+                        at = nn;
                 }
                 if (t >= end)
                         break;
