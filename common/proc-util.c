@@ -123,56 +123,97 @@ int proc_count_threads(const char *proc_root, pid_t pid, uint32_t *ret) {
         return 0;
 }
 
-int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret) {
-        _cleanup_free_ pid_t *queue = calloc(max_processes ? max_processes : 1, sizeof(pid_t));
-        size_t head = 0, n = 0;
-        uint32_t total = 0;
-        int r;
+int proc_list_descendants(const char *proc_root, pid_t pid, pid_t *out, size_t max, size_t *ret_n) {
+        size_t n = 0, head = 0;
 
-        if (!queue)
-                return -ENOMEM;
-        queue[n++] = pid;
-        while (head < n) {
-                pid_t cur = queue[head++];
+        for (pid_t cur = pid;; cur = out[head++]) {
                 char path[160];
-                uint32_t threads;
                 DIR *d;
 
-                r = proc_count_threads(proc_root, cur, &threads);
-                if (r < 0) {
-                        if (cur == pid)
-                                return r;
-                        continue; /* a descendant that exited meanwhile */
-                }
-                total += threads;
                 snprintf(path, sizeof(path), "%s/%" PRIi32 "/task", proc_root, (int32_t) cur);
                 d = opendir(path);
-                if (!d)
-                        continue;
-                for (struct dirent *de; (de = readdir(d));) {
-                        char cpath[PATH_MAX], buf[4096];
-                        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-                                continue;
-                        snprintf(cpath, sizeof(cpath), "%s/%s/children", path, de->d_name);
-                        int fd = open(cpath, O_RDONLY | O_CLOEXEC);
-                        if (fd < 0)
-                                continue;
-                        ssize_t k = read(fd, buf, sizeof(buf) - 1);
-                        close(fd);
-                        if (k <= 0)
-                                continue;
-                        buf[k] = '\0';
-                        for (char *q = buf, *end; *q; q = end) {
-                                long v = strtol(q, &end, 10);
-                                if (end == q)
-                                        break;
-                                if (v > 0 && n < max_processes)
-                                        queue[n++] = (pid_t) v;
+                if (!d) {
+                        if (cur == pid)
+                                return errno == ENOENT ? -ESRCH : negative_errno();
+                } else {
+                        for (struct dirent *de; (de = readdir(d));) {
+                                char cpath[PATH_MAX], buf[4096];
+                                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                                        continue;
+                                snprintf(cpath, sizeof(cpath), "%s/%s/children", path, de->d_name);
+                                int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+                                if (fd < 0)
+                                        continue;
+                                ssize_t k = read(fd, buf, sizeof(buf) - 1);
+                                close(fd);
+                                if (k <= 0)
+                                        continue;
+                                buf[k] = '\0';
+                                for (char *q = buf, *end; *q; q = end) {
+                                        long v = strtol(q, &end, 10);
+                                        if (end == q)
+                                                break;
+                                        if (v > 1 && n < max)
+                                                out[n++] = (pid_t) v;
+                                }
                         }
+                        closedir(d);
                 }
-                closedir(d);
+                if (head >= n)
+                        break;
         }
+        *ret_n = n;
+        return 0;
+}
+
+int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret) {
+        _cleanup_free_ pid_t *kids = calloc(max_processes ? max_processes : 1, sizeof(pid_t));
+        uint32_t total, threads;
+        size_t n;
+        int r;
+
+        if (!kids)
+                return -ENOMEM;
+        r = proc_count_threads(proc_root, pid, &total);
+        if (r < 0)
+                return r;
+        r = proc_list_descendants(proc_root, pid, kids, max_processes ? max_processes - 1 : 0, &n);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n; i++)
+                if (proc_count_threads(proc_root, kids[i], &threads) == 0) /* may have exited meanwhile */
+                        total += threads;
         *ret = total;
+        return 0;
+}
+
+int proc_cgroup_v1_path(const char *text, const char *controller, char *ret, size_t size) {
+        size_t clen = strlen(controller);
+
+        for (const char *line = text; line && *line;) {
+                const char *nl = strchr(line, '\n'), *end = nl ? nl : line + strlen(line);
+                const char *c1 = memchr(line, ':', (size_t) (end - line));
+                const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t) (end - c1 - 1)) : NULL;
+                for (const char *tok = c1 ? c1 + 1 : NULL; c2 && tok < c2;) {
+                        const char *comma = memchr(tok, ',', (size_t) (c2 - tok));
+                        const char *tend = comma ? comma : c2;
+                        if ((size_t) (tend - tok) == clen && memcmp(tok, controller, clen) == 0) {
+                                int n = snprintf(ret, size, "%.*s", (int) (end - c2 - 1), c2 + 1);
+                                return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
+                        }
+                        tok = tend + 1;
+                }
+                line = nl ? nl + 1 : NULL;
+        }
+        return -ENOENT;
+}
+
+int write_string_file(const char *path, const char *text) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        if (write(fd, text, strlen(text)) < 0)
+                return negative_errno();
         return 0;
 }
 

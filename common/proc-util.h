@@ -20,6 +20,16 @@ int proc_stat_parse(const char *text, uint64_t *ret_start_time, unsigned long *r
 
 /* Threads of a process (entries of /proc/PID/task). */
 int proc_count_threads(const char *proc_root, pid_t pid, uint32_t *ret);
+/* pid's descendants, breadth first (/proc/P/task/T/children): up to max
+ * into out; *ret_n says how many were stored. */
+int proc_list_descendants(const char *proc_root, pid_t pid, pid_t *out, size_t max, size_t *ret_n);
+/* From the text of a /proc/.../cgroup file, the path of the v1 hierarchy
+ * that carries `controller` ("2:cpuacct:/a" or "3:cpu,cpuacct:/a").
+ * -ENOENT if none does. */
+int proc_cgroup_v1_path(const char *text, const char *controller, char *ret, size_t size);
+/* Writes text to an existing file (cgroupfs, procfs): one write. */
+int write_string_file(const char *path, const char *text);
+
 /* Threads of pid and all its descendants (/proc/P/task/T/children), at most
  * max_processes processes visited. */
 int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret);

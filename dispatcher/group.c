@@ -1,5 +1,4 @@
 /* SPDX-License-Identifier: MIT */
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +15,7 @@
 #include "group.h"
 #include "macro.h"
 #include "pace-table.h"
+#include "proc-util.h"
 
 /* Descendants moved with a tree-scope reservation at its first promotion;
  * past this the rest are left where they are. */
@@ -49,20 +49,11 @@ struct GroupSet {
         Group *groups;
 };
 
-static int write_text(const char *path, const char *text) {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        if (write(fd, text, strlen(text)) < 0)
-                return negative_errno();
-        return 0;
-}
-
 static int write_id(const char *dir, const char *file, pid_t id) {
         char path[PATH_MAX * 2 + 32], text[32];
         snprintf(path, sizeof(path), "%s/%s", dir, file);
         snprintf(text, sizeof(text), "%" PRIi32, id);
-        return write_text(path, text);
+        return write_string_file(path, text);
 }
 
 static int libcgroup_error(int r) {
@@ -226,10 +217,10 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t
                 char text[32];
                 snprintf(path, sizeof(path), "%s/cpu.rt_period_us", dir);
                 snprintf(text, sizeof(text), "%" PRIu64, parent_period);
-                (void) write_text(path, text);
+                (void) write_string_file(path, text);
                 snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", dir);
                 snprintf(text, sizeof(text), "%" PRIu64, parent_runtime > siblings ? parent_runtime - siblings : 0);
-                r = parent_runtime > siblings ? write_text(path, text) : -EBUSY;
+                r = parent_runtime > siblings ? write_string_file(path, text) : -EBUSY;
                 if (r < 0) {
                         snprintf(err, err_size, "cannot give the cgroup %s real-time runtime (cpu.rt_runtime_us: "
                                  "%" PRIu64 " of the parent's %" PRIu64 " us are held by other groups): %s; "
@@ -240,7 +231,7 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t
                 }
         }
         snprintf(path, sizeof(path), "%s/cpu.shares", dir);
-        (void) write_text(path, "2");
+        (void) write_string_file(path, "2");
         snprintf(s->cpu_root, sizeof(s->cpu_root), "%s", cpu_root);
         snprintf(s->cpu_base, sizeof(s->cpu_base), "%s", dir);
 }
@@ -415,7 +406,8 @@ void group_release(GroupSet *s, Group *g) {
         free(g);
 }
 
-/* "2:cpuacct:/a/b" (or "3:cpu,cpuacct:/a/b") of /proc/ID/cgroup. */
+/* Where a task sits in the v1 hierarchy of controller, from its
+ * /proc/.../cgroup file. */
 static int read_orig(const char *proc_path, const char *controller, char *ret, size_t size) {
         char buf[4096];
         _cleanup_close_ int fd = open(proc_path, O_RDONLY | O_CLOEXEC);
@@ -427,69 +419,7 @@ static int read_orig(const char *proc_path, const char *controller, char *ret, s
         if (n < 0)
                 return negative_errno();
         buf[n] = '\0';
-        for (char *line = buf; line && *line;) {
-                char *nl = strchr(line, '\n');
-                if (nl)
-                        *nl = '\0';
-                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (c1 && c2) {
-                        *c2 = '\0';
-                        for (char *tok = c1 + 1, *save = NULL; (tok = strtok_r(tok, ",", &save)); tok = NULL)
-                                if (strcmp(tok, controller) == 0) {
-                                        snprintf(ret, size, "%s", c2 + 1);
-                                        return 0;
-                                }
-                }
-                line = nl ? nl + 1 : NULL;
-        }
-        return -ENOENT;
-}
-
-/* A process's descendants, breadth first, from /proc/PID/task/TID/children. */
-static size_t list_descendants(pid_t pid, pid_t *out, size_t max) {
-        size_t n = 0, head = 0;
-        pid_t queue_first = pid;
-
-        for (pid_t cur = queue_first;; cur = out[head++]) {
-                char path[96];
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task", cur);
-                _cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd >= 0) {
-                        _cleanup_close_ int tfd = -EBADF;
-                        long tids[64];
-                        size_t nt = 0;
-                        DIR *d = fdopendir(dfd);
-                        if (d) {
-                                TAKE_FD(dfd);
-                                for (struct dirent *de; (de = readdir(d)) && nt < ELEMENTSOF(tids);)
-                                        if (isdigit((unsigned char) de->d_name[0]))
-                                                tids[nt++] = strtol(de->d_name, NULL, 10);
-                                closedir(d);
-                        }
-                        for (size_t t = 0; t < nt; t++) {
-                                char cpath[160], buf[4096];
-                                snprintf(cpath, sizeof(cpath), "/proc/%" PRIi32 "/task/%ld/children", cur, tids[t]);
-                                tfd = open(cpath, O_RDONLY | O_CLOEXEC);
-                                if (tfd < 0)
-                                        continue;
-                                ssize_t k = read(tfd, buf, sizeof(buf) - 1);
-                                tfd = safe_close(tfd);
-                                if (k <= 0)
-                                        continue;
-                                buf[k] = '\0';
-                                for (char *p = buf, *end; *p; p = end) {
-                                        long v = strtol(p, &end, 10);
-                                        if (end == p)
-                                                break;
-                                        if (v > 1 && n < max)
-                                                out[n++] = (pid_t) v;
-                                }
-                        }
-                }
-                if (head >= n)
-                        break;
-        }
-        return n;
+        return proc_cgroup_v1_path(buf, controller, ret, size);
 }
 
 int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope) {
@@ -524,7 +454,8 @@ int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope) {
                         /* Those forked before the grant; later ones are
                          * born inside. */
                         static pid_t kids[TREE_MAX];
-                        size_t n = list_descendants(pid, kids, ELEMENTSOF(kids));
+                        size_t n = 0;
+                        (void) proc_list_descendants("/proc", pid, kids, ELEMENTSOF(kids), &n);
                         for (size_t i = 0; i < n; i++) {
                                 (void) write_id(g->dir, "cgroup.procs", kids[i]);
                                 if (cpu)

@@ -256,15 +256,6 @@ static void held_drop_thread(Held *h, const HeldContext *ctx, size_t i) {
         h->threads[i] = h->threads[--h->n_threads];
 }
 
-static int write_file(const char *path, const char *text) {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        if (write(fd, text, strlen(text)) < 0)
-                return negative_errno();
-        return 0;
-}
-
 /* Strict mode: a freezer cgroup of its own, so freezing it touches no one
  * else. Moved at first promotion; the whole thread group moves together via
  * cgroup.procs, and threads it creates later are born inside. */
@@ -280,13 +271,9 @@ static int held_freezer_enter(Held *h, const HeldContext *ctx) {
         r = read_at(h->procfd, "cgroup", buf, sizeof(buf));
         if (r < 0)
                 return r;
-        /* v1 line: "6:freezer:/some/path" */
-        const char *line = strstr(buf, ":freezer:");
-        if (!line)
+        if (proc_cgroup_v1_path(buf, "freezer", path, sizeof(path)) < 0)
                 return -EOPNOTSUPP;
-        line += strlen(":freezer:");
-        size_t len = strcspn(line, "\n");
-        h->cg_orig = strndup(line, len);
+        h->cg_orig = strdup(path);
         if (!h->cg_orig)
                 return -ENOMEM;
 
@@ -307,7 +294,7 @@ static int held_freezer_enter(Held *h, const HeldContext *ctx) {
         bool thread = h->scope == PACE_TABLE_SCOPE_THREAD;
         snprintf(path, sizeof(path), "%s/%s", h->cg_dir, thread ? "tasks" : "cgroup.procs");
         snprintf(pidbuf, sizeof(pidbuf), "%" PRIi32, thread ? h->tid : h->pid);
-        return write_file(path, pidbuf);
+        return write_string_file(path, pidbuf);
 }
 
 static void held_freezer_leave(Held *h, const HeldContext *ctx) {
@@ -330,8 +317,8 @@ static void held_freezer_leave(Held *h, const HeldContext *ctx) {
                 char pid[32];
                 while (fgets(pid, sizeof(pid), f)) {
                         pid[strcspn(pid, "\n")] = '\0';
-                        if (write_file(dest, pid) < 0)
-                                (void) write_file(root, pid);
+                        if (write_string_file(dest, pid) < 0)
+                                (void) write_string_file(root, pid);
                 }
                 fclose(f);
         }

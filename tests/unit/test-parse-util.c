@@ -5,6 +5,7 @@
 
 #include "macro.h"
 #include "parse-util.h"
+#include "proc-util.h"
 #include "test.h"
 
 #define ASSERT_DURATION(s, expected)                                                      \
@@ -311,6 +312,26 @@ TEST(ppm_round_trip) {
                 ASSERT_OK(parse_utilization_ppm(format_ppm(buf, sizeof(buf), PPM), &back));
                 ASSERT_EQ(back, PPM);
         }
+}
+
+/* The dispatcher finds where a client came from in these lines, to put it
+ * back there: a controller alone, in a list, absent, or past the buffer. */
+TEST(cgroup_v1_path) {
+        const char *text = "9:name=systemd:/user.slice\n4:memory:/a/b\n3:cpu,cpuacct:/c\n6:freezer:/\n0::/unified\n";
+        char path[64];
+
+        ASSERT_OK(proc_cgroup_v1_path(text, "freezer", path, sizeof(path)));
+        ASSERT_STREQ(path, "/");
+        ASSERT_OK(proc_cgroup_v1_path(text, "cpuacct", path, sizeof(path)));
+        ASSERT_STREQ(path, "/c");
+        ASSERT_OK(proc_cgroup_v1_path(text, "cpu", path, sizeof(path)));
+        ASSERT_STREQ(path, "/c");
+        ASSERT_OK(proc_cgroup_v1_path(text, "memory", path, sizeof(path)));
+        ASSERT_STREQ(path, "/a/b");
+        ASSERT_ERR(proc_cgroup_v1_path(text, "cpuset", path, sizeof(path)), -ENOENT);
+        ASSERT_ERR(proc_cgroup_v1_path(text, "mem", path, sizeof(path)), -ENOENT);
+        ASSERT_ERR(proc_cgroup_v1_path("2:cpuacct:/a/very/long/path", "cpuacct", path, 8), -ENAMETOOLONG);
+        ASSERT_ERR(proc_cgroup_v1_path("", "cpuacct", path, sizeof(path)), -ENOENT);
 }
 
 TEST_MAIN()
