@@ -623,7 +623,7 @@ static int print_status_text(FILE *f, const pace_status_report *s) {
                 table_print(f, &t);
                 fputc('\n', f);
                 table_print(f, &u);
-                fprintf(f, "DELIVERED: CPU time received over the last whole periods (about 1s)%s.\n",
+                fprintf(f, "DELIVERED: CPU time received over the last whole periods (about 2s)%s.\n",
                         any_without_accounting(s) ? "; '-': no report from pace-dispatcher yet" : "");
         }
 
@@ -947,7 +947,7 @@ static int do_table(const char *socket_path) {
  * terminal. That is also what makes sure the terminal leaves raw mode on every
  * way out but SIGKILL. */
 
-#define TOP_LEGEND "DELIVERED: the last whole periods (about 1s); NOW: since the previous refresh."
+#define TOP_LEGEND "DELIVERED: the last whole periods (about 2s); NOW: since the previous refresh."
 
 typedef struct TopSample {
         uint64_t id;

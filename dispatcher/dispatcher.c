@@ -39,6 +39,8 @@
  * clock_nanosleep) so it looks at the stop flag and the reader epoch. */
 #define KICK_SIGNAL SIGUSR1
 #define LOOP_STACK_SIZE (256u * 1024u)
+/* The delivered figure covers whole periods of at least this long. */
+#define ACCT_WINDOW_NS (2 * NSEC_PER_SEC)
 #define LOG_RING_SIZE 64u
 #define LOG_MESSAGE_MAX 384u
 /* A header written through mmap raises no inotify event: after the file
@@ -394,7 +396,9 @@ static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
         if (held_any_runnable(h))
                 h->acct_wanted_more++;
         h->acct_period_start = u;
-        if (t - h->acct_win_ns >= NSEC_PER_SEC) {
+        /* Two seconds: /proc/PID/stat counts in 10 ms units, so an
+         * independent check over a shorter window could not tell a point. */
+        if (t - h->acct_win_ns >= ACCT_WINDOW_NS) {
                 h->acct_window_ns = t - h->acct_win_ns;
                 h->acct_delivered_ns = u - h->acct_win_usage;
                 h->acct_win_ns = t;

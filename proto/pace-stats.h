@@ -32,7 +32,7 @@ typedef struct PaceStatsEntry {
         int32_t cpu;
         uint32_t threads;     /* threads moved at the last promotion */
         uint64_t cpu_time_ns; /* on this CPU since adoption */
-        uint64_t window_ns;   /* whole periods, about the last second; 0: none yet */
+        uint64_t window_ns;   /* whole periods, about the last 2 seconds; 0: none yet */
         uint64_t delivered_ns;
         uint64_t periods;
         uint64_t periods_blocked;

@@ -57,7 +57,7 @@ typedef struct pace_reserve_params {
  * accounting) at the end of each of its periods. */
 typedef struct pace_accounting {
         int valid;                    /* 0: no report yet (or no dispatcher) */
-        uint64_t window_ns;           /* whole periods, about the last second */
+        uint64_t window_ns;           /* whole periods, about the last 2 seconds */
         uint64_t delivered_ns;        /* CPU time received in that window */
         uint64_t cpu_time_ns;         /* since the reservation began */
         uint64_t periods;             /* periods completed */
