@@ -764,6 +764,23 @@ static int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret
         return 0;
 }
 
+/* The request that would admit an existing reservation again as it was
+ * asked for: who it covers (scope, thread) never changes with a modify or a
+ * move, only what it gets and where. */
+static PlanRequest request_for_entry(const PlanEntry *e) {
+        return (PlanRequest) {
+                .id = e->id,
+                .pid = e->pid,
+                .start_time = e->start_time,
+                .uid = e->uid,
+                .period_ns = e->requested_period_ns,
+                .utilization_ppm = e->requested_utilization_ppm,
+                .cpu = e->cpu,
+                .scope = e->scope,
+                .tid = e->tid,
+        };
+}
+
 static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *req, uint8_t **reply,
                          size_t *reply_size) {
         Reservation *res;
@@ -777,16 +794,10 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
         if (r != 0)
                 return r < 0 ? r : 0;
 
-        const PlanEntry *old = plan_find(b->plan, req->id);
-        PlanRequest preq = {
-                .id = req->id,
-                .pid = old->pid,
-                .start_time = old->start_time,
-                .uid = old->uid,
-                .period_ns = req->period_ns,
-                .utilization_ppm = req->utilization_ppm,
-                .cpu = req->has_cpu ? req->cpu : -1,
-        };
+        PlanRequest preq = request_for_entry(plan_find(b->plan, req->id));
+        preq.period_ns = req->period_ns;
+        preq.utilization_ppm = req->utilization_ppm;
+        preq.cpu = req->has_cpu ? req->cpu : -1;
         r = plan_validate(b->plan, &preq, why, sizeof(why));
         if (r >= 0)
                 r = replan(b, req->id, &preq, &entry, why, sizeof(why));
@@ -835,15 +846,8 @@ void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online) {
                         continue;
                 }
                 int32_t from = e->cpu;
-                PlanRequest preq = {
-                        .id = e->id,
-                        .pid = e->pid,
-                        .start_time = e->start_time,
-                        .uid = e->uid,
-                        .period_ns = e->requested_period_ns,
-                        .utilization_ppm = e->requested_utilization_ppm,
-                        .cpu = -1,
-                };
+                PlanRequest preq = request_for_entry(e);
+                preq.cpu = -1;
                 if (replan(b, e->id, &preq, &moved, why, sizeof(why)) >= 0) {
                         broker_log(b, LOG_WARNING, "reservation %" PRIu64 " moved from CPU %" PRIi32 " (offline) to CPU %"
                                    PRIi32, moved.id, from, moved.cpu);
