@@ -5,7 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
+#include <sys/capability.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +46,7 @@
 static const char *arg_config = NULL;
 static const char *arg_runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
 static int arg_verbose = 0;
+static const char *arg_user = NULL;
 
 static void log_sink(void *userdata, int priority, const char *message) {
         if (priority >= LOG_DEBUG && !arg_verbose)
@@ -55,6 +60,7 @@ static void help(void) {
                "  --config FILE        configuration (default " PACE_DEFAULT_CONFIG ";\n"
                "                       built-in defaults if that file does not exist)\n"
                "  --runtime-dir DIR    socket and table live here (default " PACE_DEFAULT_RUNTIME_DIR ")\n"
+               "  --user NAME          started as root: run as NAME (default pace, else nobody)\n"
                "  -v, --verbose        also log per-connection events\n"
                "  -h, --help           this text\n"
                "      --version        version\n\n"
@@ -63,10 +69,11 @@ static void help(void) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { ARG_CONFIG = 0x100, ARG_RUNTIME_DIR, ARG_VERSION };
+        enum { ARG_CONFIG = 0x100, ARG_RUNTIME_DIR, ARG_USER, ARG_VERSION };
         static const struct option options[] = {
                 { "config", required_argument, NULL, ARG_CONFIG },
                 { "runtime-dir", required_argument, NULL, ARG_RUNTIME_DIR },
+                { "user", required_argument, NULL, ARG_USER },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -81,6 +88,9 @@ static int parse_argv(int argc, char **argv) {
                         break;
                 case ARG_RUNTIME_DIR:
                         arg_runtime_dir = optarg;
+                        break;
+                case ARG_USER:
+                        arg_user = optarg;
                         break;
                 case 'v':
                         arg_verbose = 1;
@@ -251,6 +261,68 @@ static int cap_own_resources(void) {
         return 0;
 }
 
+DEFINE_TRIVIAL_CLEANUP_FUNC(cap_t, cap_free);
+
+/* Started as root by hand (systemd starts it as User=pace): the broker needs
+ * no privilege at all once its socket is bound, so it becomes an ordinary
+ * user with no capabilities, an empty bounding set and no_new_privs, and
+ * refuses to run if anything is left. The runtime directory is handed to
+ * that user when root owns it, so the table can still be replaced. */
+static int drop_root(int dir_fd) {
+        const char *name = arg_user;
+        struct passwd *pw = NULL;
+        int r;
+
+        errno = 0;
+        if (name)
+                pw = getpwnam(name);
+        else {
+                name = "pace";
+                pw = getpwnam(name);
+                if (!pw) {
+                        name = "nobody";
+                        pw = getpwnam(name);
+                }
+        }
+        if (!pw || pw->pw_uid == 0)
+                return log_fmt(PROGRAM, LOG_ERR, "started as root, and cannot run as user %s: %s", name,
+                               !pw ? "no such user" : "that is root"), -ESRCH;
+
+        struct stat st;
+        if (fstat(dir_fd, &st) < 0)
+                return negative_errno();
+        if (st.st_uid == 0 && fchown(dir_fd, pw->pw_uid, pw->pw_gid) < 0) {
+                r = negative_errno();
+                return log_fmt(PROGRAM, LOG_ERR, "cannot give %s to user %s: %s", arg_runtime_dir, name,
+                               strerror(-r)), r;
+        }
+        for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++)
+                if (cap_drop_bound(c) < 0 && errno != EINVAL) {
+                        r = negative_errno();
+                        return log_fmt(PROGRAM, LOG_ERR, "cannot empty the capability bounding set: %s",
+                                       strerror(-r)), r;
+                }
+        if (setgroups(0, NULL) < 0 || setresgid(pw->pw_gid, pw->pw_gid, pw->pw_gid) < 0 ||
+            setresuid(pw->pw_uid, pw->pw_uid, pw->pw_uid) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+                r = negative_errno();
+                return log_fmt(PROGRAM, LOG_ERR, "cannot become user %s: %s", name, strerror(-r)), r;
+        }
+
+#if PACE_SANITIZED
+        /* Changing credentials made us undumpable, and LeakSanitizer's
+         * tracer must attach at exit. Not in production: another process
+         * of this user could then ptrace the broker and use its pidfds. */
+        (void) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+#endif
+        /* Trust, but verify: a kernel or libc that left anything behind. */
+        _cleanup_(cap_freep) cap_t now = cap_get_proc(), none = cap_init();
+        if (!now || !none || cap_compare(now, none) != 0 || cap_get_bound(CAP_SYS_NICE) != 0)
+                return log_fmt(PROGRAM, LOG_ERR, "still holding capabilities after becoming user %s", name), -EPERM;
+        log_fmt(PROGRAM, LOG_INFO, "started as root; now running as %s (uid %u) with no capabilities", name,
+                (unsigned) pw->pw_uid);
+        return 0;
+}
+
 int main(int argc, char **argv) {
         _cleanup_(server_freep) Server *server = NULL;
         _cleanup_close_ int dir_fd = -EBADF;
@@ -282,6 +354,8 @@ int main(int argc, char **argv) {
 
         r = open_listen_socket(&listen_fd);
         if (r < 0)
+                return 1;
+        if (geteuid() == 0 && drop_root(dir_fd) < 0)
                 return 1;
 
         r = sd_event_default(&event);

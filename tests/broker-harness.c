@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,7 +39,7 @@ static int broker_spawn(BrokerInstance *b) {
                         dup2(null, STDIN_FILENO);
                         dup2(null, STDOUT_FILENO);
                 }
-                if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
+                if (geteuid() == 0 && !b->keep_root && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
                                        setuid(HARNESS_BROKER_UID) < 0))
                         _exit(126);
                 /* After setuid, which clears it: a test that dies takes its broker along. */
@@ -67,11 +68,12 @@ static int broker_spawn(BrokerInstance *b) {
         return -ETIMEDOUT;
 }
 
-int broker_start(BrokerInstance *b, const char *config_json) {
+static int broker_start_full(BrokerInstance *b, const char *config_json, bool keep_root) {
         const char *exe = getenv("PACE_BROKER");
         int r;
 
         memset(b, 0, sizeof(*b));
+        b->keep_root = keep_root;
         if (!exe)
                 return -ENOENT;
         snprintf(b->dir, sizeof(b->dir), "/tmp/pace-test-XXXXXX");
@@ -86,10 +88,18 @@ int broker_start(BrokerInstance *b, const char *config_json) {
                 if (r < 0)
                         return r;
         }
-        if (geteuid() == 0 && chown(b->dir, HARNESS_BROKER_UID, HARNESS_BROKER_UID) < 0)
+        if (geteuid() == 0 && !keep_root && chown(b->dir, HARNESS_BROKER_UID, HARNESS_BROKER_UID) < 0)
                 return -errno;
         b->with_config = config_json != NULL;
         return broker_spawn(b);
+}
+
+int broker_start(BrokerInstance *b, const char *config_json) {
+        return broker_start_full(b, config_json, false);
+}
+
+int broker_start_as_root(BrokerInstance *b, const char *config_json) {
+        return broker_start_full(b, config_json, true);
 }
 
 int broker_restart(BrokerInstance *b, int sig) {

@@ -17,10 +17,13 @@ typedef struct BrokerInstance {
         char config[300];
         char log[300];
         int with_config;
+        int keep_root; /* run as root is: the broker drops its privileges itself */
 } BrokerInstance;
 
 /* config_json NULL: no --config at all (built-in defaults). */
 int broker_start(BrokerInstance *b, const char *config_json);
+/* As broker_start(), but a root caller starts the broker as root. */
+int broker_start_as_root(BrokerInstance *b, const char *config_json);
 /* Sends sig (e.g. SIGKILL), waits, and starts a new broker in the same
  * directory with the same configuration: what a crash and a restart by
  * systemd do. */
