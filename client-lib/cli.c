@@ -56,7 +56,9 @@ int cli_parse_util(const char *option, const char *s, uint32_t *ret) {
 
         if (r == -ERANGE)
                 return cli_usage_error("%s '%s' is out of range: it must be more than 0%% and at most "
-                                       "100%% (one whole CPU)", option, s);
+                                       "100%% (one whole CPU); a reservation runs on one CPU at a time, so "
+                                       "for more, split the work over processes or threads and reserve "
+                                       "each (pace-run --scope thread, or one pace-run per process)", option, s);
         if (r < 0)
                 return cli_usage_error("invalid %s '%s': expected a percentage such as 60%% "
                                        "or a fraction of one CPU such as 0.6", option, s);

@@ -14,9 +14,11 @@
  * the caller through pace_last_message(). */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +100,21 @@ static void set_last_message(const char *m) {
         }
         last_message_buf[j] = '\0';
         last_message_set = true;
+}
+
+/* Refused before anything is sent; the message says how to ask instead,
+ * as the broker's own refusals do. */
+static int utilization_out_of_range(uint32_t ppm) {
+        char m[256];
+
+        if (ppm == 0)
+                snprintf(m, sizeof(m), "utilization 0: a reservation needs some CPU time");
+        else
+                snprintf(m, sizeof(m), "utilization %" PRIu32 " ppm is more than one CPU: a reservation runs on one "
+                         "CPU at a time; for more, reserve each thread (PACE_SCOPE_THREAD) or process separately",
+                         ppm);
+        set_last_message(m);
+        return -EINVAL;
 }
 
 _public_ const char *pace_last_message(void) {
@@ -405,7 +422,7 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
         if (params->period_ns == 0)
                 return -EINVAL;
         if (params->utilization_ppm < 1 || params->utilization_ppm > PPM)
-                return -EINVAL;
+                return utilization_out_of_range(params->utilization_ppm);
         if (params->pid < 0 || params->cpu < -1 || params->tid < 0)
                 return -EINVAL;
         /* The enum's storage may hold any int a caller put there. */
@@ -463,9 +480,10 @@ _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params
         Pace__ModifyRequest body = PACE__MODIFY_REQUEST__INIT;
 
         clear_last_message();
-        if (!p || !params || !ret_grant || params->period_ns == 0 || params->utilization_ppm < 1 ||
-            params->utilization_ppm > PPM || params->cpu < -1)
+        if (!p || !params || !ret_grant || params->period_ns == 0 || params->cpu < -1)
                 return -EINVAL;
+        if (params->utilization_ppm < 1 || params->utilization_ppm > PPM)
+                return utilization_out_of_range(params->utilization_ppm);
 
         body.id = id;
         body.period_ns = params->period_ns;
