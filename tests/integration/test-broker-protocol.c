@@ -395,54 +395,69 @@ TEST(other_users_cannot_touch_what_is_not_theirs) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+static int compare_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+        return x < y ? -1 : x > y;
+}
+
+/* The broker holds a pidfd per reservation and frees it when that fires.
+ * "Within one frame" (50 ms here) is asserted on the median of five
+ * deaths, so one stall of this shared VM cannot fail it; any single one
+ * over a second would mean the pidfd is not what frees it. */
 TEST(reservation_dies_with_its_process_within_a_frame) {
+        enum { ROUNDS = 5 };
         BrokerInstance b;
         pace *p = NULL;
         size_t n;
-        int pipefd[2];
+        uint64_t took[ROUNDS];
 
         ASSERT_OK(broker_start(&b, config_default));
         ASSERT_OK(pace_connect(b.socket, &p));
-        ASSERT_OK(pipe(pipefd));
-
-        pid_t kid = fork();
-        ASSERT_OK(kid);
-        if (kid == 0) {
-                pace *kp = NULL;
-                pace_grant g;
-                pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = -1 };
+        for (int round = 0; round < ROUNDS; round++) {
+                int pipefd[2];
+                ASSERT_OK(pipe(pipefd));
+                pid_t kid = fork();
+                ASSERT_OK(kid);
+                if (kid == 0) {
+                        pace *kp = NULL;
+                        pace_grant g;
+                        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000,
+                                                       .cpu = -1 };
+                        close(pipefd[0]);
+                        if (pace_connect(b.socket, &kp) < 0 || pace_reserve(kp, &params, &g) < 0)
+                                _exit(1);
+                        /* The connection is not what holds the reservation. */
+                        pace_close(kp);
+                        char c = 'x';
+                        if (write(pipefd[1], &c, 1) != 1)
+                                _exit(2);
+                        pause();
+                        _exit(0);
+                }
+                close(pipefd[1]);
+                char c;
+                ASSERT_EQ(read(pipefd[0], &c, 1), 1);
                 close(pipefd[0]);
-                if (pace_connect(b.socket, &kp) < 0 || pace_reserve(kp, &params, &g) < 0)
-                        _exit(1);
-                /* The connection is not what holds the reservation. */
-                pace_close(kp);
-                char c = 'x';
-                if (write(pipefd[1], &c, 1) != 1)
-                        _exit(2);
-                pause();
-                _exit(0);
-        }
-        close(pipefd[1]);
-        char c;
-        ASSERT_EQ(read(pipefd[0], &c, 1), 1);
-        close(pipefd[0]);
-        status_generation(p, &n);
-        ASSERT_EQ(n, 1);
-
-        kill(kid, SIGKILL);
-        uint64_t t0 = now_ns();
-        int status;
-        waitpid(kid, &status, 0);
-        for (;;) {
                 status_generation(p, &n);
-                if (n == 0)
-                        break;
-                /* One frame is 50 ms; allow 20 frames before calling it broken
-                 * (the VM is noisy, the broker is woken by the pidfd at once). */
-                ASSERT_CMP(now_ns() - t0, <, 1000 * NSEC_PER_MSEC);
-                sleep_ms(2);
+                ASSERT_EQ(n, 1);
+
+                kill(kid, SIGKILL);
+                int status;
+                waitpid(kid, &status, 0);
+                uint64_t t0 = now_ns();
+                for (;;) {
+                        status_generation(p, &n);
+                        if (n == 0)
+                                break;
+                        ASSERT_CMP(now_ns() - t0, <, 1000 * NSEC_PER_MSEC);
+                        usleep(200);
+                }
+                took[round] = now_ns() - t0;
         }
-        printf("  freed %.1f ms after SIGKILL\n", (double) (now_ns() - t0) / 1e6);
+        qsort(took, ROUNDS, sizeof(took[0]), compare_u64);
+        printf("  freed %.2f ms (median of %d; %.2f-%.2f) after the process was reaped\n", (double) took[ROUNDS / 2] / 1e6,
+               ROUNDS, (double) took[0] / 1e6, (double) took[ROUNDS - 1] / 1e6);
+        ASSERT_CMP(took[ROUNDS / 2], <, 50 * NSEC_PER_MSEC);
         pace_close(p);
         ASSERT_EQ(broker_stop(&b), 0);
 }
@@ -635,13 +650,22 @@ TEST(a_restarted_broker_adopts_the_reservations_in_force) {
         b.pid = 0;
         kill(goner, SIGKILL);
         waitpid(goner, NULL, 0);
+        uint64_t restarted = now_ns();
         ASSERT_OK(broker_restart(&b, SIGKILL));
 
+        /* The dead one's reservation is gone by the first answer, well
+         * within the 1 s asked for (the start-up includes it). */
         ASSERT_OK(pace_connect(b.socket, &p));
         ASSERT_OK(pace_status(p, &st));
+        uint64_t answered = now_ns() - restarted;
+        printf("  restarted broker answered %.1f ms after the restart began, %zu reservation(s) adopted\n",
+               (double) answered / 1e6, st->n_reservations);
+        ASSERT_CMP(answered, <, NSEC_PER_SEC);
         ASSERT_EQ(st->n_reservations, 1);
         ASSERT_EQ(st->reservations[0].id, g1.id);
         ASSERT_EQ(st->reservations[0].pid, keeper);
+        ASSERT_EQ(st->reservations[0].uid, getuid());
+        ASSERT_EQ(st->reservations[0].cpu, 1);
         ASSERT_EQ(st->reservations[0].budget_ns, g1.budget_ns);
         ASSERT_EQ(st->reservations[0].period_ns, g1.period_ns);
         ASSERT_EQ(st->reservations[0].requested_utilization_ppm, 300000);
@@ -941,6 +965,7 @@ TEST(modify_is_a_new_admission_all_or_nothing) {
         /* Bad values, unknown ids, someone else's: refused, nothing changes. */
         params.utilization_ppm = 2000000;
         ASSERT_ERR(pace_modify(p, a.id, &params, &g), -EINVAL); /* libpace refuses before sending */
+        ASSERT_CONTAINS(pace_last_message(), "reserve each thread");
         params.utilization_ppm = 100000;
         params.period_ns = 100;
         ASSERT_ERR(pace_modify(p, a.id, &params, &g), PACE_E_INVALID_ARGUMENT);
@@ -956,6 +981,153 @@ TEST(modify_is_a_new_admission_all_or_nothing) {
         kill(kb, SIGKILL);
         waitpid(ka, NULL, 0);
         waitpid(kb, NULL, 0);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* A field of /proc/PID/status, e.g. "Uid:", as the rest of its line. */
+static bool status_field(pid_t pid, const char *field, char *ret, size_t size) {
+        char path[64], line[256];
+        bool found = false;
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        FILE *f = fopen(path, "re");
+        while (f && !found && fgets(line, sizeof(line), f))
+                if (strncmp(line, field, strlen(field)) == 0) {
+                        const char *v = line + strlen(field);
+                        v += strspn(v, " \t");
+                        snprintf(ret, size, "%.*s", (int) strcspn(v, "\n"), v);
+                        found = true;
+                }
+        if (f)
+                fclose(f);
+        return found;
+}
+
+/* Started as root by hand, the broker drops everything itself: another
+ * user, no capabilities in any set, no_new_privs; and still serves, and
+ * still replaces its table in the directory it was given. */
+TEST(a_broker_started_as_root_drops_to_an_unprivileged_user) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        char v[256];
+
+        if (skip_unless_root())
+                TEST_SKIP("needs root");
+        ASSERT_OK(broker_start_as_root(&b, config_default));
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        ASSERT_OK(pace_release(p, g.id));
+        pace_close(p);
+
+        unsigned ruid = 0, euid = 0, suid = 0, fsuid = 0;
+        ASSERT_TRUE(status_field(b.pid, "Uid:", v, sizeof(v)));
+        ASSERT_EQ(sscanf(v, "%u %u %u %u", &ruid, &euid, &suid, &fsuid), 4);
+        printf("  broker uids %s", v);
+        ASSERT_NE(ruid, 0u);
+        ASSERT_NE(euid, 0u);
+        ASSERT_NE(suid, 0u);
+        ASSERT_TRUE(status_field(b.pid, "Gid:", v, sizeof(v)));
+        printf("; gids %s", v);
+        ASSERT_NE(strncmp(v, "0\t", 2), 0);
+        static const char *const sets[] = { "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:" };
+        for (size_t i = 0; i < ELEMENTSOF(sets); i++) {
+                ASSERT_TRUE(status_field(b.pid, sets[i], v, sizeof(v)));
+                printf("; %s %s", sets[i], v);
+                ASSERT_EQ(strtoull(v, NULL, 16), 0ULL);
+        }
+        ASSERT_TRUE(status_field(b.pid, "NoNewPrivs:", v, sizeof(v)));
+        printf("; NoNewPrivs %s\n", v);
+        ASSERT_EQ(strcmp(v, "1"), 0);
+        char *log = broker_log(&b);
+        ASSERT_CONTAINS(log, "now running as");
+        free(log);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* Above what is free (not above the cap): refused, saying what is free,
+ * and the table stays as it was. */
+TEST(a_request_above_what_is_free_is_refused_and_changes_nothing) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant a, g;
+        size_t n;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        pid_t ka = spawn_sleeper(), kb = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = ka, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &a));
+        read_table(&b, &table_before);
+        uint64_t gen = status_generation(p, NULL);
+
+        params.pid = kb;
+        params.utilization_ppm = 300000; /* 60 + 30 < 100, but over the 75% left beside the non-RT share */
+        ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_NO_CAPACITY);
+        ASSERT_CONTAINS(pace_last_message(), "not enough free CPU time");
+        ASSERT_CONTAINS(pace_last_message(), "CPU 1:");
+        ASSERT_EQ(status_generation(p, &n), gen);
+        ASSERT_EQ(n, 1);
+        read_table(&b, &table_after);
+        ASSERT_EQ(memcmp(&table_before, &table_after, sizeof(table_before)), 0);
+        /* What is free still fits. */
+        params.utilization_ppm = 100000;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+
+        pace_close(p);
+        kill(ka, SIGKILL);
+        kill(kb, SIGKILL);
+        waitpid(ka, NULL, 0);
+        waitpid(kb, NULL, 0);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* A change of parameters never changes whom a reservation covers: two
+ * thread-scope reservations on one process stay two thread-scope
+ * reservations (were they turned into process scope, the next table would
+ * hold one process twice and be refused). */
+TEST(modify_keeps_the_scope_and_thread) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant a, t, g;
+        pace_status_report *st = NULL;
+        pthread_t thread;
+        _Atomic pid_t tid = 0;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        ASSERT_EQ(pthread_create(&thread, NULL, park, (void *) &tid), 0);
+        while (tid == 0)
+                sleep_ms(1);
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1,
+                                       .scope = PACE_SCOPE_THREAD, .tid = gettid() };
+        ASSERT_OK(pace_reserve(p, &params, &a));
+        params.tid = tid;
+        ASSERT_OK(pace_reserve(p, &params, &t));
+        uint64_t gen = status_generation(p, NULL);
+
+        params.utilization_ppm = 200000;
+        ASSERT_OK(pace_modify(p, t.id, &params, &g));
+        ASSERT_EQ(g.scope, PACE_SCOPE_THREAD);
+        ASSERT_EQ(g.tid, tid);
+        ASSERT_EQ(g.budget_ns, 10 * NSEC_PER_MSEC);
+        ASSERT_EQ(status_generation(p, NULL), gen + 1);
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->n_reservations, 2);
+        for (size_t i = 0; i < st->n_reservations; i++) {
+                ASSERT_EQ(st->reservations[i].scope, PACE_SCOPE_THREAD);
+                ASSERT_EQ(st->reservations[i].tid, st->reservations[i].id == t.id ? tid : gettid());
+        }
+        pace_status_report_free(st);
+        /* And the broker still publishes: another change goes through. */
+        params.utilization_ppm = 300000;
+        ASSERT_OK(pace_modify(p, a.id, &params, &g));
+        ASSERT_EQ(g.tid, gettid());
+        ASSERT_EQ(status_generation(p, NULL), gen + 2);
+
+        pace_close(p);
+        pthread_cancel(thread);
+        pthread_join(thread, NULL);
         ASSERT_EQ(broker_stop(&b), 0);
 }
 

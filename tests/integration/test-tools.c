@@ -79,6 +79,8 @@ TEST(pacectl_status_text_and_json) {
         const char *pacectl = getenv("PACECTL");
         ASSERT_TRUE(pacectl);
 
+        pace_status_report *st = NULL;
+
         ASSERT_OK(broker_start(&b, config_json));
         pid_t sleeper = spawn_sleeper();
         ASSERT_OK(pace_connect(b.socket, &p));
@@ -106,10 +108,34 @@ TEST(pacectl_status_text_and_json) {
         ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "pid")->valuedouble, sleeper);
         ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "cpu")->valuedouble, 1);
         ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "budget_ns")->valuedouble, 30 * NSEC_PER_MSEC);
+        ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "uid")->valuedouble, getuid());
+        /* Each CPU's free share as the broker reports it; CPU 1 holds 60% of
+         * its 75%, so under 15% is left there and more than that elsewhere. */
+        ASSERT_OK(pace_status(p, &st));
         cJSON *cpus = cJSON_GetObjectItemCaseSensitive(root, "cpus");
         ASSERT_TRUE(cJSON_IsArray(cpus));
-        ASSERT_CMP(cJSON_GetArraySize(cpus), >=, 1);
+        ASSERT_EQ((size_t) cJSON_GetArraySize(cpus), st->n_cpus);
+        for (size_t i = 0; i < st->n_cpus; i++) {
+                cJSON *c = cJSON_GetArrayItem(cpus, (int) i);
+                ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(c, "cpu")->valuedouble, st->cpus[i].cpu);
+                ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(c, "free_ppm")->valuedouble, st->cpus[i].free_ppm);
+                if (st->cpus[i].cpu == 1)
+                        ASSERT_CMP(st->cpus[i].free_ppm, <=, 150000u);
+                else
+                        ASSERT_CMP(st->cpus[i].free_ppm, >, 150000u);
+        }
+        pace_status_report_free(st);
         cJSON_Delete(root);
+        free(out);
+        free(err);
+
+        /* --socket wins over a wrong $PACE_SOCKET. */
+        ASSERT_EQ(run_tool("/nonexistent/broker.sock",
+                           (const char *[]) { pacectl, "--socket", b.socket, "status", NULL }, &out, &err), 0);
+        ASSERT_CONTAINS(out, pidstr);
+        char uidstr[32];
+        snprintf(uidstr, sizeof(uidstr), " %u ", (unsigned) getuid());
+        ASSERT_CONTAINS(out, uidstr);
         free(out);
         free(err);
 
@@ -139,6 +165,20 @@ TEST(pacectl_status_text_and_json) {
         free(err);
         ASSERT_EQ(run_tool("/nonexistent/broker.sock", (const char *[]) { pacectl, "status", NULL }, &out, &err), 3);
         ASSERT_CONTAINS(err, "/nonexistent/broker.sock");
+        free(out);
+        free(err);
+
+        /* pacectl release ID ends it. */
+        char idstr[32];
+        snprintf(idstr, sizeof(idstr), "%" PRIu64, g.id);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", idstr, NULL }, &out, &err), 0);
+        free(out);
+        free(err);
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->n_reservations, 0);
+        pace_status_report_free(st);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", idstr, NULL }, &out, &err), 1);
+        ASSERT_CONTAINS(err, idstr);
         free(out);
         free(err);
 
@@ -211,6 +251,14 @@ TEST(pace_run_refused_says_why_and_does_not_run) {
         rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "160%", "--", "/bin/true", NULL }, &out, &err);
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--util");
+        ASSERT_CONTAINS(err, "--scope thread"); /* how to ask for more than one CPU instead */
+        free(out);
+        free(err);
+        /* --socket wins over $PACE_SOCKET, for pace-run too. */
+        rc = run_tool("/nonexistent/broker.sock", (const char *[]) { pace_run, "--socket", b.socket, "--period", "50ms",
+                                                                   "--util", "10%", "--", "/bin/true", NULL },
+                      &out, &err);
+        ASSERT_EQ(rc, 0);
         free(out);
         free(err);
         ASSERT_EQ(broker_stop(&b), 0);
