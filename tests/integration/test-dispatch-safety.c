@@ -81,19 +81,23 @@ TEST(fifo_only_during_slots) {
  * machine too. The competitor's gaps are reported for comparison with the
  * paper's method, where any foreign load counts against the client.
  *
- * Tolerance in "nice" mode: two scheduler ticks (4 ms at HZ=250) + 2 ms.
- * Between slots the client is SCHED_OTHER nice 19; when it is demoted while
- * running, EEVDF lets it keep the CPU until the next tick checks its slice,
- * so each of its two runs per 50 ms can end up to one tick late. Since the
- * dispatcher keeps one global slot grid (CLOCK_MONOTONIC / slot), run ends
- * sit at fixed phases of the tick, and both runs of a window can be late
- * together: measured over 6 runs on a quiet machine, the longest run was
- * 15 ms + 4.95 to 4.97 ms and the worst window 34.9 to 40.5 ms. The 2 ms
- * cover the dispatch thread's wake-up latency and interrupts. Over a whole
- * frame the client gets no more than its share (test-dispatch-share: 60.4%
- * of 60%), because CFS charges it for the late time at weight 15. Strict
- * mode has no such tick: the client is frozen at the slot end, tolerance
- * 0.5 ms (measured 29.94 to 29.95 ms). */
+ * Tolerance in "nice" mode: 2 x (one scheduler tick + 1 ms) + 2 ms = 12 ms
+ * at HZ=250. Between slots the client is SCHED_OTHER nice 19; when it is
+ * demoted while running, EEVDF lets it keep the CPU until the next tick
+ * checks its slice, so each of its runs can end up to a tick (4 ms) plus the
+ * dispatch thread's wake-up latency late (its p99.9 is under 1 ms here,
+ * docs/benchmarks.md). Since the dispatcher keeps one global slot grid
+ * (CLOCK_MONOTONIC / slot), run ends sit at fixed phases of the tick, and
+ * both run ends inside a 50 ms window can be late together. Measured over
+ * 6 runs on a quiet machine: the longest run was 15 ms + 4.95 to 4.97 ms
+ * and the worst window 34.9 to 40.5 ms, so the earlier 10 ms was below
+ * what the machine does. The 2 ms cover interrupts. A dispatcher that did
+ * not demote would show 50 ms. Over a whole frame the client gets no more
+ * than its share (test-dispatch-share: 60.4% of 60%), because CFS charges
+ * it for the late time at weight 15. Strict mode has no such tick: the
+ * client is frozen at the slot end, so only the dispatch latency at the two
+ * run ends is left: tolerance 2 x 0.75 ms (bench/isolation's full run:
+ * most in any 50 ms window 29.67 ms over 5 runs). */
 #define HOURGLASS_GAP_NS 100000ULL
 #define HOURGLASS_NS 3000000000ULL
 #define WINDOW_NS 50000000ULL
@@ -221,14 +225,14 @@ static void hourglass(const char *config, uint64_t tolerance_ns) {
 
 TEST(hourglass_budget_per_period) {
         DISPATCH_REQUIRE();
-        hourglass(CONFIG_1MS, 10000000ULL);
+        hourglass(CONFIG_1MS, 12000000ULL);
 }
 
 TEST(hourglass_budget_per_period_strict) {
         DISPATCH_REQUIRE();
         if (access("/sys/fs/cgroup/freezer/cgroup.procs", W_OK) < 0)
                 TEST_SKIP("no cgroup v1 freezer at /sys/fs/cgroup/freezer");
-        hourglass(CONFIG_1MS_FREEZE, 500000ULL);
+        hourglass(CONFIG_1MS_FREEZE, 1500000ULL);
 }
 
 /* The reserved process forks a child and starts a thread while it is at
@@ -253,19 +257,34 @@ TEST(no_realtime_inheritance) {
         if (client == 0) {
                 alarm(CHILD_LIFETIME_S);
                 close(pipefd[0]);
-                while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
-                        ;
-                int self = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK;
-                pid_t kid = fork();
-                if (kid == 0) {
-                        int p = sched_getscheduler(0);
-                        (void) !write(pipefd[1], &p, sizeof(p));
-                        _exit(0);
+                /* Only a child and a thread created while this process was
+                 * SCHED_FIFO both before and after prove anything: were it
+                 * demoted in between, they would be SCHED_OTHER anyway. */
+                int mine[2], result[2], self = -1;
+                if (pipe(mine) < 0)
+                        _exit(1);
+                for (;;) {
+                        while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
+                                ;
+                        pid_t kid = fork();
+                        if (kid == 0) {
+                                int p = sched_getscheduler(0);
+                                (void) !write(mine[1], &p, sizeof(p));
+                                _exit(0);
+                        }
+                        pthread_t t;
+                        pthread_create(&t, NULL, report_thread, &mine[1]);
+                        pthread_join(t, NULL);
+                        self = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK;
+                        (void) waitpid(kid, NULL, 0);
+                        if (read(mine[0], &result[0], sizeof(int)) != sizeof(int) ||
+                            read(mine[0], &result[1], sizeof(int)) != sizeof(int))
+                                _exit(1);
+                        if (self == SCHED_FIFO)
+                                break;
                 }
-                (void) waitpid(kid, NULL, 0);
-                pthread_t t;
-                pthread_create(&t, NULL, report_thread, &pipefd[1]);
-                pthread_join(t, NULL);
+                /* The pipe's order is the child's and the thread's, either way. */
+                (void) !write(pipefd[1], result, sizeof(result));
                 (void) !write(pipefd[1], &self, sizeof(self));
                 busy_forever();
         }
@@ -282,7 +301,8 @@ TEST(no_realtime_inheritance) {
         close(pipefd[0]);
         env_cleanup(&e);
         ASSERT_EQ(n, (ssize_t) sizeof(got));
-        printf("  reserved process at policy %d; forked child %d, new thread %d\n", got[2], got[0], got[1]);
+        printf("  reserved process at policy %d before and after; forked child and new thread at %d and %d\n",
+               got[2], got[0], got[1]);
         ASSERT_EQ(got[2], SCHED_FIFO);
         ASSERT_EQ(got[0], SCHED_OTHER);
         ASSERT_EQ(got[1], SCHED_OTHER);

@@ -45,7 +45,7 @@ static void run_one_reserved(const char *config, uint64_t slot_ns, const char *p
                 TEST_FAIL_("table not adopted");
         }
         test_sleep_ms(WARMUP_MS);
-        measure((pid_t[]) { client, hog, e.dispatcher }, 3, MEASURE_MS, &s);
+        measure((pid_t[]) { client, hog, env_dispatcher_child(&e) }, 3, MEASURE_MS, &s);
         printf("  slot %" PRIu64 " us: reserved %.2f%% (grant %.0f%%), hog %.2f%% (free %.0f%%), dispatcher %.2f%%,"
                " over %d ms\n",
                slot_ns / 1000, s.share[0], expected, s.share[1], free_share, s.share[2], MEASURE_MS);
@@ -114,7 +114,7 @@ TEST(strict_mode_no_more_than_grant) {
         env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
         ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         test_sleep_ms(WARMUP_MS);
-        measure((pid_t[]) { client, hog, e.dispatcher }, 3, MEASURE_MS, &s);
+        measure((pid_t[]) { client, hog, env_dispatcher_child(&e) }, 3, MEASURE_MS, &s);
         /* Invisible to the parent: no stop is ever reported. */
         pid_t w = waitpid(client, &status, WNOHANG | WUNTRACED);
         printf("  strict: reserved %.2f%% (grant 60%%), hog %.2f%%, dispatcher %.2f%%\n", s.share[0], s.share[1],
