@@ -16,7 +16,15 @@ bench_cleanup() {
         for p in "${bench_pids[@]}"; do wait "$p" 2>/dev/null || true; done
         bench_pids=()
         local d
-        for d in "${bench_dirs[@]}"; do rm -rf "$d"; done
+        for d in "${bench_dirs[@]}"; do
+                # BENCH_KEEP=1: keep the work and runtime directories (logs,
+                # raw samples) to look into a surprising figure.
+                if [ -n "${BENCH_KEEP:-}" ]; then
+                        echo "bench: kept $d" >&2
+                else
+                        rm -rf "$d"
+                fi
+        done
         bench_dirs=()
 }
 
