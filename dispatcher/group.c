@@ -32,7 +32,9 @@ struct Group {
         /* Where the members came from, relative to the hierarchy's root. */
         char orig[PATH_MAX];
         char cpu_orig[PATH_MAX]; /* the same in the cpu hierarchy ("" if none) */
-        int tasks_fd, procs_fd, usage_fd;
+        /* The group's directory; its tasks and cgroup.procs are opened
+         * anew for every read (see read_ids). */
+        int dir_fd, usage_fd;
 };
 
 struct GroupSet {
@@ -283,7 +285,7 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
         }
         g->id = id;
         g->refs = 1;
-        g->tasks_fd = g->procs_fd = g->usage_fd = -EBADF;
+        g->dir_fd = g->usage_fd = -EBADF;
         snprintf(g->dir, sizeof(g->dir), "%s/res-%" PRIu64, s->base, id);
         if (mkdir(g->dir, 0755) < 0 && errno != EEXIST) {
                 r = negative_errno();
@@ -291,16 +293,12 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
                 g = NULL;
                 goto done;
         }
-        snprintf(path, sizeof(path), "%s/tasks", g->dir);
-        g->tasks_fd = open(path, O_RDONLY | O_CLOEXEC);
-        snprintf(path, sizeof(path), "%s/cgroup.procs", g->dir);
-        g->procs_fd = open(path, O_RDONLY | O_CLOEXEC);
+        g->dir_fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         snprintf(path, sizeof(path), "%s/cpuacct.usage_percpu", g->dir);
         g->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (g->tasks_fd < 0 || g->procs_fd < 0 || g->usage_fd < 0) {
+        if (g->dir_fd < 0 || g->usage_fd < 0) {
                 r = negative_errno();
-                safe_close(g->tasks_fd);
-                safe_close(g->procs_fd);
+                safe_close(g->dir_fd);
                 safe_close(g->usage_fd);
                 (void) rmdir(g->dir);
                 free(g);
@@ -316,17 +314,23 @@ done:
         return r;
 }
 
-/* Reads a whole list file (one number per line) through a held fd. */
-static int read_ids(int fd, pid_t *ids, size_t max, size_t *ret_n) {
+/* Reads a whole cgroup v1 list file (tasks, cgroup.procs: one id a line).
+ * Opened anew every time: the kernel builds the list at the first read
+ * after open and hands the same list to every later read of that open
+ * file while it is read at least once a second, so a held fd never sees a
+ * thread born after its first read (measured: a reservation's new thread
+ * went unpromoted for 11 s). */
+static int read_ids(int dir_fd, const char *name, pid_t *ids, size_t max, size_t *ret_n) {
+        _cleanup_close_ int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
         char buf[8192];
         size_t n = 0, fill = 0;
-        off_t off = 0;
 
+        if (fd < 0)
+                return negative_errno();
         for (;;) {
-                ssize_t k = pread(fd, buf + fill, sizeof(buf) - fill - 1, off);
+                ssize_t k = read(fd, buf + fill, sizeof(buf) - fill - 1);
                 if (k < 0)
                         return negative_errno();
-                off += k;
                 fill += (size_t) k;
                 buf[fill] = '\0';
                 /* Whole lines only; the tail waits for the next read. */
@@ -393,14 +397,12 @@ void group_release(GroupSet *s, Group *g) {
          * racing with the move leaves a straggler: go round a few times. */
         for (int round = 0; round < 8; round++) {
                 const char *file = g->scope == PACE_TABLE_SCOPE_THREAD ? "tasks" : "cgroup.procs";
-                int fd = g->scope == PACE_TABLE_SCOPE_THREAD ? g->tasks_fd : g->procs_fd;
-                if (read_ids(fd, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
+                if (read_ids(g->dir_fd, file, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
                         break;
                 for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
                         move_out(s, g, file, ids[i]);
         }
-        safe_close(g->tasks_fd);
-        safe_close(g->procs_fd);
+        safe_close(g->dir_fd);
         safe_close(g->usage_fd);
         (void) rmdir(g->dir);
         free(g);
@@ -483,7 +485,7 @@ int group_evict_strangers(GroupSet *s, Group *g) {
                 return 0;
         /* The common case, the member and nobody else, costs one read. */
         bool thread = g->scope == PACE_TABLE_SCOPE_THREAD;
-        r = read_ids(thread ? g->tasks_fd : g->procs_fd, ids, ELEMENTSOF(ids), &n);
+        r = read_ids(g->dir_fd, thread ? "tasks" : "cgroup.procs", ids, ELEMENTSOF(ids), &n);
         if (r < 0)
                 return r;
         pid_t member = thread ? g->tid : g->pid;
@@ -497,7 +499,7 @@ int group_evict_strangers(GroupSet *s, Group *g) {
 }
 
 int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n) {
-        return read_ids(g->tasks_fd, tids, max, ret_n);
+        return read_ids(g->dir_fd, "tasks", tids, max, ret_n);
 }
 
 int group_usage_ns(Group *g, int cpu, uint64_t *ret) {
