@@ -794,10 +794,27 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
         if (r != 0)
                 return r < 0 ? r : 0;
 
-        PlanRequest preq = request_for_entry(plan_find(b->plan, req->id));
+        /* Each CPU's dispatch thread swaps tables at its own frame boundary,
+         * and those differ between CPUs: a change that moved a reservation
+         * (or changed the pieces of a split one) could hold old and new
+         * slots at once for up to a frame. On one CPU the swap is a single
+         * frame boundary, so a change stays where the reservation is. */
+        const PlanEntry *old = plan_find(b->plan, req->id);
+        if (old->flags & PACE_RES_PIECE)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "reservation %" PRIu64 " is split over CPUs, and its pieces cannot all change at "
+                                   "one instant; release it and reserve again; the reservation stays as it was",
+                                   req->id);
+        if (req->has_cpu && req->cpu != old->cpu)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "reservation %" PRIu64 " lives on CPU %" PRIi32 " and a change stays there (old "
+                                   "and new would both be in force for up to a frame while CPUs swap tables); to "
+                                   "move it to CPU %" PRIi32 ", release it and reserve again; the reservation stays "
+                                   "as it was", req->id, old->cpu, req->cpu);
+        PlanRequest preq = request_for_entry(old);
         preq.period_ns = req->period_ns;
         preq.utilization_ppm = req->utilization_ppm;
-        preq.cpu = req->has_cpu ? req->cpu : -1;
+        preq.cpu = old->cpu;
         r = plan_validate(b->plan, &preq, why, sizeof(why));
         if (r >= 0)
                 r = replan(b, req->id, &preq, &entry, why, sizeof(why));

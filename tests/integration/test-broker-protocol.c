@@ -1082,6 +1082,67 @@ TEST(a_request_above_what_is_free_is_refused_and_changes_nothing) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+/* A change is applied where the reservation is, at one frame boundary of
+ * one CPU: moving it, or changing a split one, is refused and changes
+ * nothing (the CPUs' frame boundaries differ, so old and new could both be
+ * in force for up to a frame: paper 003's Defect 1). */
+TEST(a_change_stays_on_the_reservations_cpu) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant a, c0, c1, split, g;
+        size_t n;
+
+        ASSERT_OK(broker_start(&b, config_default));
+        if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+                broker_stop(&b);
+                TEST_SKIP("needs 2 CPUs");
+        }
+        pid_t ka = spawn_sleeper(), k0 = spawn_sleeper(), k1 = spawn_sleeper(), ks = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = ka, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &a));
+        uint64_t gen = status_generation(p, &n);
+
+        params.cpu = 0;
+        ASSERT_ERR(pace_modify(p, a.id, &params, &g), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "release it and reserve again");
+        ASSERT_CONTAINS(pace_last_message(), "stays as it was");
+        ASSERT_EQ(status_generation(p, NULL), gen);
+        /* Not naming a CPU: it stays on CPU 1 even where CPU 0 is emptier. */
+        params.cpu = -1;
+        params.utilization_ppm = 200000;
+        ASSERT_OK(pace_modify(p, a.id, &params, &g));
+        ASSERT_EQ(g.cpu, 1);
+        ASSERT_OK(pace_release(p, a.id));
+
+        /* A split one: 25% on each CPU leaves 50% each, 60% is split. */
+        params.utilization_ppm = 250000;
+        params.pid = k0;
+        params.cpu = 0;
+        ASSERT_OK(pace_reserve(p, &params, &c0));
+        params.pid = k1;
+        params.cpu = 1;
+        ASSERT_OK(pace_reserve(p, &params, &c1));
+        params.pid = ks;
+        params.cpu = -1;
+        params.utilization_ppm = 600000;
+        ASSERT_OK(pace_reserve(p, &params, &split));
+        gen = status_generation(p, &n);
+        ASSERT_EQ(n, 4); /* two pieces are listed apart */
+        params.utilization_ppm = 550000;
+        ASSERT_ERR(pace_modify(p, split.id, &params, &g), PACE_E_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(pace_last_message(), "split over CPUs");
+        ASSERT_EQ(status_generation(p, NULL), gen);
+
+        pace_close(p);
+        pid_t kids[] = { ka, k0, k1, ks };
+        for (size_t i = 0; i < ELEMENTSOF(kids); i++) {
+                kill(kids[i], SIGKILL);
+                waitpid(kids[i], NULL, 0);
+        }
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
 /* A change of parameters never changes whom a reservation covers: two
  * thread-scope reservations on one process stay two thread-scope
  * reservations (were they turned into process scope, the next table would

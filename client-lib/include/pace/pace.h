@@ -117,7 +117,9 @@ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant *ret_gra
 int pace_release(pace *p, uint64_t id);
 /* New parameters for a live reservation (params->pid is ignored): admitted
  * as a new request with the reservation's own time counted free, and
- * swapped in at once; refused, the reservation stays as it was. */
+ * swapped in at once; refused, the reservation stays as it was. It stays
+ * on its CPU (params->cpu: -1 or that CPU); a split reservation cannot be
+ * changed: release and reserve again. */
 int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant);
 int pace_status(pace *p, pace_status_report **ret);
 void pace_status_report_free(pace_status_report *report);
