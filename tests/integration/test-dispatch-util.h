@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "pace-stats.h"
 #include "pace-table.h"
 #include "proc-util.h"
 #include "table-shm.h"
@@ -259,6 +260,7 @@ static inline void env_cleanup(DispatchEnv *e) {
                 (void) unlinkat(e->dirfd, PACE_TABLE_NAME, 0);
                 (void) unlinkat(e->dirfd, "pace.json", 0);
                 (void) unlinkat(e->dirfd, "dispatcher.log", 0);
+                (void) unlinkat(e->dirfd, PACE_STATS_NAME, 0); /* the dispatcher's accounting file */
                 close(e->dirfd);
                 (void) rmdir(e->dir);
         }
