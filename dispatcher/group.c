@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "group.h"
@@ -32,10 +33,27 @@ struct Group {
         /* Where the members came from, relative to the hierarchy's root. */
         char orig[PATH_MAX];
         char cpu_orig[PATH_MAX]; /* the same in the cpu hierarchy ("" if none) */
-        /* The group's directory; its tasks and cgroup.procs are opened
-         * anew for every read (see read_ids). */
+        /* The group's directory, and its two lists: reopened when older
+         * than LIST_REFRESH_NS (see list_read), under list_lock because a
+         * split reservation's loops share the group. */
         int dir_fd, usage_fd;
+        pthread_mutex_t list_lock;
+        int list_fd[2];
+        uint64_t list_opened_ns[2];
 };
+
+enum { LIST_TASKS, LIST_PROCS };
+static const char *const list_name[] = { [LIST_TASKS] = "tasks", [LIST_PROCS] = "cgroup.procs" };
+
+/* cgroup v1 builds a tasks/cgroup.procs list at the first read after open
+ * and serves every later read of that open file from it while it is read
+ * at least once a second: a file held open never shows a thread born
+ * after its first read (a reservation's new thread went unpromoted for
+ * 11 s that way). Reopening at every read cost the dispatch loop about
+ * 10 us more per change of slot owner (bench/latency, bench/overhead), so a
+ * list is reused for at most this long: a new member is found within 10 ms
+ * plus its next run. */
+#define LIST_REFRESH_NS (10 * NSEC_PER_MSEC)
 
 struct GroupSet {
         pthread_mutex_t lock;
@@ -285,10 +303,12 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
         }
         g->id = id;
         g->refs = 1;
-        g->dir_fd = g->usage_fd = -EBADF;
+        g->dir_fd = g->usage_fd = g->list_fd[0] = g->list_fd[1] = -EBADF;
+        pthread_mutex_init(&g->list_lock, NULL);
         snprintf(g->dir, sizeof(g->dir), "%s/res-%" PRIu64, s->base, id);
         if (mkdir(g->dir, 0755) < 0 && errno != EEXIST) {
                 r = negative_errno();
+                pthread_mutex_destroy(&g->list_lock);
                 free(g);
                 g = NULL;
                 goto done;
@@ -301,6 +321,7 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
                 safe_close(g->dir_fd);
                 safe_close(g->usage_fd);
                 (void) rmdir(g->dir);
+                pthread_mutex_destroy(&g->list_lock);
                 free(g);
                 g = NULL;
                 goto done;
@@ -314,23 +335,17 @@ done:
         return r;
 }
 
-/* Reads a whole cgroup v1 list file (tasks, cgroup.procs: one id a line).
- * Opened anew every time: the kernel builds the list at the first read
- * after open and hands the same list to every later read of that open
- * file while it is read at least once a second, so a held fd never sees a
- * thread born after its first read (measured: a reservation's new thread
- * went unpromoted for 11 s). */
-static int read_ids(int dir_fd, const char *name, pid_t *ids, size_t max, size_t *ret_n) {
-        _cleanup_close_ int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+/* Reads a whole list file (one number per line) from its start. */
+static int read_ids(int fd, pid_t *ids, size_t max, size_t *ret_n) {
         char buf[8192];
         size_t n = 0, fill = 0;
+        off_t off = 0;
 
-        if (fd < 0)
-                return negative_errno();
         for (;;) {
-                ssize_t k = read(fd, buf + fill, sizeof(buf) - fill - 1);
+                ssize_t k = pread(fd, buf + fill, sizeof(buf) - fill - 1, off);
                 if (k < 0)
                         return negative_errno();
+                off += k;
                 fill += (size_t) k;
                 buf[fill] = '\0';
                 /* Whole lines only; the tail waits for the next read. */
@@ -353,6 +368,28 @@ static int read_ids(int dir_fd, const char *name, pid_t *ids, size_t max, size_t
         }
         *ret_n = n;
         return 0;
+}
+
+static uint64_t monotonic_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+/* One of the group's lists, at most LIST_REFRESH_NS old; fresh: now. */
+static int list_read(Group *g, int which, bool fresh, pid_t *ids, size_t max, size_t *ret_n) {
+        uint64_t now = monotonic_ns();
+        int r;
+
+        pthread_mutex_lock(&g->list_lock);
+        if (g->list_fd[which] < 0 || fresh || now - g->list_opened_ns[which] >= LIST_REFRESH_NS) {
+                safe_close(g->list_fd[which]);
+                g->list_fd[which] = openat(g->dir_fd, list_name[which], O_RDONLY | O_CLOEXEC);
+                g->list_opened_ns[which] = now;
+        }
+        r = g->list_fd[which] < 0 ? negative_errno() : read_ids(g->list_fd[which], ids, max, ret_n);
+        pthread_mutex_unlock(&g->list_lock);
+        return r;
 }
 
 static void orig_dir(const GroupSet *s, const Group *g, char *ret, size_t size) {
@@ -396,14 +433,18 @@ void group_release(GroupSet *s, Group *g) {
         /* Everything inside goes back, children it forked included. A fork
          * racing with the move leaves a straggler: go round a few times. */
         for (int round = 0; round < 8; round++) {
-                const char *file = g->scope == PACE_TABLE_SCOPE_THREAD ? "tasks" : "cgroup.procs";
-                if (read_ids(g->dir_fd, file, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
+                int which = g->scope == PACE_TABLE_SCOPE_THREAD ? LIST_TASKS : LIST_PROCS;
+                const char *file = list_name[which];
+                if (list_read(g, which, true, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
                         break;
                 for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
                         move_out(s, g, file, ids[i]);
         }
+        safe_close(g->list_fd[LIST_TASKS]);
+        safe_close(g->list_fd[LIST_PROCS]);
         safe_close(g->dir_fd);
         safe_close(g->usage_fd);
+        pthread_mutex_destroy(&g->list_lock);
         (void) rmdir(g->dir);
         free(g);
 }
@@ -485,7 +526,7 @@ int group_evict_strangers(GroupSet *s, Group *g) {
                 return 0;
         /* The common case, the member and nobody else, costs one read. */
         bool thread = g->scope == PACE_TABLE_SCOPE_THREAD;
-        r = read_ids(g->dir_fd, thread ? "tasks" : "cgroup.procs", ids, ELEMENTSOF(ids), &n);
+        r = list_read(g, thread ? LIST_TASKS : LIST_PROCS, false, ids, ELEMENTSOF(ids), &n);
         if (r < 0)
                 return r;
         pid_t member = thread ? g->tid : g->pid;
@@ -499,7 +540,7 @@ int group_evict_strangers(GroupSet *s, Group *g) {
 }
 
 int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n) {
-        return read_ids(g->dir_fd, "tasks", tids, max, ret_n);
+        return list_read(g, LIST_TASKS, false, tids, max, ret_n);
 }
 
 int group_usage_ns(Group *g, int cpu, uint64_t *ret) {
