@@ -32,7 +32,7 @@ typedef struct PaceConfig {
         uint32_t max_utilization_per_user_ppm; /* "max_utilization_per_user": default 1.0 */
         uint32_t max_connections;           /* default 256, 1..65536 */
         uint64_t client_timeout_ns;         /* "client_timeout_ms": idle clients are dropped, default 10000 */
-        uint64_t switch_cost_ns;            /* "switch_cost_us": charged per ownership change, default 45 */
+        uint64_t switch_cost_ns;            /* "switch_cost_us": charged per ownership change, default 55 */
         PaceWaiting waiting;                /* "waiting": "nice" (default) | "freeze" */
         uint32_t max_connections_per_user;  /* default 64, 1..65536, at most max_connections */
         uint32_t max_requests_per_second;   /* per user (root exempt), default 50, 1..100000 */
