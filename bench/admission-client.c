@@ -24,26 +24,9 @@
 
 #include <pace/pace.h>
 
+#include "bench-util.h"
 #include "macro.h"
 #include "parse-util.h"
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
-
-static uint64_t percentile(const uint64_t *sorted, size_t n, double q) {
-        if (n == 0)
-                return 0;
-        size_t i = (size_t) (q * (double) (n - 1) + 0.5);
-        return sorted[MIN(i, n - 1)];
-}
 
 static pid_t spawn_sleeper(void) {
         pid_t pid = fork();
@@ -151,7 +134,7 @@ int main(int argc, char **argv) {
         }
 
         int ret = 1;
-        uint64_t fill_start = now_ns();
+        uint64_t fill_start = bench_now_ns();
         for (uint32_t i = 0; i < live + 1; i++) {
                 pid_t pid = spawn_sleeper();
                 if (pid < 0) {
@@ -172,14 +155,14 @@ int main(int argc, char **argv) {
                         goto finish;
                 }
         }
-        uint64_t fill_ns = now_ns() - fill_start;
+        uint64_t fill_ns = bench_now_ns() - fill_start;
 
         pace_reserve_params q = params;
         q.pid = children[live];
         size_t n = 0;
-        uint64_t start = now_ns();
+        uint64_t start = bench_now_ns();
         for (; n < pairs; n++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 if (t0 - start > duration_ns)
                         break;
                 pace_grant g;
@@ -194,9 +177,9 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "admission-client: release: %s\n", pace_strerror(r));
                         goto finish;
                 }
-                lat[n] = now_ns() - t0;
+                lat[n] = bench_now_ns() - t0;
         }
-        uint64_t elapsed = now_ns() - start;
+        uint64_t elapsed = bench_now_ns() - start;
 
         if (samples_path) {
                 FILE *f = fopen(samples_path, "we");
@@ -211,7 +194,7 @@ int main(int argc, char **argv) {
         qsort(lat, n, sizeof(uint64_t), cmp_u64);
         printf("live %" PRIu32 " fill_ns %" PRIu64 " pairs %zu p50 %" PRIu64 " p90 %" PRIu64 " p99 %" PRIu64
                " max %" PRIu64 " elapsed_ns %" PRIu64 "\n",
-               live, fill_ns, n, percentile(lat, n, 0.5), percentile(lat, n, 0.9), percentile(lat, n, 0.99),
+               live, fill_ns, n, bench_percentile(lat, n, 0.5), bench_percentile(lat, n, 0.9), bench_percentile(lat, n, 0.99),
                n ? lat[n - 1] : 0, elapsed);
         ret = 0;
 finish:

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "bench-util.h"
 #include "macro.h"
 #include "parse-util.h"
 #include "plan.h"
@@ -29,21 +30,9 @@
 
 static PaceTableBuffer table; /* large: keep it off the stack */
 
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
-
 static uint64_t percentile(uint64_t *v, size_t n, double q) {
         qsort(v, n, sizeof(uint64_t), cmp_u64);
-        size_t i = (size_t) (q * (double) (n - 1) + 0.5);
-        return v[MIN(i, n - 1)];
+        return bench_percentile(v, n, q);
 }
 
 /* The background mix: (period as a fraction of the frame or in ms, ppm). */
@@ -150,26 +139,26 @@ int main(int argc, char **argv) {
                                 .cpu = 0,
                         };
                         PlanEntry e;
-                        uint64_t t0 = now_ns();
+                        uint64_t t0 = bench_now_ns();
                         r = plan_admit(p, &req, &e, why, sizeof(why));
-                        uint64_t t1 = now_ns();
+                        uint64_t t1 = bench_now_ns();
                         if (r < 0) {
                                 fprintf(stderr, "admission-plan: frame %" PRIu32 " ms: %s\n", frame_ms, why);
                                 return 1;
                         }
                         memset(&table, 0, sizeof(table));
-                        uint64_t t2 = now_ns();
+                        uint64_t t2 = bench_now_ns();
                         plan_export(p, &table);
-                        uint64_t t3 = now_ns();
+                        uint64_t t3 = bench_now_ns();
                         r = table_check(&table, &config, why, sizeof(why));
-                        uint64_t t4 = now_ns();
+                        uint64_t t4 = bench_now_ns();
                         if (r < 0) {
                                 fprintf(stderr, "admission-plan: frame %" PRIu32 " ms: table refused: %s\n", frame_ms,
                                         why);
                                 return 1;
                         }
                         (void) plan_remove(p, req.id);
-                        uint64_t t5 = now_ns();
+                        uint64_t t5 = bench_now_ns();
                         t_admit[done] = t1 - t0;
                         t_export[done] = t3 - t2;
                         t_check[done] = t4 - t3;

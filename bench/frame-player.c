@@ -17,35 +17,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-util.h"
 #include "macro.h"
 #include "parse-util.h"
-
-static uint64_t clock_ns(clockid_t id) {
-        struct timespec ts;
-        clock_gettime(id, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
 
 /* Where the busy work goes, so the compiler cannot drop it. */
 static volatile uint64_t burn_sink;
 
 static void burn_cpu(uint64_t ns) {
-        uint64_t until = clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
-        while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
+        uint64_t until = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
+        while (bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
                 for (int i = 0; i < 1000; i++)
                         burn_sink += (uint64_t) i;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
-
-static uint64_t percentile(const uint64_t *sorted, size_t n, double q) {
-        if (n == 0)
-                return 0;
-        size_t i = (size_t) (q * (double) (n - 1) + 0.5);
-        return sorted[MIN(i, n - 1)];
 }
 
 int main(int argc, char **argv) {
@@ -109,14 +92,14 @@ int main(int argc, char **argv) {
                 return 1;
 
         size_t missed = 0;
-        uint64_t t0 = clock_ns(CLOCK_MONOTONIC) + 10 * NSEC_PER_MSEC;
+        uint64_t t0 = bench_clock_ns(CLOCK_MONOTONIC) + 10 * NSEC_PER_MSEC;
         for (size_t k = 0; k < n; k++) {
                 uint64_t release = t0 + k * period;
                 struct timespec ts = { .tv_sec = (time_t) (release / NSEC_PER_SEC), .tv_nsec = (long) (release % NSEC_PER_SEC) };
                 while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
                         ;
                 burn_cpu(work_ns);
-                finish[k] = clock_ns(CLOCK_MONOTONIC);
+                finish[k] = bench_clock_ns(CLOCK_MONOTONIC);
                 response[k] = finish[k] - release;
                 if (response[k] > period)
                         missed++;
@@ -137,8 +120,8 @@ int main(int argc, char **argv) {
         qsort(sorted, n, sizeof(uint64_t), cmp_u64);
         printf("%s: %zu frames, %zu missed (%.1f%%), response p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms, "
                "jitter %.1f ms\n",
-               label, n, missed, 100.0 * (double) missed / (double) n, (double) percentile(sorted, n, 0.5) / 1e6,
-               (double) percentile(sorted, n, 0.9) / 1e6, (double) percentile(sorted, n, 0.99) / 1e6,
+               label, n, missed, 100.0 * (double) missed / (double) n, (double) bench_percentile(sorted, n, 0.5) / 1e6,
+               (double) bench_percentile(sorted, n, 0.9) / 1e6, (double) bench_percentile(sorted, n, 0.99) / 1e6,
                (double) sorted[n - 1] / 1e6, jitter_ms);
 
         if (csv_path) {

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-util.h"
 #include "macro.h"
 #include "parse-util.h"
 
@@ -56,17 +57,6 @@ typedef struct HgSchedAttr {
 typedef struct Run {
         uint64_t start, end;
 } Run;
-
-static uint64_t clock_ns(clockid_t id) {
-        struct timespec ts;
-        clock_gettime(id, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
 
 /* Running time in [runs[0].start, x], with prefix[i] = running time of
  * runs before i. */
@@ -247,13 +237,13 @@ int main(int argc, char **argv) {
         if (!runs || !gaps)
                 return 1;
 
-        uint64_t t0 = clock_ns(CLOCK_MONOTONIC) + warmup_ns, t1 = t0 + duration_ns, prev, t;
-        while ((prev = clock_ns(CLOCK_MONOTONIC)) < t0)
+        uint64_t t0 = bench_clock_ns(CLOCK_MONOTONIC) + warmup_ns, t1 = t0 + duration_ns, prev, t;
+        while ((prev = bench_clock_ns(CLOCK_MONOTONIC)) < t0)
                 ;
-        uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        uint64_t cpu0 = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID);
         runs[0].start = prev;
         for (;;) {
-                t = clock_ns(CLOCK_MONOTONIC);
+                t = bench_clock_ns(CLOCK_MONOTONIC);
                 if (t - prev > gap_ns) {
                         if (n + 1 < cap) {
                                 runs[n].end = prev;
@@ -266,7 +256,7 @@ int main(int argc, char **argv) {
                 if (t >= t1)
                         break;
         }
-        uint64_t cpu_used = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        uint64_t cpu_used = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         runs[n].end = t;
         size_t n_runs = n + 1, n_gaps = n;
         /* The measured time is [t0, t1] exactly, wherever its own runs fall:

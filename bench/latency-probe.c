@@ -43,30 +43,13 @@
 /* pace.h before pace-table.h: the table's PACE_SCOPE_* macros would
  * otherwise rewrite pace.h's enum of the same names. */
 #include "pace/pace.h"
+#include "bench-util.h"
 #include "macro.h"
 #include "pace-table.h"
 #include "parse-util.h"
 #include "table-shm.h"
 
 #define MAX_RUNS 65536
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
-
-static uint64_t percentile(const uint64_t *sorted, size_t n, double q) {
-        if (n == 0)
-                return 0;
-        size_t i = (size_t) (q * (double) (n - 1) + 0.5);
-        return sorted[MIN(i, n - 1)];
-}
 
 typedef struct Schedule {
         uint64_t slot_ns;
@@ -277,8 +260,8 @@ int main(int argc, char **argv) {
         _cleanup_free_ Schedule *s = malloc(sizeof(Schedule));
         if (!s)
                 return 1;
-        uint64_t give_up = now_ns() + 2 * NSEC_PER_SEC;
-        while ((r = read_schedule(table_path, g.id, g.cpu, s)) == -ENOENT && now_ns() < give_up)
+        uint64_t give_up = bench_now_ns() + 2 * NSEC_PER_SEC;
+        while ((r = read_schedule(table_path, g.id, g.cpu, s)) == -ENOENT && bench_now_ns() < give_up)
                 usleep(1000);
         if (r < 0) {
                 fprintf(stderr, "latency-probe: cannot find reservation %" PRIu64 " in %s: %s\n", g.id, table_path,
@@ -288,9 +271,9 @@ int main(int argc, char **argv) {
 
         /* The first promotion: from then on the dispatcher has pinned us
          * (first touch) and will not pin us again. */
-        give_up = now_ns() + 3 * NSEC_PER_SEC;
+        give_up = bench_now_ns() + 3 * NSEC_PER_SEC;
         while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
-                if (now_ns() > give_up) {
+                if (bench_now_ns() > give_up) {
                         fprintf(stderr, "latency-probe: never promoted (is the dispatcher running?)\n");
                         return 1;
                 }
@@ -302,7 +285,7 @@ int main(int argc, char **argv) {
                 }
         }
 
-        uint64_t begin = now_ns() + warmup_ns, end = begin + duration_ns;
+        uint64_t begin = bench_now_ns() + warmup_ns, end = begin + duration_ns;
         /* Every run start could be sampled; twice that is room enough. */
         uint64_t per_frame = s->n_starts, frame_ns = s->frame_slots * s->slot_ns;
         size_t cap = (size_t) (duration_ns / frame_ns + 2) * per_frame * 2 + 16;
@@ -311,11 +294,11 @@ int main(int argc, char **argv) {
                 return 1;
         size_t n = 0, missed = 0, offcpu = 0;
 
-        while (now_ns() < begin)
+        while (bench_now_ns() < begin)
                 ;
-        uint64_t next = next_start(s, now_ns() + 1);
+        uint64_t next = next_start(s, bench_now_ns() + 1);
         for (;;) {
-                uint64_t t = now_ns();
+                uint64_t t = bench_now_ns();
                 if (t < next)
                         continue;
                 /* Every run start up to now gets its sample, even one the
@@ -354,7 +337,7 @@ int main(int argc, char **argv) {
         printf("samples=%zu missed=%zu offcpu=%zu median_ns=%" PRIu64 " p99_ns=%" PRIu64 " p999_ns=%" PRIu64
                " max_ns=%" PRIu64 " runs_per_frame=%" PRIu32 " frame_ns=%" PRIu64 " grant_period_ns=%" PRIu64
                " grant_budget_ns=%" PRIu64 "\n",
-               n, missed, offcpu, percentile(lat, n, 0.5), percentile(lat, n, 0.99), percentile(lat, n, 0.999),
+               n, missed, offcpu, bench_percentile(lat, n, 0.5), bench_percentile(lat, n, 0.99), bench_percentile(lat, n, 0.999),
                n ? lat[n - 1] : 0, s->n_starts, frame_ns, g.period_ns, g.budget_ns);
         return 0;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -72,3 +73,9 @@ static inline int negative_errno(void) {
                 if (*p)                          \
                         func(*p);                \
         }
+
+/* qsort() order for uint64_t. */
+static inline int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+        return (x > y) - (x < y);
+}

@@ -395,11 +395,6 @@ TEST(other_users_cannot_touch_what_is_not_theirs) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
-static int compare_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
-
 /* The broker holds a pidfd per reservation and frees it when that fires.
  * "Within one frame" (50 ms here) is asserted on the median of five
  * deaths, so one stall of this shared VM cannot fail it; any single one
@@ -454,7 +449,7 @@ TEST(reservation_dies_with_its_process_within_a_frame) {
                 }
                 took[round] = now_ns() - t0;
         }
-        qsort(took, ROUNDS, sizeof(took[0]), compare_u64);
+        qsort(took, ROUNDS, sizeof(took[0]), cmp_u64);
         printf("  freed %.2f ms (median of %d; %.2f-%.2f) after the process was reaped\n", (double) took[ROUNDS / 2] / 1e6,
                ROUNDS, (double) took[0] / 1e6, (double) took[ROUNDS - 1] / 1e6);
         ASSERT_CMP(took[ROUNDS / 2], <, 50 * NSEC_PER_MSEC);

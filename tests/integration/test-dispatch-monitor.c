@@ -131,11 +131,6 @@ static void print_monitor_lines(DispatchEnv *e, const char *needle) {
                 fclose(f);
 }
 
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return (x > y) - (x < y);
-}
-
 typedef struct Kill {
         uint64_t recovery_ns; /* kill → both clients no longer SCHED_FIFO */
         uint64_t resume_ns;   /* kill → both clients SCHED_FIFO again (seen at least once each) */

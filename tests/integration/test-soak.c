@@ -181,11 +181,6 @@ static int raw_connect(const char *path) {
         return fd;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
-
 TEST(sixty_four_clients_ten_thousand_cycles) {
         BrokerInstance b;
         Shared *sh = mmap(NULL, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
