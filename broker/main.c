@@ -192,8 +192,15 @@ static int open_listen_socket(int *ret_fd) {
                 return 0;
         }
 
-        if ((size_t) snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", arg_runtime_dir, PACE_SOCKET_NAME) >=
-            sizeof(addr.sun_path))
+        /* The socket is bound under a temporary name and renamed into place
+         * once it listens: a client (or a test) that sees broker.sock can
+         * connect at once, instead of meeting ECONNREFUSED between bind()
+         * and listen(). The rename also replaces a socket a crashed broker
+         * left behind. */
+        char path[sizeof(addr.sun_path)];
+        if ((size_t) snprintf(path, sizeof(path), "%s/%s", arg_runtime_dir, PACE_SOCKET_NAME) >= sizeof(path) ||
+            (size_t) snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s.new", arg_runtime_dir,
+                              PACE_SOCKET_NAME) >= sizeof(addr.sun_path))
                 return log_fmt(PROGRAM, LOG_ERR, "runtime directory %s is too long for a socket path",
                                arg_runtime_dir), -ENAMETOOLONG;
 
@@ -206,10 +213,11 @@ static int open_listen_socket(int *ret_fd) {
                 return log_fmt(PROGRAM, LOG_ERR, "cannot bind %s: %s", addr.sun_path, strerror(-r)), r;
         }
         /* Any local user may ask; who gets what is decided per request. */
-        if (chmod(addr.sun_path, 0666) < 0)
-                return negative_errno();
-        if (listen(fd, 128) < 0)
-                return negative_errno();
+        if (chmod(addr.sun_path, 0666) < 0 || listen(fd, 128) < 0 || rename(addr.sun_path, path) < 0) {
+                r = negative_errno();
+                (void) unlink(addr.sun_path);
+                return log_fmt(PROGRAM, LOG_ERR, "cannot set up %s: %s", path, strerror(-r)), r;
+        }
         *ret_fd = TAKE_FD(fd);
         return 0;
 }
@@ -334,6 +342,16 @@ int main(int argc, char **argv) {
         if (r <= 0)
                 return r < 0 ? 2 : 0;
 
+        /* Blocked before the socket appears, so a stop requested as soon as
+         * a client can see the broker waits for the event loop and ends
+         * cleanly instead of killing a half-started broker. */
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+
         r = load_config(&config);
         if (r < 0)
                 return 1;
@@ -364,12 +382,6 @@ int main(int argc, char **argv) {
                 return 1;
         }
 
-        sigset_t mask;
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
-        sigprocmask(SIG_BLOCK, &mask, NULL);
         (void) sd_event_add_signal(event, NULL, SIGTERM, NULL, NULL);
         (void) sd_event_add_signal(event, NULL, SIGINT, NULL, NULL);
         (void) sd_event_add_signal(event, NULL, SIGHUP, on_sighup, &server);

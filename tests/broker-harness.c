@@ -15,6 +15,69 @@
 
 #include "broker-harness.h"
 
+/* Brokers still running when a test exits (a failed assertion calls exit()):
+ * stopped, by pid, and their directories removed, so a failure leaves no
+ * process and no /tmp/pace-test-* behind. Copies, not pointers: the
+ * BrokerInstance lives on a stack frame that may be gone. */
+#define HARNESS_MAX_BROKERS 16
+static struct {
+        pid_t pid;
+        char dir[256];
+} live[HARNESS_MAX_BROKERS];
+
+static void remove_dir(const char *dir) {
+        char cmd[400];
+
+        if (strncmp(dir, "/tmp/pace-test-", 15) != 0 || strchr(dir, '\''))
+                return;
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void stop_leftovers(void) {
+        for (size_t i = 0; i < HARNESS_MAX_BROKERS; i++) {
+                /* Only while it is still our unreaped child: a pid a test
+                 * already reaped may belong to someone else by now. */
+                if (live[i].pid > 0 && waitpid(live[i].pid, NULL, WNOHANG) == 0) {
+                        kill(live[i].pid, SIGKILL);
+                        waitpid(live[i].pid, NULL, 0);
+                }
+                if (live[i].dir[0])
+                        remove_dir(live[i].dir);
+                live[i].pid = 0;
+                live[i].dir[0] = '\0';
+        }
+}
+
+static void track(const BrokerInstance *b) {
+        static bool registered;
+        size_t free_slot = HARNESS_MAX_BROKERS;
+
+        if (!registered)
+                registered = atexit(stop_leftovers) == 0;
+        for (size_t i = 0; i < HARNESS_MAX_BROKERS; i++) {
+                if (strcmp(live[i].dir, b->dir) == 0) {
+                        live[i].pid = b->pid;
+                        return;
+                }
+                if (!live[i].dir[0] && free_slot == HARNESS_MAX_BROKERS)
+                        free_slot = i;
+        }
+        if (free_slot < HARNESS_MAX_BROKERS) {
+                live[free_slot].pid = b->pid;
+                snprintf(live[free_slot].dir, sizeof(live[free_slot].dir), "%s", b->dir);
+        }
+}
+
+static void untrack(const BrokerInstance *b) {
+        for (size_t i = 0; i < HARNESS_MAX_BROKERS; i++)
+                if (strcmp(live[i].dir, b->dir) == 0) {
+                        live[i].pid = 0;
+                        live[i].dir[0] = '\0';
+                }
+}
+
 static int write_file(const char *path, const char *content) {
         FILE *f = fopen(path, "we");
         if (!f)
@@ -23,7 +86,7 @@ static int write_file(const char *path, const char *content) {
         return fclose(f) == 0 ? 0 : -errno;
 }
 
-static int broker_spawn(BrokerInstance *b) {
+int broker_launch(BrokerInstance *b) {
         const char *exe = getenv("PACE_BROKER");
 
         b->pid = fork();
@@ -52,8 +115,17 @@ static int broker_spawn(BrokerInstance *b) {
                         execl(exe, exe, "--verbose", "--runtime-dir", b->dir, (char *) NULL);
                 _exit(127);
         }
+        track(b);
+        return 0;
+}
 
-        /* Ready when the socket exists; give up after 5 s. */
+static int broker_spawn(BrokerInstance *b) {
+        int r = broker_launch(b);
+        if (r < 0)
+                return r;
+
+        /* Ready when the socket exists (the broker renames it into place
+         * once it listens); give up after 5 s. */
         for (int i = 0; i < 500; i++) {
                 struct stat st;
                 int status;
@@ -61,6 +133,7 @@ static int broker_spawn(BrokerInstance *b) {
                         return 0;
                 if (waitpid(b->pid, &status, WNOHANG) == b->pid) {
                         b->pid = 0;
+                        track(b);
                         return -ECHILD;
                 }
                 nanosleep(&(struct timespec) { .tv_nsec = 10 * 1000 * 1000 }, NULL);
@@ -68,7 +141,7 @@ static int broker_spawn(BrokerInstance *b) {
         return -ETIMEDOUT;
 }
 
-static int broker_start_full(BrokerInstance *b, const char *config_json, bool keep_root) {
+static int broker_prepare_full(BrokerInstance *b, const char *config_json, bool keep_root) {
         const char *exe = getenv("PACE_BROKER");
         int r;
 
@@ -79,6 +152,7 @@ static int broker_start_full(BrokerInstance *b, const char *config_json, bool ke
         snprintf(b->dir, sizeof(b->dir), "/tmp/pace-test-XXXXXX");
         if (!mkdtemp(b->dir))
                 return -errno;
+        track(b);
         chmod(b->dir, 0755);
         snprintf(b->socket, sizeof(b->socket), "%s/broker.sock", b->dir);
         snprintf(b->config, sizeof(b->config), "%s/pace.json", b->dir);
@@ -91,6 +165,17 @@ static int broker_start_full(BrokerInstance *b, const char *config_json, bool ke
         if (geteuid() == 0 && !keep_root && chown(b->dir, HARNESS_BROKER_UID, HARNESS_BROKER_UID) < 0)
                 return -errno;
         b->with_config = config_json != NULL;
+        return 0;
+}
+
+int broker_prepare(BrokerInstance *b, const char *config_json) {
+        return broker_prepare_full(b, config_json, false);
+}
+
+static int broker_start_full(BrokerInstance *b, const char *config_json, bool keep_root) {
+        int r = broker_prepare_full(b, config_json, keep_root);
+        if (r < 0)
+                return r;
         return broker_spawn(b);
 }
 
@@ -109,6 +194,7 @@ int broker_restart(BrokerInstance *b, int sig) {
                 kill(b->pid, sig);
                 waitpid(b->pid, &status, 0);
                 b->pid = 0;
+                track(b);
         }
         /* The socket of the dead broker is still there: wait for a new one. */
         unlink(b->socket);
@@ -117,7 +203,6 @@ int broker_restart(BrokerInstance *b, int sig) {
 
 int broker_stop(BrokerInstance *b) {
         int status = 0;
-        char cmd[400];
 
         if (b->pid > 0) {
                 kill(b->pid, SIGTERM);
@@ -132,11 +217,9 @@ int broker_stop(BrokerInstance *b) {
                 }
                 b->pid = 0;
         }
-        if (b->dir[0] && strncmp(b->dir, "/tmp/pace-test-", 15) == 0) {
-                snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->dir);
-                if (system(cmd) != 0)
-                        fprintf(stderr, "could not remove %s\n", b->dir);
-        }
+        if (b->dir[0])
+                remove_dir(b->dir);
+        untrack(b);
         return status;
 }
 

@@ -20,10 +20,17 @@ typedef struct BrokerInstance {
         int keep_root; /* run as root is: the broker drops its privileges itself */
 } BrokerInstance;
 
+/* A broker that is still running when the test exits, e.g. after a failed
+ * assertion, is killed by its pid and its directory removed. */
+
 /* config_json NULL: no --config at all (built-in defaults). */
 int broker_start(BrokerInstance *b, const char *config_json);
 /* As broker_start(), but a root caller starts the broker as root. */
 int broker_start_as_root(BrokerInstance *b, const char *config_json);
+/* The two halves of broker_start(), for a test that watches the start-up
+ * itself: the directory and configuration, then the process (no wait). */
+int broker_prepare(BrokerInstance *b, const char *config_json);
+int broker_launch(BrokerInstance *b);
 /* Sends sig (e.g. SIGKILL), waits, and starts a new broker in the same
  * directory with the same configuration: what a crash and a restart by
  * systemd do. */
