@@ -198,6 +198,20 @@ static int read_u64(const char *path, uint64_t *ret) {
         return 0;
 }
 
+/* Hands the cpu group's real-time runtime back before it is removed. A
+ * removed group lingers in the kernel until its last reference goes (a
+ * zombie that ran in it, RCU), and while it lingers its runtime still
+ * counts against its parent's: the next dispatcher's group, which asks for
+ * all that is left, would be refused it (EINVAL). Best effort: with no
+ * RT_GROUP_SCHED the file does not exist; with real-time threads still
+ * inside the kernel refuses (EBUSY), and only then does the old behaviour
+ * remain. */
+static void cpu_group_drop_runtime(const char *dir) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", dir);
+        (void) write_string_file(path, "0");
+}
+
 /* The shared cpu group. Under RT_GROUP_SCHED a new group may run no
  * SCHED_FIFO thread until it has cpu.rt_runtime_us, and the kernel refuses
  * more than the parent's runtime minus what its other children hold: take
@@ -211,8 +225,10 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t
         int r;
 
         snprintf(dir, sizeof(dir), "%s/%s", cpu_root, s->name);
-        if (stat(dir, &st) == 0)
+        if (stat(dir, &st) == 0) {
+                cpu_group_drop_runtime(dir);
                 (void) base_delete(s->name, "cpu");
+        }
         r = base_create(s->name, "cpu");
         if (r < 0) {
                 snprintf(err, err_size, "cannot create the cgroup %s: %s", dir, strerror(-r));
@@ -265,8 +281,10 @@ GroupSet *group_set_free(GroupSet *s) {
                 group_release(s, g);
         }
         (void) rmdir(s->base);
-        if (s->cpu_base[0])
+        if (s->cpu_base[0]) {
+                cpu_group_drop_runtime(s->cpu_base);
                 (void) rmdir(s->cpu_base);
+        }
         pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;
@@ -583,8 +601,15 @@ int group_base_path(const char *name, char *ret, size_t size) {
 }
 
 int group_set_remove(const char *name) {
+        _cleanup_free_ char *cpu = NULL;
+
         if (cgroup_init() != 0)
                 return -EOPNOTSUPP;
+        if (cgroup_get_subsys_mount_point("cpu", &cpu) == 0 && cpu) {
+                char dir[PATH_MAX];
+                snprintf(dir, sizeof(dir), "%s/%s", cpu, name);
+                cpu_group_drop_runtime(dir);
+        }
         (void) base_delete(name, "cpu");
         return base_delete(name, "cpuacct");
 }
