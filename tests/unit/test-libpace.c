@@ -1422,7 +1422,10 @@ static void on_alarm(int sig) {
 
 TEST(wait_next_allocation_reports_eintr) {
         struct sigaction sa = { .sa_handler = on_alarm, .sa_flags = SA_RESTART }, old;
-        struct itimerval it = { .it_value = { .tv_usec = 50000 } };
+        /* Repeating: a one-shot that fired before the sleep began would
+         * leave it to sleep the half hour. */
+        struct itimerval it = { .it_value = { .tv_usec = 50000 }, .it_interval = { .tv_usec = 50000 } };
+        const struct itimerval off = {};
         pace_grant g = { .period_ns = 3600 * NSEC_PER_SEC };
         uint64_t before, start = 12345;
 
@@ -1435,6 +1438,7 @@ TEST(wait_next_allocation_reports_eintr) {
         ASSERT_ERR(pace_wait_next_allocation(&g, &start), -EINTR);
         ASSERT_CMP(monotonic_ns() - before, <, 10 * NSEC_PER_SEC);
         ASSERT_EQ(start, 12345);
+        ASSERT_OK(setitimer(ITIMER_REAL, &off, NULL));
         ASSERT_OK(sigaction(SIGALRM, &old, NULL));
 }
 
