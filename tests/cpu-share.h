@@ -37,7 +37,9 @@ static inline uint64_t share_cpu_time_ns(pid_t pid) {
         return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
 }
 
-/* A CPU's idle, iowait and steal time (ns), from /proc/stat. */
+/* A CPU's idle and iowait time (ns), from /proc/stat. Steal (the host ran
+ * another guest) is left to "others": it takes from the measured
+ * processes, so a window with much of it is measured again. */
 static inline uint64_t share_cpu_idle_ns(int cpu) {
         char line[512], tag[16];
         uint64_t v[8] = {}, hz = (uint64_t) sysconf(_SC_CLK_TCK);
@@ -51,7 +53,7 @@ static inline uint64_t share_cpu_idle_ns(int cpu) {
                            " %" SCNu64 " %" SCNu64, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8)
                         break;
         fclose(f);
-        return (v[3] + v[4] + v[7]) * (1000000000ULL / hz);
+        return (v[3] + v[4]) * (1000000000ULL / hz);
 }
 
 /* Shares (percent of one CPU) of pids over ms, on `cpu`. A window where
