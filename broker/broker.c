@@ -399,6 +399,50 @@ static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g
                 }
 }
 
+/* A split grant's pieces, for a grant reply: storage that lives as long as
+ * the reply is being packed. */
+typedef struct GrantPieces {
+        Pace__Piece piece[PACE_MAX_CPUS];
+        Pace__Piece *ptr[PACE_MAX_CPUS];
+} GrantPieces;
+
+static void grant_add_pieces(const Broker *b, uint64_t id, Pace__Grant *g, GrantPieces *store) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < plan_n_entries(b->plan) && n < PACE_MAX_CPUS; i++) {
+                const PlanEntry *e = plan_entry(b->plan, i);
+                if (e->id != id || !(e->flags & PACE_RES_PIECE))
+                        continue;
+                pace__piece__init(&store->piece[n]);
+                store->piece[n].cpu = e->cpu;
+                store->piece[n].budget_ns = (uint64_t) e->budget_slots * b->config.slot_ns;
+                store->ptr[n] = &store->piece[n];
+                n++;
+        }
+        if (n > 1) {
+                g->n_pieces = n;
+                g->pieces = store->ptr;
+        }
+}
+
+/* "CPU 1" or, split, "CPUs 0+1". */
+static const char *format_cpus(const Broker *b, const PlanEntry *entry, char *buf, size_t size) {
+        size_t used = (size_t) snprintf(buf, size, "CPUs ");
+        unsigned n = 0;
+
+        for (size_t i = 0; i < plan_n_entries(b->plan); i++) {
+                const PlanEntry *e = plan_entry(b->plan, i);
+                if (e->id != entry->id || !(e->flags & PACE_RES_PIECE))
+                        continue;
+                if (used < size)
+                        used += (size_t) snprintf(buf + used, size - used, "%s%" PRIi32, n ? "+" : "", e->cpu);
+                n++;
+        }
+        if (n < 2)
+                snprintf(buf, size, "CPU %" PRIi32, entry->cpu);
+        return buf;
+}
+
 static int plan_error_code(int r) {
         switch (r) {
         case -ERANGE:
@@ -615,8 +659,10 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         publish(b);
 
         char p1[32], p2[32], u1[32];
-        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on CPU %" PRIi32 ", %s every %s"
-                   " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid, entry.cpu,
+        char where[256];
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on %s, %s every %s"
+                   " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid,
+                   format_cpus(b, &entry, where, sizeof(where)),
                    format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
                    format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
                    format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
@@ -624,7 +670,9 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
 
         Pace__Response resp = PACE__RESPONSE__INIT;
         Pace__Grant grant;
+        GrantPieces pieces;
         grant_from_entry(b, &entry, &grant);
+        grant_add_pieces(b, entry.id, &grant, &pieces);
         resp.version = PACE_PROTOCOL_VERSION;
         resp.body_case = PACE__RESPONSE__BODY_GRANT;
         resp.grant = &grant;
@@ -828,7 +876,9 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
 
         Pace__Response resp = PACE__RESPONSE__INIT;
         Pace__Grant grant;
+        GrantPieces pieces;
         grant_from_entry(b, &entry, &grant);
+        grant_add_pieces(b, entry.id, &grant, &pieces);
         resp.version = PACE_PROTOCOL_VERSION;
         resp.body_case = PACE__RESPONSE__BODY_GRANT;
         resp.grant = &grant;

@@ -104,3 +104,18 @@ const char *cli_scope_name(pace_scope scope) {
 bool cli_is_refusal(int r) {
         return r <= -(PACE_E_BASE + 1) && r > PACE_E_PROTOCOL;
 }
+
+char *cli_format_cpus(char *buf, size_t size, const pace_grant *g) {
+        size_t used;
+        unsigned n = 0;
+
+        if (!g->split_cpus) {
+                snprintf(buf, size, "CPU %d", g->cpu);
+                return buf;
+        }
+        used = (size_t) snprintf(buf, size, "CPUs ");
+        for (unsigned cpu = 0; cpu < 64; cpu++)
+                if ((g->split_cpus & (UINT64_C(1) << cpu)) && used < size)
+                        used += (size_t) snprintf(buf + used, size - used, "%s%u", n++ ? "+" : "", cpu);
+        return buf;
+}

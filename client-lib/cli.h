@@ -6,6 +6,7 @@
  * usage error naming the option and what is allowed, -EINVAL. */
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -31,6 +32,9 @@ int cli_parse_scope(const char *option, const char *s, pace_scope *ret);
 /* The word cli_parse_scope() reads for a scope; "?" for one this build does
  * not know (a newer broker's). */
 const char *cli_scope_name(pace_scope scope);
+
+/* Where a grant lives: "CPU 1", or for a split one "CPUs 0+1". */
+char *cli_format_cpus(char *buf, size_t size, const pace_grant *g);
 
 /* The broker said no (as opposed to: could not be asked). */
 bool cli_is_refusal(int r);

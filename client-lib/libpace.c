@@ -380,6 +380,11 @@ static void grant_from_wire(const Pace__Grant *g, pace_grant *ret) {
                 .phase_ns = g->has_phase_ns ? g->phase_ns : 0,
         };
 
+        /* CPU numbers outside 0..63 cannot be managed CPUs: ignored. */
+        for (size_t i = 0; g->n_pieces > 1 && i < g->n_pieces; i++)
+                if (g->pieces[i]->cpu >= 0 && g->pieces[i]->cpu < 64)
+                        ret->split_cpus |= UINT64_C(1) << g->pieces[i]->cpu;
+
         if (g->accounting)
                 ret->accounting = (pace_accounting) {
                         .valid = 1,

@@ -178,9 +178,11 @@ static void print_grant(const pace_grant *g, pace_scope requested_scope) {
         if (g->period_ns > 0)
                 ppm = (uint64_t) (((unsigned __int128) g->budget_ns * PPM + g->period_ns / 2) / g->period_ns);
 
-        fprintf(stderr, "%s: reserved %s of CPU %d: %s in every %s (slot %s, reservation %" PRIu64
+        char where[256];
+        fprintf(stderr, "%s: reserved %s of %s: %s in every %s (slot %s, reservation %" PRIu64
                 ", scope %s",
-                cli_program, format_ppm(util, sizeof(util), (uint32_t) MIN(ppm, (uint64_t) UINT32_MAX)), g->cpu,
+                cli_program, format_ppm(util, sizeof(util), (uint32_t) MIN(ppm, (uint64_t) UINT32_MAX)),
+                cli_format_cpus(where, sizeof(where), g),
                 format_duration(budget, sizeof(budget), g->budget_ns),
                 format_duration(period, sizeof(period), g->period_ns),
                 format_duration(slot, sizeof(slot), g->slot_ns), g->id, cli_scope_name(g->scope));

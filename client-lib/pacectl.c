@@ -665,6 +665,14 @@ static cJSON *json_grant(const pace_grant *g) {
             !json_add(o, "threads", g->threads) ||
             !json_add(o, "phase_ns", (double) g->phase_ns))
                 return NULL;
+        /* Every CPU it lives on: [cpu], or a split one's pieces. */
+        cJSON *cpus = cJSON_AddArrayToObject(o, "cpus");
+        if (!cpus)
+                return NULL;
+        for (unsigned cpu = 0; cpu < 64; cpu++)
+                if (g->split_cpus ? (g->split_cpus & (UINT64_C(1) << cpu)) != 0 : (int) cpu == g->cpu)
+                        if (!cJSON_AddItemToArray(cpus, cJSON_CreateNumber(cpu)))
+                                return NULL;
 
         /* null, not 0, before the dispatcher's first report: "nothing
          * delivered" and "nothing known" are different answers. */
@@ -752,8 +760,10 @@ static void print_grant_text(const pace_grant *g) {
 
         char scope[CELL_MAX];
 
-        printf("Reservation %" PRIu64 ": %s of CPU %d for pid %d, %s in every %s (slot %s, scope %s",
-               g->id, format_ppm(util, sizeof(util), granted_ppm(g)), g->cpu, (int) g->pid,
+        char where[256];
+        printf("Reservation %" PRIu64 ": %s of %s for pid %d, %s in every %s (slot %s, scope %s",
+               g->id, format_ppm(util, sizeof(util), granted_ppm(g)), cli_format_cpus(where, sizeof(where), g),
+               (int) g->pid,
                format_duration(budget, sizeof(budget), g->budget_ns),
                format_duration(period, sizeof(period), g->period_ns),
                format_duration(slot, sizeof(slot), g->slot_ns), format_scope(scope, sizeof(scope), g));

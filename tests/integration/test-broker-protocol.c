@@ -1183,6 +1183,12 @@ TEST(a_change_stays_on_the_reservations_cpu) {
         params.cpu = -1;
         params.utilization_ppm = 600000;
         ASSERT_OK(pace_reserve(p, &params, &split));
+        /* The reply says where it lives: both CPUs, the first piece's
+         * named as its cpu; the others each on one CPU. */
+        ASSERT_EQ(split.split_cpus, 0x3);
+        ASSERT_TRUE(split.cpu == 0 || split.cpu == 1);
+        ASSERT_EQ(c0.split_cpus, 0);
+        ASSERT_EQ(c1.split_cpus, 0);
         gen = status_generation(p, &n);
         ASSERT_EQ(n, 4); /* two pieces are listed apart */
         params.utilization_ppm = 550000;

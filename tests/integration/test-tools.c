@@ -209,6 +209,60 @@ TEST(pace_run_granted_runs_the_command_under_its_reservation) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+/* Issue 4: the reply says where a reservation lives, every CPU of a split
+ * one too. 25% held on each CPU leaves 50% on each: 60% fits only split. */
+TEST(tools_name_every_cpu_of_a_split_reservation) {
+        BrokerInstance b;
+        char *out = NULL, *err = NULL, pid_text[3][16];
+        const char *pacectl = getenv("PACECTL"), *pace_run = getenv("PACE_RUN");
+        pid_t kids[3];
+        ASSERT_TRUE(pacectl && pace_run);
+
+        ASSERT_OK(broker_start(&b, config_json));
+        for (int i = 0; i < 3; i++) {
+                kids[i] = spawn_sleeper();
+                snprintf(pid_text[i], sizeof(pid_text[i]), "%d", (int) kids[i]);
+        }
+        for (int i = 0; i < 2; i++) {
+                ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "reserve", "--period", "50ms", "--util", "25%",
+                                                               "--pid", pid_text[i], "--cpu", i ? "1" : "0", NULL },
+                                   &out, &err), 0);
+                ASSERT_CONTAINS(out, i ? "of CPU 1 for" : "of CPU 0 for");
+                free(out);
+                free(err);
+        }
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "reserve", "--period", "50ms", "--util",
+                                                       "60%", "--pid", pid_text[2], NULL },
+                           &out, &err), 0);
+        cJSON *j = cJSON_Parse(out);
+        ASSERT_TRUE(j);
+        const cJSON *cpus = cJSON_GetObjectItemCaseSensitive(j, "cpus");
+        ASSERT_TRUE(cJSON_IsArray(cpus));
+        ASSERT_EQ(cJSON_GetArraySize(cpus), 2);
+        ASSERT_EQ(cJSON_GetArrayItem(cpus, 0)->valueint, 0);
+        ASSERT_EQ(cJSON_GetArrayItem(cpus, 1)->valueint, 1);
+        char id[32];
+        snprintf(id, sizeof(id), "%.0f", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "id")));
+        cJSON_Delete(j);
+        free(out);
+        free(err);
+        /* Released at once (a dead process's would be freed a moment after
+         * its death), so pace-run finds the same room. */
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", id, NULL }, NULL, NULL), 0);
+
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "60%", "--", "/bin/true",
+                                                       NULL },
+                           &out, &err), 0);
+        ASSERT_CONTAINS(err, "reserved 60% of CPUs 0+1:");
+        free(out);
+        free(err);
+
+        for (int i = 0; i < 3; i++)
+                reap(kids[i]);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
 TEST(pace_run_refused_says_why_and_does_not_run) {
         BrokerInstance b;
         char *out = NULL, *err = NULL;

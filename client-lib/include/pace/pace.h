@@ -82,6 +82,11 @@ typedef struct pace_grant {
          * t % period_ns == phase_ns (see pace_next_allocation()). */
         uint64_t phase_ns;
         pace_accounting accounting; /* status reports only */
+        /* A reservation split over CPUs, in a grant reply: bit N set for
+         * each CPU N that holds a piece (`cpu` is the first one's). 0 when
+         * it lives on `cpu` alone, and in status reports, which list each
+         * piece as an entry of its own, with the same id. */
+        uint64_t split_cpus;
 } pace_grant;
 
 typedef struct pace_cpu_status {
