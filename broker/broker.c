@@ -399,8 +399,9 @@ static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g
                 }
 }
 
-/* A split grant's pieces, for a grant reply: storage that lives as long as
- * the reply is being packed. */
+/* A split grant's pieces, for a reserve reply: storage that lives as long
+ * as the reply is being packed. (A change is never split: it stays on the
+ * reservation's one CPU.) */
 typedef struct GrantPieces {
         Pace__Piece piece[PACE_MAX_CPUS];
         Pace__Piece *ptr[PACE_MAX_CPUS];
@@ -425,21 +426,17 @@ static void grant_add_pieces(const Broker *b, uint64_t id, Pace__Grant *g, Grant
         }
 }
 
-/* "CPU 1" or, split, "CPUs 0+1". */
-static const char *format_cpus(const Broker *b, const PlanEntry *entry, char *buf, size_t size) {
-        size_t used = (size_t) snprintf(buf, size, "CPUs ");
-        unsigned n = 0;
+/* "CPU 1" or, split, "CPUs 0+1": from a grant with its pieces added. */
+static const char *format_grant_cpus(const Pace__Grant *g, char *buf, size_t size) {
+        size_t used;
 
-        for (size_t i = 0; i < plan_n_entries(b->plan); i++) {
-                const PlanEntry *e = plan_entry(b->plan, i);
-                if (e->id != entry->id || !(e->flags & PACE_RES_PIECE))
-                        continue;
-                if (used < size)
-                        used += (size_t) snprintf(buf + used, size - used, "%s%" PRIi32, n ? "+" : "", e->cpu);
-                n++;
+        if (g->n_pieces < 2) {
+                snprintf(buf, size, "CPU %" PRIi32, g->cpu);
+                return buf;
         }
-        if (n < 2)
-                snprintf(buf, size, "CPU %" PRIi32, entry->cpu);
+        used = (size_t) snprintf(buf, size, "CPUs ");
+        for (size_t i = 0; i < g->n_pieces && used < size; i++)
+                used += (size_t) snprintf(buf + used, size - used, "%s%" PRIi32, i ? "+" : "", g->pieces[i]->cpu);
         return buf;
 }
 
@@ -658,21 +655,21 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         b->next_id++;
         publish(b);
 
-        char p1[32], p2[32], u1[32];
-        char where[256];
-        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on %s, %s every %s"
-                   " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid,
-                   format_cpus(b, &entry, where, sizeof(where)),
-                   format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
-                   format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
-                   format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
-                   format_duration((char[32]) {}, 32, entry.requested_period_ns));
-
         Pace__Response resp = PACE__RESPONSE__INIT;
         Pace__Grant grant;
         GrantPieces pieces;
         grant_from_entry(b, &entry, &grant);
         grant_add_pieces(b, entry.id, &grant, &pieces);
+        char p1[32], p2[32], u1[32];
+        char where[256];
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on %s, %s every %s"
+                   " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid,
+                   format_grant_cpus(&grant, where, sizeof(where)),
+                   format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
+                   format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
+                   format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
+                   format_duration((char[32]) {}, 32, entry.requested_period_ns));
+
         resp.version = PACE_PROTOCOL_VERSION;
         resp.body_case = PACE__RESPONSE__BODY_GRANT;
         resp.grant = &grant;
@@ -876,9 +873,7 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
 
         Pace__Response resp = PACE__RESPONSE__INIT;
         Pace__Grant grant;
-        GrantPieces pieces;
         grant_from_entry(b, &entry, &grant);
-        grant_add_pieces(b, entry.id, &grant, &pieces);
         resp.version = PACE_PROTOCOL_VERSION;
         resp.body_case = PACE__RESPONSE__BODY_GRANT;
         resp.grant = &grant;

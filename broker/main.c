@@ -192,21 +192,31 @@ static int open_listen_socket(int *ret_fd) {
                 return 0;
         }
 
-        /* The socket is bound under a temporary name and renamed into place
-         * once it listens: a client (or a test) that sees broker.sock can
-         * connect at once, instead of meeting ECONNREFUSED between bind()
-         * and listen(). The rename also replaces a socket a crashed broker
-         * left behind. */
+        /* The socket is bound under a temporary name (no longer than the
+         * real one, so no runtime directory that worked stops working) and
+         * renamed into place once it listens: a client (or a test) that sees
+         * broker.sock can connect at once, instead of meeting ECONNREFUSED
+         * between bind() and listen(). The rename also replaces a socket a
+         * crashed broker left behind, but never a live broker's. */
         char path[sizeof(addr.sun_path)];
         if ((size_t) snprintf(path, sizeof(path), "%s/%s", arg_runtime_dir, PACE_SOCKET_NAME) >= sizeof(path) ||
-            (size_t) snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s.new", arg_runtime_dir,
-                              PACE_SOCKET_NAME) >= sizeof(addr.sun_path))
+            (size_t) snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/broker.new", arg_runtime_dir) >=
+                    sizeof(addr.sun_path))
                 return log_fmt(PROGRAM, LOG_ERR, "runtime directory %s is too long for a socket path",
                                arg_runtime_dir), -ENAMETOOLONG;
 
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return negative_errno();
+        {
+                struct sockaddr_un live = { .sun_family = AF_UNIX };
+                _cleanup_close_ int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+                memcpy(live.sun_path, path, sizeof(path));
+                /* EAGAIN: its backlog is full, so it is alive too. */
+                if (probe >= 0 && (connect(probe, (struct sockaddr *) &live, sizeof(live)) == 0 || errno == EAGAIN))
+                        return log_fmt(PROGRAM, LOG_ERR, "another broker is serving %s; stop it first, or give this "
+                                       "one another --runtime-dir", path), -EADDRINUSE;
+        }
         (void) unlink(addr.sun_path);
         if (bind(fd, (struct sockaddr *) &addr, sizeof(addr)) < 0) {
                 r = negative_errno();

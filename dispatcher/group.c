@@ -206,10 +206,10 @@ static int read_u64(const char *path, uint64_t *ret) {
  * RT_GROUP_SCHED the file does not exist; with real-time threads still
  * inside the kernel refuses (EBUSY), and only then does the old behaviour
  * remain. */
-static void cpu_group_drop_runtime(const char *dir) {
+static int cpu_group_drop_runtime(const char *dir) {
         char path[PATH_MAX + 32];
         snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", dir);
-        (void) write_string_file(path, "0");
+        return write_string_file(path, "0");
 }
 
 /* The shared cpu group. Under RT_GROUP_SCHED a new group may run no
@@ -226,7 +226,7 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t
 
         snprintf(dir, sizeof(dir), "%s/%s", cpu_root, s->name);
         if (stat(dir, &st) == 0) {
-                cpu_group_drop_runtime(dir);
+                (void) cpu_group_drop_runtime(dir);
                 (void) base_delete(s->name, "cpu");
         }
         r = base_create(s->name, "cpu");
@@ -282,7 +282,7 @@ GroupSet *group_set_free(GroupSet *s) {
         }
         (void) rmdir(s->base);
         if (s->cpu_base[0]) {
-                cpu_group_drop_runtime(s->cpu_base);
+                (void) cpu_group_drop_runtime(s->cpu_base);
                 (void) rmdir(s->cpu_base);
         }
         pthread_mutex_destroy(&s->lock);
@@ -608,7 +608,7 @@ int group_set_remove(const char *name) {
         if (cgroup_get_subsys_mount_point("cpu", &cpu) == 0 && cpu) {
                 char dir[PATH_MAX];
                 snprintf(dir, sizeof(dir), "%s/%s", cpu, name);
-                cpu_group_drop_runtime(dir);
+                (void) cpu_group_drop_runtime(dir);
         }
         (void) base_delete(name, "cpu");
         return base_delete(name, "cpuacct");

@@ -35,7 +35,12 @@ static void remove_dir(const char *dir) {
                 fprintf(stderr, "could not remove %s\n", dir);
 }
 
+static pid_t registered_by;
+
 static void stop_leftovers(void) {
+        /* Not in a forked child that exits: the brokers are the parent's. */
+        if (getpid() != registered_by)
+                return;
         for (size_t i = 0; i < HARNESS_MAX_BROKERS; i++) {
                 /* Only while it is still our unreaped child: a pid a test
                  * already reaped may belong to someone else by now. */
@@ -54,8 +59,10 @@ static void track(const BrokerInstance *b) {
         static bool registered;
         size_t free_slot = HARNESS_MAX_BROKERS;
 
-        if (!registered)
+        if (!registered) {
+                registered_by = getpid();
                 registered = atexit(stop_leftovers) == 0;
+        }
         for (size_t i = 0; i < HARNESS_MAX_BROKERS; i++) {
                 if (strcmp(live[i].dir, b->dir) == 0) {
                         live[i].pid = b->pid;

@@ -124,11 +124,13 @@ static void stack_start_with(Stack *s, const char *json) {
 }
 
 static void stack_start_dispatcher(Stack *s) {
+        char log[320], line[1024];
+        /* A previous dispatcher's log would say "watching" already. */
+        snprintf(log, sizeof(log), "%s/dispatcher.log", s->broker.dir);
+        (void) unlink(log);
         s->dispatcher = fork();
         ASSERT_OK(s->dispatcher);
         if (s->dispatcher == 0) {
-                char log[320];
-                snprintf(log, sizeof(log), "%s/dispatcher.log", s->broker.dir);
                 int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
                 dup2(fd, STDERR_FILENO);
                 int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -140,9 +142,7 @@ static void stack_start_dispatcher(Stack *s) {
         }
         /* Up: its monitor watches the dispatch process (up to 5 s on a slow
          * machine), which then has half a second to adopt the table. */
-        char log[320], line[1024];
         bool up = false;
-        snprintf(log, sizeof(log), "%s/dispatcher.log", s->broker.dir);
         for (int i = 0; i < 500 && !up; i++) {
                 FILE *f = fopen(log, "re");
                 while (f && !up && fgets(line, sizeof(line), f))

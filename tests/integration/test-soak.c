@@ -266,6 +266,8 @@ TEST(sixty_four_clients_ten_thousand_cycles) {
         printf("  status during the load: %u polls, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", n_lat,
                (double) lat[n_lat / 2] / 1e6, (double) lat[n_lat * 99 / 100] / 1e6, (double) lat[n_lat - 1] / 1e6);
         ASSERT_EQ(sh->errors, 0);
+        /* Both outcomes in bulk (here about 1200 granted, 8800 refused);
+         * how many fit depends on the interleaving, so no tight bound. */
         ASSERT_CMP(sh->granted, >, 500);
         ASSERT_CMP(sh->refused, >, 1000);
         ASSERT_CMP(w.checked, >, 100);
