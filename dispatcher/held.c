@@ -378,9 +378,9 @@ static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const Pac
         return sched_attr_set(tid, running);
 }
 
-/* Takes one listed thread: found or newly registered, then moved. */
-static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, unsigned scan, const PaceSchedAttr *running,
-                            uint32_t *skipped) {
+/* Takes one listed thread: found or newly registered, and marked seen in
+ * this scan; held_move_rotated() moves it. */
+static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, unsigned scan, uint32_t *skipped) {
         int i = held_thread_find(h, tid);
         int r;
 
@@ -411,15 +411,33 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, unsigned
                 h->threads[i] = (HeldThread) { .tid = tid, .entry = e };
         }
         h->threads[i].seen = scan;
-        if (held_move_thread(h, ctx, (size_t) i, running) == -ESRCH)
-                h->threads[i].seen = 0;
         return 0;
+}
+
+/* Moves the held threads seen in `scan` (all of them for scan 0) to the
+ * running policy, starting one further along each time. SCHED_FIFO queues
+ * each promoted thread behind the ones promoted before it and never
+ * time-slices: in a fixed order the first thread would run every slot and,
+ * if it never blocks, its siblings would never run inside the reservation.
+ * A thread that is gone gets seen = 0, for the caller to drop. */
+static void held_move_rotated(Held *h, const HeldContext *ctx, unsigned scan, const PaceSchedAttr *running) {
+        size_t n = h->n_threads, start;
+
+        if (n == 0)
+                return;
+        start = h->rotation++ % n;
+        for (size_t k = 0; k < n; k++) {
+                size_t i = (start + k) % n;
+                if (scan != 0 && h->threads[i].seen != scan)
+                        continue;
+                if (held_move_thread(h, ctx, i, running) == -ESRCH)
+                        h->threads[i].seen = 0;
+        }
 }
 
 /* The members, from /proc/PID/task (no group): getdents64 on a stack
  * buffer, no allocation on the dispatch path. */
-static int held_scan_proc(Held *h, const HeldContext *ctx, int taskfd, unsigned scan, const PaceSchedAttr *running,
-                          uint32_t *skipped) {
+static int held_scan_proc(Held *h, const HeldContext *ctx, int taskfd, unsigned scan, uint32_t *skipped) {
         for (;;) {
                 char buf[4096] __attribute__((aligned(8)));
                 long n = syscall(SYS_getdents64, taskfd, buf, sizeof(buf));
@@ -438,7 +456,7 @@ static int held_scan_proc(Held *h, const HeldContext *ctx, int taskfd, unsigned 
                         tid = strtol(de->d_name, &end, 10);
                         if (*end != '\0' || tid <= 1)
                                 continue;
-                        int r = held_take_thread(h, ctx, (pid_t) tid, scan, running, skipped);
+                        int r = held_take_thread(h, ctx, (pid_t) tid, scan, skipped);
                         if (r < 0)
                                 return r;
                 }
@@ -447,8 +465,7 @@ static int held_scan_proc(Held *h, const HeldContext *ctx, int taskfd, unsigned 
 
 /* The members, from the reservation's group: whatever was born inside is
  * listed without walking /proc (children of a tree included). */
-static int held_scan_group(Held *h, const HeldContext *ctx, unsigned scan, const PaceSchedAttr *running,
-                           uint32_t *skipped) {
+static int held_scan_group(Held *h, const HeldContext *ctx, unsigned scan, uint32_t *skipped) {
         pid_t tids[256];
         size_t n;
         int r;
@@ -462,7 +479,7 @@ static int held_scan_group(Held *h, const HeldContext *ctx, unsigned scan, const
         for (size_t i = 0; i < MIN(n, ELEMENTSOF(tids)); i++) {
                 if (tids[i] <= 1)
                         continue;
-                r = held_take_thread(h, ctx, tids[i], scan, running, skipped);
+                r = held_take_thread(h, ctx, tids[i], scan, skipped);
                 if (r < 0)
                         return r;
         }
@@ -516,8 +533,9 @@ int held_promote(Held *h, const HeldContext *ctx) {
          * there to save. Move the ones it holds; a vanished one frees a
          * place, and the next promotion lists the threads again. */
         if (ctx->max_threads > 0 && h->n_threads >= ctx->max_threads && h->threads_skipped > 0) {
+                held_move_rotated(h, ctx, 0, &running);
                 for (size_t i = h->n_threads; i-- > 0;)
-                        if (held_move_thread(h, ctx, i, &running) == -ESRCH)
+                        if (h->threads[i].seen == 0)
                                 held_drop_thread(h, ctx, i);
                 if (h->n_threads < ctx->max_threads)
                         h->threads_skipped = 0; /* rescan next time */
@@ -530,11 +548,11 @@ int held_promote(Held *h, const HeldContext *ctx) {
         scan = ++h->scans;
         uint32_t skipped = 0;
         if (h->group)
-                r = held_scan_group(h, ctx, scan, &running, &skipped);
+                r = held_scan_group(h, ctx, scan, &skipped);
         else if (h->scope == PACE_TABLE_SCOPE_THREAD)
-                r = held_take_thread(h, ctx, h->tid, scan, &running, &skipped);
+                r = held_take_thread(h, ctx, h->tid, scan, &skipped);
         else
-                r = held_scan_proc(h, ctx, taskfd, scan, &running, &skipped);
+                r = held_scan_proc(h, ctx, taskfd, scan, &skipped);
         if (r == -ESRCH) {
                 held_mark_gone(h, ctx);
                 return r;
@@ -542,6 +560,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
         if (r < 0)
                 return r;
 
+        held_move_rotated(h, ctx, scan, &running);
         for (size_t i = h->n_threads; i-- > 0;)
                 if (h->threads[i].seen != scan)
                         held_drop_thread(h, ctx, i);

@@ -58,6 +58,7 @@ typedef struct Held {
         bool gone;
         bool running;
         unsigned scans;
+        unsigned rotation; /* which held thread is promoted first next time */
         bool main_orig_set;
         PaceSchedAttr main_orig;
         HeldThread *threads;

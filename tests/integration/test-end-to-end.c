@@ -1012,6 +1012,20 @@ static bool tid_listed(const pid_t *list, size_t n, pid_t tid) {
         return false;
 }
 
+/* A thread's time on a CPU so far (ns), from its schedstat. */
+static uint64_t thread_cpu_ns(pid_t pid, pid_t tid) {
+        char path[96];
+        unsigned long long ns = 0;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) pid, (int) tid);
+        FILE *f = fopen(path, "re");
+        if (f) {
+                if (fscanf(f, "%llu", &ns) != 1)
+                        ns = 0;
+                fclose(f);
+        }
+        return ns;
+}
+
 /* The thread ids of a process; at most max. */
 static size_t task_ids(pid_t pid, pid_t *ret, size_t max) {
         char path[64];
@@ -1065,6 +1079,30 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         printf("  8 threads under (50 ms, 50%%): %.2f%%; hog %.2f%%\n", shares[0], shares[1]);
         ASSERT_CMP(shares[0], >=, 48.0);
         ASSERT_CMP(shares[0], <=, 52.0);
+
+        /* Shared among the threads: SCHED_FIFO does not time-slice, so the
+         * dispatcher starts each promotion with the next thread. The grant
+         * runs 5 times a frame (5 ms each); 8 spinning threads take turns at
+         * the head of the queue, 6.25% each. In a fixed order one thread
+         * would take all 50% and the others next to nothing. */
+        pid_t tids[64];
+        uint64_t c0[64], c1[64];
+        size_t n_tids = task_ids(client, tids, ELEMENTSOF(tids));
+        ASSERT_EQ(n_tids, 8);
+        for (size_t i = 0; i < n_tids; i++)
+                c0[i] = thread_cpu_ns(client, tids[i]);
+        uint64_t w0 = now_ns();
+        sleep_ms(2000);
+        double least = 100, most = 0, window = (double) (now_ns() - w0);
+        for (size_t i = 0; i < n_tids; i++) {
+                c1[i] = thread_cpu_ns(client, tids[i]);
+                double share = 100.0 * (double) (c1[i] - c0[i]) / window;
+                least = MIN(least, share);
+                most = MAX(most, share);
+        }
+        printf("  per thread over 2 s: least %.2f%%, most %.2f%% (fair: 6.25%%)\n", least, most);
+        ASSERT_CMP(least, >=, 3.0);
+        ASSERT_CMP(most, <=, 12.0);
 
         /* Delivered, as pacectl status reports it (cgroup accounting),
          * against the kernel's process CPU clock over the same window: the
