@@ -79,22 +79,6 @@ static void publish_both(DispatchEnv *e, const pid_t client[2]) {
         table_writer_publish(e->writer);
 }
 
-/* The dispatcher proper: the monitor's only child. 0 while there is none. */
-static pid_t dispatcher_child(pid_t monitor) {
-        char path[64];
-        long pid = 0;
-        FILE *f;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) monitor, (int) monitor);
-        f = fopen(path, "re");
-        if (!f)
-                return 0;
-        if (fscanf(f, "%ld", &pid) != 1)
-                pid = 0;
-        fclose(f);
-        return (pid_t) pid;
-}
-
 static bool is_fifo(pid_t tid) {
         int p = sched_getscheduler(tid);
         return p >= 0 && (p & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
@@ -161,7 +145,7 @@ static pid_t dispatch_thread_of(pid_t pid) {
  * crash (SIGSEGV) of one. */
 static Kill kill_once(pid_t monitor, const pid_t client[2], int how) {
         Kill k = {};
-        pid_t victim = dispatcher_child(monitor);
+        pid_t victim = monitor_child(monitor);
 
         ASSERT_TRUE(victim > 0);
         pid_t thread = dispatch_thread_of(victim);
@@ -193,7 +177,7 @@ static Kill kill_once(pid_t monitor, const pid_t client[2], int how) {
         }
         k.resume_ns = test_now_ns() - t0;
         leave_fifo99();
-        ASSERT_TRUE(dispatcher_child(monitor) != victim);
+        ASSERT_TRUE(monitor_child(monitor) != victim);
         return k;
 }
 
@@ -279,7 +263,7 @@ TEST(sigterm_to_monitor_stops_everything) {
         pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
         publish_both(&e, client);
         ASSERT_TRUE(env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000));
-        pid_t child = dispatcher_child(e.dispatcher);
+        pid_t child = monitor_child(e.dispatcher);
         ASSERT_TRUE(child > 0);
         test_sleep_ms(100);
 
@@ -333,7 +317,7 @@ TEST(strict_mode_kill_thaws_the_client) {
         env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
         ASSERT_TRUE(env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000));
         test_sleep_ms(100);
-        pid_t victim = dispatcher_child(e.dispatcher);
+        pid_t victim = monitor_child(e.dispatcher);
         ASSERT_TRUE(victim > 0);
 
         enter_fifo99();
@@ -381,7 +365,7 @@ TEST(crash_loop_gives_up) {
         env_start(&e);
         for (unsigned i = 0; i < 8 && status < 0; i++) {
                 pid_t child = 0;
-                for (unsigned w = 0; w < 200 && (child = dispatcher_child(e.dispatcher)) <= 0; w++)
+                for (unsigned w = 0; w < 200 && (child = monitor_child(e.dispatcher)) <= 0; w++)
                         test_sleep_ms(5);
                 if (child > 0)
                         kill(child, SIGKILL);

@@ -193,19 +193,14 @@ static inline void env_start(DispatchEnv *e) {
 /* e->dispatcher is the monitor (dispatcher/monitor.c); the dispatcher
  * proper, with the dispatch threads, is its only child. 0 while there is
  * none (between a crash and the restart). */
-static inline pid_t env_dispatcher_child(const DispatchEnv *e) {
-        char path[64];
-        long pid = 0;
-        FILE *f;
+static inline pid_t monitor_child(pid_t monitor) {
+        pid_t child;
+        size_t n = 0;
+        return proc_list_descendants("/proc", monitor, &child, 1, &n) == 0 && n == 1 ? child : 0;
+}
 
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) e->dispatcher, (int) e->dispatcher);
-        f = fopen(path, "re");
-        if (!f)
-                return 0;
-        if (fscanf(f, "%ld", &pid) != 1)
-                pid = 0;
-        fclose(f);
-        return (pid_t) pid;
+static inline pid_t env_dispatcher_child(const DispatchEnv *e) {
+        return monitor_child(e->dispatcher);
 }
 
 /* waitpid with a deadline; -1 if still running after it. */
