@@ -26,6 +26,7 @@
 #include "cpu-share.h"
 #include "macro.h"
 #include "pace/pace.h"
+#include "proc-util.h"
 #include "test.h"
 
 #define CPU 1
@@ -117,6 +118,25 @@ typedef struct Stack {
 
 static void stack_start_dispatcher(Stack *s);
 
+/* Looks for needle in the dispatcher's log: 1 and its first line with it
+ * in ret_line (may be NULL), 0 if no line has it, -errno if there is no
+ * log to read. */
+static int dispatcher_log_line(const Stack *s, const char *needle, char *ret_line, size_t size) {
+        char path[320], line[1024];
+        bool found = false;
+
+        snprintf(path, sizeof(path), "%s/dispatcher.log", s->broker.dir);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        while (!found && fgets(line, sizeof(line), f))
+                found = strstr(line, needle) != NULL;
+        fclose(f);
+        if (found && ret_line)
+                snprintf(ret_line, size, "%s", line);
+        return found;
+}
+
 static void stack_start_with(Stack *s, const char *json) {
         ASSERT_OK(broker_start(&s->broker, json));
         reserve_argv_socket = s->broker.socket;
@@ -124,7 +144,7 @@ static void stack_start_with(Stack *s, const char *json) {
 }
 
 static void stack_start_dispatcher(Stack *s) {
-        char log[320], line[1024];
+        char log[320];
         /* A previous dispatcher's log would say "watching" already. */
         snprintf(log, sizeof(log), "%s/dispatcher.log", s->broker.dir);
         (void) unlink(log);
@@ -143,15 +163,8 @@ static void stack_start_dispatcher(Stack *s) {
         /* Up: its monitor watches the dispatch process (up to 5 s on a slow
          * machine), which then has half a second to adopt the table. */
         bool up = false;
-        for (int i = 0; i < 500 && !up; i++) {
-                FILE *f = fopen(log, "re");
-                while (f && !up && fgets(line, sizeof(line), f))
-                        up = strstr(line, "monitor: watching dispatcher pid") != NULL;
-                if (f)
-                        fclose(f);
-                if (!up)
-                        sleep_ms(10);
-        }
+        for (int i = 0; i < 500 && !(up = dispatcher_log_line(s, "monitor: watching dispatcher pid", NULL, 0) > 0); i++)
+                sleep_ms(10);
         ASSERT_TRUE(up);
         sleep_ms(500);
         ASSERT_EQ(waitpid(s->dispatcher, NULL, WNOHANG), 0);
@@ -209,16 +222,9 @@ static void await_no_reservations(const char *socket) {
 
 /* The dispatcher runs as a monitor and its child; the child moves threads. */
 static pid_t dispatcher_child(const Stack *s) {
-        char path[64];
-        long pid = 0;
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) s->dispatcher, (int) s->dispatcher);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return 0;
-        if (fscanf(f, "%ld", &pid) != 1)
-                pid = 0;
-        fclose(f);
-        return (pid_t) pid;
+        pid_t child;
+        size_t n = 0;
+        return proc_list_descendants("/proc", s->dispatcher, &child, 1, &n) == 0 && n == 1 ? child : 0;
 }
 
 TEST(pace_run_gets_its_share_and_leaves_the_rest) {
@@ -753,15 +759,7 @@ TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_c
         double dispatcher_share = 100.0 * (double) (d1 - d0) / (double) (t1 - t0);
         double client_share = 100.0 * (double) (share_cpu_time_ns(client) - c0) / (double) (t1 - t0);
         double hog_share = 100.0 * (double) (share_cpu_time_ns(other) - h0) / (double) (t1 - t0);
-        char log[400];
-        snprintf(log, sizeof(log), "%s/dispatcher.log", s.broker.dir);
-        FILE *f = fopen(log, "re");
-        bool logged = false;
-        char line[512];
-        while (f && fgets(line, sizeof(line), f))
-                logged |= strstr(line, "past max_threads_per_reservation") != NULL;
-        if (f)
-                fclose(f);
+        bool logged = dispatcher_log_line(&s, "past max_threads_per_reservation", NULL, 0) > 0;
         printf("  1001 threads: at most %u real-time at once; dispatcher used %.2f%% of a CPU; client %.2f%% of "
                "a 50%% grant, hog %.2f%% (waiting threads %s the shared low-weight cpu group)\n", most_fifo,
                dispatcher_share, client_share, hog_share, cpu_group ? "in" : "NOT in");
@@ -1277,17 +1275,11 @@ TEST(a_tree_scope_covers_the_children_of_a_pace_run_command) {
 
 /* The dispatcher says so when its cpu group is refused its runtime. */
 static void assert_no_cpu_group_refusal(const Stack *s) {
-        char path[320];
-        snprintf(path, sizeof(path), "%s/dispatcher.log", s->broker.dir);
-        FILE *f = fopen(path, "re");
-        ASSERT_TRUE(f);
         char line[1024];
-        while (fgets(line, sizeof(line), f))
-                if (strstr(line, "cannot give the cgroup")) {
-                        fclose(f);
-                        TEST_FAIL_("dispatcher: %s", line);
-                }
-        fclose(f);
+        int r = dispatcher_log_line(s, "cannot give the cgroup", line, sizeof(line));
+        ASSERT_OK(r);
+        if (r > 0)
+                TEST_FAIL_("dispatcher: %s", line);
 }
 
 TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
