@@ -44,6 +44,7 @@ typedef enum KeyId {
         KEY_MAX_THREADS_PER_RESERVATION,
         KEY_MAX_RESERVATIONS,
         KEY_MAX_MESSAGE_BYTES,
+        KEY_RESERVE_ROOT_PROCESSES,
         _KEY_MAX,
 } KeyId;
 
@@ -54,6 +55,7 @@ typedef enum KeyKind {
         KIND_CHOICE,
         KIND_CPUS,
         KIND_GROUPS,
+        KIND_BOOL,
 } KeyKind;
 
 typedef struct KeyDef {
@@ -99,6 +101,7 @@ static const KeyDef keys[_KEY_MAX] = {
         [KEY_MAX_THREADS_PER_RESERVATION] = { "max_threads_per_reservation", KIND_INTEGER, 1, 1024, false, NULL, NULL },
         [KEY_MAX_RESERVATIONS] = { "max_reservations", KIND_INTEGER, 1, PACE_MAX_RESERVATIONS, false, NULL, NULL },
         [KEY_MAX_MESSAGE_BYTES] = { "max_message_bytes", KIND_INTEGER, 256, PACE_MAX_MESSAGE_SIZE, false, NULL, NULL },
+        [KEY_RESERVE_ROOT_PROCESSES] = { "reserve_root_processes", KIND_BOOL, 0, 0, false, NULL, NULL },
 };
 
 void pace_config_init(PaceConfig *config) {
@@ -119,6 +122,7 @@ void pace_config_init(PaceConfig *config) {
                 .max_threads_per_reservation = 32,
                 .max_reservations = PACE_MAX_RESERVATIONS,
                 .max_message_bytes = PACE_MAX_MESSAGE_SIZE,
+                .reserve_root_processes = false,
                 .allowed_groups_set = false,
                 .cpus_set = false,
                 .n_cpus = 0,
@@ -256,6 +260,9 @@ static const char *describe_allowed(char *buf, size_t size, const KeyDef *def) {
                 snprintf(buf, size, "an array of 1 to %u existing group names or numeric gids",
                          PACE_MAX_ALLOWED_GROUPS);
                 break;
+        case KIND_BOOL:
+                snprintf(buf, size, "true or false");
+                break;
         case KIND_ANY:
         default:
                 snprintf(buf, size, "anything");
@@ -377,6 +384,13 @@ static int get_choice(const cJSON *item, const KeyDef *def, int *ret, char **ret
                             quote(q, sizeof(q), item->valuestring), describe_allowed(allowed, sizeof(allowed), def));
 }
 
+static int get_bool(const cJSON *item, const KeyDef *def, bool *ret, char **ret_error) {
+        if (!cJSON_IsBool(item))
+                return error_wrong_type(ret_error, def, "true or false", item);
+        *ret = cJSON_IsTrue(item);
+        return 0;
+}
+
 static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char **ret_error) {
         char allowed[128], value[QUOTE_MAX * 4 + 32];
         uint64_t mask = 0;
@@ -495,6 +509,10 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
                 return get_cpus(item, def, c, ret_error);
         case KIND_GROUPS:
                 return get_groups(item, def, c, ret_error);
+        case KIND_BOOL:
+                if (id == KEY_RESERVE_ROOT_PROCESSES)
+                        return get_bool(item, def, &c->reserve_root_processes, ret_error);
+                return -EINVAL;
         default:
                 return -EINVAL;
         }

@@ -41,6 +41,12 @@ typedef struct PaceConfig {
         uint32_t max_threads_per_reservation; /* default 32, 1..1024 */
         uint32_t max_reservations;          /* broker-wide, default and at most PACE_MAX_RESERVATIONS */
         uint32_t max_message_bytes;         /* a request's size, 256..PACE_MAX_MESSAGE_SIZE (default) */
+        /* "reserve_root_processes": whether a process that runs as root (any
+         * of its real, effective, saved or file-system uids 0) may hold a
+         * reservation. Off by default: the dispatcher cannot tell root's
+         * request from a compromised broker's, which could otherwise make
+         * any root daemon real-time, pinned, nice 19 or frozen. */
+        bool reserve_root_processes;
         /* "allowed_groups": names or gids; unset means every local user may
          * ask. Root may always. */
         bool allowed_groups_set;

@@ -20,7 +20,7 @@
 #include "sched-util.h"
 #include "test-dispatch-util.h"
 
-#define CONFIG_2CPUS "{ \"slot_us\": 1000, \"cpus\": [0, 1] }"
+#define CONFIG_2CPUS "{ \"slot_us\": 1000, \"cpus\": [0, 1], \"reserve_root_processes\": true }"
 #define KILLS 5 /* the monitor allows 5 restarts in 10 s */
 #define RECOVERY_LIMIT_NS (10 * 1000000ULL)
 #define RESUME_LIMIT_NS (1000 * 1000000ULL)

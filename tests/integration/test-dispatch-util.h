@@ -379,6 +379,6 @@ static inline bool wait_for_fifo(pid_t tid, unsigned timeout_ms) {
         return sample_fifo_fraction(tid, timeout_ms, 200, &n) > 0.0;
 }
 
-#define CONFIG_1MS "{ \"slot_us\": 1000, \"cpus\": [1] }"
-#define CONFIG_10MS "{ \"slot_us\": 10000, \"cpus\": [1] }"
-#define CONFIG_1MS_FREEZE "{ \"slot_us\": 1000, \"cpus\": [1], \"waiting\": \"freeze\" }"
+#define CONFIG_1MS "{ \"slot_us\": 1000, \"cpus\": [1], \"reserve_root_processes\": true }"
+#define CONFIG_10MS "{ \"slot_us\": 10000, \"cpus\": [1], \"reserve_root_processes\": true }"
+#define CONFIG_1MS_FREEZE "{ \"slot_us\": 1000, \"cpus\": [1], \"waiting\": \"freeze\", \"reserve_root_processes\": true }"

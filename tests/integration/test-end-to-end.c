@@ -32,7 +32,7 @@
 #define CPU 1
 #define CHILD_LIFETIME_S 30
 
-static const char *config_json = "{ \"slot_us\": 1000, \"cpus\": [1] }";
+static const char *config_json = "{ \"slot_us\": 1000, \"cpus\": [1], \"reserve_root_processes\": true }";
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -492,7 +492,7 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
         split_log = mmap(NULL, sizeof(SplitLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         ASSERT_TRUE(split_log != MAP_FAILED);
-        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [0, 1] }");
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [0, 1], \"reserve_root_processes\": true }");
 
         /* 25% taken on each CPU by sleepers: 50% is left on each, so 60%
          * fits no single CPU. A SCHED_OTHER hog on each CPU competes. */
@@ -584,7 +584,7 @@ TEST(two_seventy_percent_reservations_land_on_different_cpus) {
 
         if (skip())
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [0, 1] }");
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [0, 1], \"reserve_root_processes\": true }");
 
         pid_t clients[2], hogs[2];
         for (int i = 0; i < 2; i++) {
@@ -700,7 +700,7 @@ TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_c
 
         if (skip())
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1], \"max_threads_per_reservation\": 32 }");
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1], \"max_threads_per_reservation\": 32, \"reserve_root_processes\": true }");
         ASSERT_OK(pipe(ready));
         pid_t client = fork();
         ASSERT_OK(client);

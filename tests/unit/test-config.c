@@ -749,6 +749,20 @@ TEST(access_and_rate_keys) {
         ASSERT_EQ(c.max_connections_per_user, 10);
 }
 
+TEST(reserve_root_processes) {
+        PaceConfig c;
+
+        pace_config_init(&c);
+        ASSERT_FALSE(c.reserve_root_processes);
+        ASSERT_PARSES("{\"reserve_root_processes\": true}", &c);
+        ASSERT_TRUE(c.reserve_root_processes);
+        ASSERT_PARSES("{\"reserve_root_processes\": false}", &c);
+        ASSERT_FALSE(c.reserve_root_processes);
+        ASSERT_PARSE_FAILS("{\"reserve_root_processes\": 1}", "\"reserve_root_processes\": expected true or false, "
+                           "got 1; allowed: true or false");
+        ASSERT_PARSE_FAILS("{\"reserve_root_processes\": \"yes\"}", "expected true or false");
+}
+
 TEST(load_not_a_file) {
         _cleanup_free_ char *error = NULL;
         PaceConfig c;
