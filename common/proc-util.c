@@ -217,6 +217,83 @@ int write_string_file(const char *path, const char *text) {
         return 0;
 }
 
+int proc_status_owner(const char *status_text, ProcOwner *ret) {
+        const char *line = strstr(status_text, "\nUid:");
+        ProcOwner o;
+
+        if (!line)
+                return -EBADMSG;
+        line += 5;
+        for (size_t i = 0; i < ELEMENTSOF(o.uids); i++) {
+                char *end;
+                errno = 0;
+                unsigned long v = strtoul(line, &end, 10);
+                if (errno != 0 || end == line || v > UINT32_MAX)
+                        return -EBADMSG;
+                o.uids[i] = (uid_t) v;
+                line = end;
+        }
+        *ret = o;
+        return 0;
+}
+
+bool proc_owner_is(const ProcOwner *o, uid_t uid) {
+        for (size_t i = 0; i < ELEMENTSOF(o->uids); i++)
+                if (o->uids[i] != uid)
+                        return false;
+        return true;
+}
+
+bool proc_owner_has_root(const ProcOwner *o) {
+        for (size_t i = 0; i < ELEMENTSOF(o->uids); i++)
+                if (o->uids[i] == 0)
+                        return true;
+        return false;
+}
+
+#define CAP_SYS_NICE_BIT 23
+
+int proc_rt_priority_ceiling(const char *status_text, const char *limits_text, uint32_t *ret) {
+        const char *cap = strstr(status_text, "\nCapEff:");
+        const char *lim = strstr(limits_text, "Max realtime priority");
+        char *end;
+
+        if (!cap || !lim)
+                return -EBADMSG;
+        errno = 0;
+        unsigned long long eff = strtoull(cap + 8, &end, 16);
+        if (errno != 0 || end == cap + 8)
+                return -EBADMSG;
+        if (eff & (1ULL << CAP_SYS_NICE_BIT)) {
+                *ret = 99;
+                return 0;
+        }
+        /* "Max realtime priority     0     0": soft, then hard. */
+        const char *p = lim + strlen("Max realtime priority");
+        for (int field = 0; field < 2; field++) {
+                while (*p == ' ' || *p == '\t')
+                        p++;
+                if (strncmp(p, "unlimited", 9) == 0) {
+                        if (field == 1) {
+                                *ret = 99;
+                                return 0;
+                        }
+                        p += 9;
+                        continue;
+                }
+                errno = 0;
+                unsigned long long v = strtoull(p, &end, 10);
+                if (errno != 0 || end == p)
+                        return -EBADMSG;
+                if (field == 1) {
+                        *ret = (uint32_t) MIN(v, 99ULL);
+                        return 0;
+                }
+                p = end;
+        }
+        return -EBADMSG;
+}
+
 int pidfd_open_checked(pid_t pid, int *ret_fd) {
         int fd;
 

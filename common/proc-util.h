@@ -34,6 +34,24 @@ int write_string_file(const char *path, const char *text);
  * max_processes processes visited. */
 int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret);
 
+/* A process's credentials as the kernel holds them, from the text of its
+ * /proc/PID/status: the real, effective, saved and file-system uids (the
+ * privileged side trusts no one's word for who owns a process). */
+typedef struct ProcOwner {
+        uid_t uids[4];
+} ProcOwner;
+int proc_status_owner(const char *status_text, ProcOwner *ret);
+/* Whether every one of the four uids is uid. */
+bool proc_owner_is(const ProcOwner *o, uid_t uid);
+/* Whether any of them is 0: a process that is root in any sense. */
+bool proc_owner_has_root(const ProcOwner *o);
+
+/* The highest SCHED_FIFO/SCHED_RR priority the process could give its own
+ * threads, from the texts of its /proc/PID/status and /proc/PID/limits: 99
+ * with CAP_SYS_NICE in its effective set, else the hard RLIMIT_RTPRIO (it
+ * may raise its soft limit up to that), 0 when it may not be real-time. */
+int proc_rt_priority_ceiling(const char *status_text, const char *limits_text, uint32_t *ret);
+
 int pidfd_open_checked(pid_t pid, int *ret_fd);
 /* 0 while the process behind the pidfd is alive, -ESRCH once it has exited. */
 int pidfd_alive(int pidfd);

@@ -133,13 +133,16 @@ int table_reader_openat(int dir_fd, const char *name, TableReader **ret) {
         struct stat st;
         const void *base;
 
-        fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        /* O_NONBLOCK: whoever writes the directory could leave a FIFO under
+         * the name, and a blocking open of a FIFO waits for a writer that
+         * never comes. */
+        fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0)
                 return negative_errno();
         if (fstat(fd, &st) < 0)
                 return negative_errno();
         if (!S_ISREG(st.st_mode))
-                return -EBADMSG;
+                return -EMEDIUMTYPE;
         /* The mapping must cover everything we will index. The writer can
          * still truncate the file later, turning a read into SIGBUS: readers
          * that must survive that (the dispatcher) copy snapshots under a

@@ -28,7 +28,8 @@ uint64_t table_writer_generation(const TableWriter *w);
 const PaceTableBuffer *table_writer_current(const TableWriter *w);
 
 /* Opens and maps read-only; checks size, magic and version (-EBADMSG,
- * -EPROTO). The file's owner is not trusted either way. */
+ * -EPROTO), and that it is a regular file (-EMEDIUMTYPE). Never blocks,
+ * whatever sits under the name. The file's owner is not trusted either way. */
 int table_reader_open(const char *path, TableReader **ret);
 int table_reader_openat(int dir_fd, const char *name, TableReader **ret);
 TableReader *table_reader_free(TableReader *r);

@@ -46,6 +46,11 @@
 /* A header written through mmap raises no inotify event: after the file
  * appears, look again this often, this many times. */
 #define OPEN_RETRY_NS (10 * NSEC_PER_MSEC)
+/* A new generation is copied and checked at SCHED_FIFO 99 (about 20 us for
+ * a small table, hundreds for a full one). Whoever writes the table could
+ * publish in a loop and make that our whole life: a loop looks at most this
+ * often, whatever the generation does. */
+#define TABLE_MIN_INTERVAL_NS (20 * NSEC_PER_MSEC)
 #define OPEN_RETRIES 300u
 
 typedef enum LoopState {
@@ -85,6 +90,7 @@ typedef struct CpuLoop {
         bool reader_broken;
         uint64_t epoch;
         uint64_t seen_gen;  /* last generation looked at, accepted or not */
+        uint64_t next_look_ns; /* not before: TABLE_MIN_INTERVAL_NS after the last look */
         uint64_t table_gen; /* generation in force */
         PaceTableBuffer *cur, *spare;
         Held **held, **next_held;
@@ -126,6 +132,7 @@ struct Dispatcher {
          * and the accounting file the broker reads (NULL: none). */
         GroupSet *groups;
         char groups_note[512];
+        unsigned dead_instances; /* whose leftovers the start removed */
         PaceStatsFile *stats;
 
         CpuLoop *loops;
@@ -326,6 +333,11 @@ static const char *identity_problem(int r) {
                 return "pid 1, kernel threads and the dispatcher itself are never promoted";
         case -EACCES:
                 return "the process belongs to another user than the one the table names";
+        case -EDQUOT:
+                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
+                       "\"reserve_root_processes\" is off";
+        case -EBADMSG:
+                return "its /proc status or limits cannot be read";
         default:
                 return strerror(-r);
         }
@@ -418,6 +430,26 @@ static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
         stats_write_end(e);
 }
 
+/* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
+ * members may run there and nowhere else. */
+static void held_cpus_of(const PaceTableBuffer *t, uint64_t id, char *ret, size_t size) {
+        bool on[PACE_MAX_CPUS] = {};
+        size_t n = 0;
+
+        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++)
+                if (t->reservations[i].id == id && t->reservations[i].cpu >= 0 &&
+                    t->reservations[i].cpu < (int32_t) PACE_MAX_CPUS)
+                        on[t->reservations[i].cpu] = true;
+        ret[0] = '\0';
+        for (int32_t c = 0; c < (int32_t) PACE_MAX_CPUS; c++)
+                if (on[c]) {
+                        int k = snprintf(ret + n, size - n, "%s%" PRIi32, n ? "," : "", c);
+                        if (k < 0 || (size_t) k >= size - n)
+                                break;
+                        n += (size_t) k;
+                }
+}
+
 static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
         for (size_t i = 0; i < l->n_held; i++) {
                 Held *h = l->held[i];
@@ -453,7 +485,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                         continue;
                 h = loop_find_held(l, res);
                 if (!h) {
-                        r = held_new(res, &h);
+                        r = held_new(res, l->config->reserve_root_processes, &h);
                         if (r < 0) {
                                 dlog(d, DISPATCHER_LOG_WARNING,
                                      "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s",
@@ -461,8 +493,10 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                                 r = held_new_inert(res, &h);
                                 if (r < 0)
                                         return r;
-                        } else
+                        } else {
                                 stats_claim(d, h, l->cpu);
+                                held_cpus_of(t, res->id, h->cpus, sizeof(h->cpus));
+                        }
                 }
                 h->period_slots = res->period_slots;
                 h->budget_slots = res->budget_slots;
@@ -572,6 +606,10 @@ static int loop_consider(CpuLoop *l) {
         }
         if (seen == l->seen_gen)
                 return 0;
+        uint64_t now = now_ns();
+        if (now < l->next_look_ns)
+                return 0; /* looked at later: the generation stays unseen */
+        l->next_look_ns = now + TABLE_MIN_INTERVAL_NS;
 
         r = guarded_snapshot(l->reader, l->spare, &gen);
         if (r == -EFAULT) {
@@ -643,6 +681,11 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
                                      "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
                                      ") exited; its slots stay idle until the table drops it",
                                      l->cpu, to->pid, to->id);
+                        else if (r == -EPERM && to->revoked)
+                                dlog(l->d, DISPATCHER_LOG_WARNING,
+                                     "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
+                                     ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
+                                     "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
                         else
                                 dlog(l->d, DISPATCHER_LOG_ERROR,
                                      "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64 "): %s",
@@ -697,7 +740,8 @@ static void loop_active(CpuLoop *l) {
                         loop_sync_config(l);
                         uint64_t gen;
                         bool fresh = l->reader && !l->reader_broken &&
-                                     guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen;
+                                     guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
+                                     now_ns() >= l->next_look_ns;
                         if (fresh) {
                                 /* Whoever owned the last run is done anyway
                                  * (runs are rotated); demote before the copy
@@ -756,6 +800,12 @@ static bool loop_idle(CpuLoop *l) {
                                 return true;
                         if (l->reader_broken)
                                 continue;
+                        uint64_t gen;
+                        if (guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen) {
+                                /* New, but too soon after the last look. */
+                                (void) loop_sleep_until(l, l->next_look_ns);
+                                continue;
+                        }
                         /* -EINTR on a kick, -EFAULT if the file shrank. */
                         if (guarded_wait(l->reader, l->seen_gen) == -EFAULT)
                                 loop_reader_fault(l);
@@ -1053,7 +1103,15 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
         char base[PATH_MAX];
         if (group_base_path(d->freezer_name, base, sizeof(base)) == 0)
                 (void) sweep_demote_groups(base); /* a crashed run's tree members */
-        r = group_set_new(d->freezer_name, &d->groups, d->groups_note, sizeof(d->groups_note));
+        /* Other instances that died without cleaning up (SIGKILL of both
+         * processes): their groups would hold real-time runtime and
+         * cpusets for ever. */
+        unsigned dead = 0;
+        (void) group_sweep_dead(d->freezer_name, sweep_demote_groups_void, &dead);
+        d->dead_instances = dead;
+        pid_t owner = held_protected_pid() > 0 ? held_protected_pid() : getpid();
+        r = group_set_new(d->freezer_name, PPM - d->config.non_rt_share_ppm, owner, &d->groups, d->groups_note,
+                          sizeof(d->groups_note));
         if (r < 0 && !d->groups_note[0])
                 snprintf(d->groups_note, sizeof(d->groups_note), "%s", strerror(-r));
 
@@ -1379,6 +1437,9 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                 run_log(o, DISPATCHER_LOG_WARNING, "reservation groups unavailable (%s): members are found in "
                         "/proc/PID/task, tree scope covers only the process, and accounting reads each thread's "
                         "schedstat", d->groups_note);
+        if (d->dead_instances > 0)
+                run_log(o, DISPATCHER_LOG_WARNING, "removed the cgroups of %u dispatcher instance(s) that died "
+                        "without cleaning up", d->dead_instances);
         if (!d->stats)
                 run_log(o, DISPATCHER_LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
                         "shows no delivered utilization");
@@ -1437,6 +1498,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                                 snprintf(message, sizeof(message), "cannot use table %s: %s; waiting for a new one",
                                          d->table_path,
                                          r == -EBADMSG ? "not a pace table (size or magic)" :
+                                         r == -EMEDIUMTYPE ? "not a regular file" :
                                          r == -EPROTO ? "table version or layout differs from this dispatcher's" :
                                          strerror(-r));
                                 log_fn(DISPATCHER_LOG_WARNING, message, userdata);

@@ -33,6 +33,10 @@ struct Group {
         /* Where the members came from, relative to the hierarchy's root. */
         char orig[PATH_MAX];
         char cpu_orig[PATH_MAX]; /* the same in the cpu hierarchy ("" if none) */
+        /* The reservation's cpuset (pace.<hash>/res-<id> in the cpuset
+         * hierarchy, "" if none) and where the members came from there. */
+        char cpuset_dir[PATH_MAX + 64];
+        char cpuset_orig[PATH_MAX];
         /* The group's directory, and its two lists: reopened when older
          * than LIST_REFRESH_NS (see list_read), under list_lock because a
          * split reservation's loops share the group. */
@@ -66,6 +70,14 @@ struct GroupSet {
          * real-time runtime SCHED_FIFO needs there. "" when not used. */
         char cpu_root[PATH_MAX];
         char cpu_base[PATH_MAX];
+        /* The cpuset hierarchy's pace.<hash>: each reservation's members
+         * are confined to its CPUs there, so a member cannot move itself
+         * (or, through priority inheritance, a sibling) to a CPU whose frame
+         * does not account for it. "" when the host has no v1 cpuset. */
+        char cpuset_root[PATH_MAX];
+        char cpuset_base[PATH_MAX];
+        char cpuset_mems[256];
+        char owner_dir[PATH_MAX + 96];
         Group *groups;
 };
 
@@ -124,9 +136,43 @@ static int base_create(const char *name, const char *controller) {
         return libcgroup_error(r);
 }
 
-static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t err_size);
+static void cpu_group_setup(GroupSet *s, const char *cpu_root, uint32_t rt_share_ppm, char *err, size_t err_size);
+static void cpuset_setup(GroupSet *s);
 
-int group_set_new(const char *name, GroupSet **ret, char *err, size_t err_size) {
+/* Marks the base group with the instance that owns it: a dispatcher that
+ * starts later tells a dead instance's leftovers from a live one's by it. */
+static void owner_mark(GroupSet *s, pid_t owner) {
+        ProcInfo info;
+
+        if (proc_info_read("/proc", owner, &info) < 0)
+                return;
+        snprintf(s->owner_dir, sizeof(s->owner_dir), "%s/owner-%" PRIi32 "-%" PRIu64, s->base, owner,
+                 info.start_time);
+        if (mkdir(s->owner_dir, 0755) < 0)
+                s->owner_dir[0] = '\0';
+}
+
+/* Whether the instance that owns base (a pace.* directory) still lives:
+ * its owner-PID-STARTTIME marker names a live process with that start. */
+static bool owner_alive(const char *base) {
+        DIR *d = opendir(base);
+        bool alive = false;
+
+        if (!d)
+                return false;
+        for (struct dirent *de; !alive && (de = readdir(d));) {
+                long pid;
+                unsigned long long start;
+                ProcInfo info;
+                if (sscanf(de->d_name, "owner-%ld-%llu", &pid, &start) == 2 &&
+                    proc_info_read("/proc", (pid_t) pid, &info) == 0 && info.start_time == start)
+                        alive = true;
+        }
+        closedir(d);
+        return alive;
+}
+
+int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err, size_t err_size) {
         _cleanup_free_ char *acct = NULL, *cpu = NULL;
         struct stat st;
         int r;
@@ -179,8 +225,10 @@ int group_set_new(const char *name, GroupSet **ret, char *err, size_t err_size) 
                 group_set_free(s);
                 return r;
         }
+        owner_mark(s, owner);
         if (cpu && strcmp(cpu, acct) != 0)
-                cpu_group_setup(s, cpu, err, err_size);
+                cpu_group_setup(s, cpu, rt_share_ppm, err, err_size);
+        cpuset_setup(s);
         *ret = s;
         return 0;
 }
@@ -207,18 +255,20 @@ static int read_u64(const char *path, uint64_t *ret) {
  * inside the kernel refuses (EBUSY), and only then does the old behaviour
  * remain. */
 static int cpu_group_drop_runtime(const char *dir) {
-        char path[PATH_MAX + 32];
+        char path[PATH_MAX * 2 + 64];
         snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", dir);
         return write_string_file(path, "0");
 }
 
 /* The shared cpu group. Under RT_GROUP_SCHED a new group may run no
  * SCHED_FIFO thread until it has cpu.rt_runtime_us, and the kernel refuses
- * more than the parent's runtime minus what its other children hold: take
- * all that is left (the dispatch table, not this, is what bounds the
- * clients). A failure is noted in err (not fatal: accounting groups work
- * without it, the waiting threads just weigh more). */
-static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t err_size) {
+ * more than the parent's runtime minus what its other children hold. It
+ * takes what the reservations can use at most, rt_share_ppm of each
+ * period (the dispatch table, not this, is what bounds the clients), so
+ * another instance, or a group a crashed instance left, cannot be starved
+ * of the rest. A failure is noted in err (not fatal: accounting groups
+ * work without it, the waiting threads just weigh more). */
+static void cpu_group_setup(GroupSet *s, const char *cpu_root, uint32_t rt_share_ppm, char *err, size_t err_size) {
         char path[PATH_MAX + 64], dir[PATH_MAX];
         uint64_t parent_runtime, parent_period, siblings = 0;
         struct stat st;
@@ -255,8 +305,10 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t
                 snprintf(text, sizeof(text), "%" PRIu64, parent_period);
                 (void) write_string_file(path, text);
                 snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", dir);
-                snprintf(text, sizeof(text), "%" PRIu64, parent_runtime > siblings ? parent_runtime - siblings : 0);
-                r = parent_runtime > siblings ? write_string_file(path, text) : -EBUSY;
+                uint64_t need = (parent_period * rt_share_ppm + PPM - 1) / PPM;
+                uint64_t left = parent_runtime > siblings ? parent_runtime - siblings : 0;
+                snprintf(text, sizeof(text), "%" PRIu64, MIN(need, left));
+                r = left >= need ? write_string_file(path, text) : -EBUSY;
                 if (r < 0) {
                         snprintf(err, err_size, "cannot give the cgroup %s real-time runtime (cpu.rt_runtime_us: "
                                  "%" PRIu64 " of the parent's %" PRIu64 " us are held by other groups): %s; "
@@ -272,6 +324,57 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, char *err, size_t
         snprintf(s->cpu_base, sizeof(s->cpu_base), "%s", dir);
 }
 
+static int read_text(const char *path, char *buf, size_t size) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        ssize_t n = read(fd, buf, size - 1);
+        if (n < 0)
+                return negative_errno();
+        buf[n] = '\0';
+        buf[strcspn(buf, "\n")] = '\0';
+        return 0;
+}
+
+/* The cpuset base: a v1 cpuset must be given CPUs and memory nodes before
+ * it can hold a task, and a child's must lie within its parent's, so the
+ * base gets all of the root's. Best effort: without it members are held
+ * to their CPU by affinity alone, which held.c checks around every run. */
+static void cpuset_setup(GroupSet *s) {
+        _cleanup_free_ char *root = NULL;
+        char path[PATH_MAX + 64], cpus[256], dir[PATH_MAX];
+        struct stat st;
+
+        if (cgroup_get_subsys_mount_point("cpuset", &root) != 0 || !root)
+                return;
+        snprintf(dir, sizeof(dir), "%s/%s", root, s->name);
+        if (stat(dir, &st) == 0)
+                (void) base_delete(s->name, "cpuset");
+        snprintf(path, sizeof(path), "%s/cpuset.cpus", root);
+        if (read_text(path, cpus, sizeof(cpus)) < 0)
+                return;
+        snprintf(path, sizeof(path), "%s/cpuset.mems", root);
+        if (read_text(path, s->cpuset_mems, sizeof(s->cpuset_mems)) < 0)
+                return;
+        if (base_create(s->name, "cpuset") < 0)
+                return;
+        snprintf(path, sizeof(path), "%s/cpuset.cpus", dir);
+        if (write_string_file(path, cpus) < 0)
+                goto fail;
+        snprintf(path, sizeof(path), "%s/cpuset.mems", dir);
+        if (write_string_file(path, s->cpuset_mems) < 0)
+                goto fail;
+        snprintf(s->cpuset_root, sizeof(s->cpuset_root), "%s", root);
+        snprintf(s->cpuset_base, sizeof(s->cpuset_base), "%s", dir);
+        return;
+fail:
+        (void) base_delete(s->name, "cpuset");
+}
+
+bool group_set_confines(const GroupSet *s) {
+        return s->cpuset_base[0] != '\0';
+}
+
 GroupSet *group_set_free(GroupSet *s) {
         if (!s)
                 return NULL;
@@ -280,11 +383,15 @@ GroupSet *group_set_free(GroupSet *s) {
                 g->refs = 1;
                 group_release(s, g);
         }
+        if (s->owner_dir[0])
+                (void) rmdir(s->owner_dir);
         (void) rmdir(s->base);
         if (s->cpu_base[0]) {
                 (void) cpu_group_drop_runtime(s->cpu_base);
                 (void) rmdir(s->cpu_base);
         }
+        if (s->cpuset_base[0])
+                (void) rmdir(s->cpuset_base);
         pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;
@@ -428,6 +535,12 @@ static void move_out(const GroupSet *s, const Group *g, const char *file, pid_t 
                 if (n < 0 || (size_t) n >= sizeof(dir) || write_id(dir, file, id) < 0)
                         (void) write_id(s->cpu_root, file, id);
         }
+        if (g->cpuset_dir[0]) {
+                int n = snprintf(dir, sizeof(dir), "%s%s", s->cpuset_root,
+                                 strcmp(g->cpuset_orig, "/") == 0 ? "" : g->cpuset_orig);
+                if (n < 0 || (size_t) n >= sizeof(dir) || write_id(dir, file, id) < 0)
+                        (void) write_id(s->cpuset_root, file, id);
+        }
 }
 
 void group_release(GroupSet *s, Group *g) {
@@ -464,6 +577,18 @@ void group_release(GroupSet *s, Group *g) {
         safe_close(g->usage_fd);
         pthread_mutex_destroy(&g->list_lock);
         (void) rmdir(g->dir);
+        if (g->cpuset_dir[0]) {
+                /* Stragglers a fork raced in: to the root, so the group goes. */
+                char path[PATH_MAX + 96];
+                snprintf(path, sizeof(path), "%s/cgroup.procs", g->cpuset_dir);
+                FILE *f = fopen(path, "re");
+                char line[32];
+                while (f && fgets(line, sizeof(line), f))
+                        (void) write_id(s->cpuset_root, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
+                if (f)
+                        fclose(f);
+                (void) rmdir(g->cpuset_dir);
+        }
         free(g);
 }
 
@@ -483,7 +608,33 @@ static int read_orig(const char *proc_path, const char *controller, char *ret, s
         return proc_cgroup_v1_path(buf, controller, ret, size);
 }
 
-int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope) {
+/* The reservation's own cpuset, holding exactly its CPUs. */
+static int cpuset_create(GroupSet *s, Group *g, const char *cpus, const char *proc_path) {
+        char path[PATH_MAX + 128];
+        int r;
+
+        if (read_orig(proc_path, "cpuset", g->cpuset_orig, sizeof(g->cpuset_orig)) < 0)
+                return -EOPNOTSUPP;
+        snprintf(g->cpuset_dir, sizeof(g->cpuset_dir), "%s/res-%" PRIu64, s->cpuset_base, g->id);
+        if (mkdir(g->cpuset_dir, 0755) < 0 && errno != EEXIST) {
+                r = negative_errno();
+                g->cpuset_dir[0] = '\0';
+                return r;
+        }
+        snprintf(path, sizeof(path), "%s/cpuset.mems", g->cpuset_dir);
+        r = write_string_file(path, s->cpuset_mems);
+        if (r >= 0) {
+                snprintf(path, sizeof(path), "%s/cpuset.cpus", g->cpuset_dir);
+                r = write_string_file(path, cpus);
+        }
+        if (r < 0) {
+                (void) rmdir(g->cpuset_dir);
+                g->cpuset_dir[0] = '\0';
+        }
+        return r;
+}
+
+int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus) {
         char path[96];
         int r = 0;
 
@@ -503,14 +654,26 @@ int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope) {
         g->pid = pid;
         g->tid = tid;
         bool cpu = s->cpu_base[0] && g->cpu_orig[0];
+        if (s->cpuset_base[0] && cpus)
+                (void) cpuset_create(s, g, cpus, path);
+        bool cpuset = g->cpuset_dir[0] != '\0';
         if (scope == PACE_TABLE_SCOPE_THREAD) {
                 r = write_id(g->dir, "tasks", tid);
                 if (r >= 0 && cpu)
                         (void) write_id(s->cpu_base, "tasks", tid);
+                if (r >= 0 && cpuset && write_id(g->cpuset_dir, "tasks", tid) < 0) {
+                        (void) rmdir(g->cpuset_dir);
+                        g->cpuset_dir[0] = '\0';
+                }
         } else {
                 r = write_id(g->dir, "cgroup.procs", pid);
                 if (r >= 0 && cpu)
                         (void) write_id(s->cpu_base, "cgroup.procs", pid);
+                if (r >= 0 && cpuset && write_id(g->cpuset_dir, "cgroup.procs", pid) < 0) {
+                        (void) rmdir(g->cpuset_dir);
+                        g->cpuset_dir[0] = '\0';
+                        cpuset = false;
+                }
                 if (r >= 0 && scope == PACE_TABLE_SCOPE_TREE) {
                         /* Those forked before the grant; later ones are
                          * born inside. */
@@ -521,6 +684,8 @@ int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope) {
                                 (void) write_id(g->dir, "cgroup.procs", kids[i]);
                                 if (cpu)
                                         (void) write_id(s->cpu_base, "cgroup.procs", kids[i]);
+                                if (cpuset)
+                                        (void) write_id(g->cpuset_dir, "cgroup.procs", kids[i]);
                         }
                 }
         }
@@ -533,6 +698,10 @@ done:
 
 bool group_entered(const Group *g) {
         return g->entered;
+}
+
+bool group_confined(const Group *g) {
+        return g->cpuset_dir[0] != '\0';
 }
 
 int group_evict_strangers(GroupSet *s, Group *g) {
@@ -591,12 +760,65 @@ int group_cpu_mount(char *ret, size_t size) {
         return 0;
 }
 
+int group_cpuset_mount(char *ret, size_t size) {
+        _cleanup_free_ char *cpuset = NULL;
+
+        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuset", &cpuset) != 0 || !cpuset)
+                return -EOPNOTSUPP;
+        snprintf(ret, size, "%s", cpuset);
+        return 0;
+}
+
 int group_base_path(const char *name, char *ret, size_t size) {
         _cleanup_free_ char *acct = NULL;
 
         if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct)
                 return -EOPNOTSUPP;
         snprintf(ret, size, "%s/%s", acct, name);
+        return 0;
+}
+
+/* One pace.* instance's leftovers, every hierarchy. */
+static void remove_instance(const char *name, void (*demote)(const char *base)) {
+        _cleanup_free_ char *acct = NULL, *cpu = NULL;
+        char path[PATH_MAX + 128];
+
+        if (cgroup_get_subsys_mount_point("cpuacct", &acct) == 0 && acct) {
+                snprintf(path, sizeof(path), "%s/%s", acct, name);
+                if (demote)
+                        demote(path);
+        }
+        if (cgroup_get_subsys_mount_point("cpu", &cpu) == 0 && cpu) {
+                snprintf(path, sizeof(path), "%s/%s", cpu, name);
+                (void) cpu_group_drop_runtime(path);
+        }
+        (void) base_delete(name, "cpu");
+        (void) base_delete(name, "cpuset");
+        (void) base_delete(name, "cpuacct");
+}
+
+int group_sweep_dead(const char *own_name, void (*demote)(const char *base), unsigned *ret_n) {
+        _cleanup_free_ char *acct = NULL;
+        unsigned n = 0;
+        DIR *d;
+
+        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct)
+                return -EOPNOTSUPP;
+        d = opendir(acct);
+        if (!d)
+                return negative_errno();
+        for (struct dirent *de; (de = readdir(d));) {
+                char base[PATH_MAX + 128];
+                if (strncmp(de->d_name, "pace.", 5) != 0 || strcmp(de->d_name, own_name) == 0)
+                        continue;
+                snprintf(base, sizeof(base), "%s/%s", acct, de->d_name);
+                if (owner_alive(base))
+                        continue;
+                remove_instance(de->d_name, demote);
+                n++;
+        }
+        closedir(d);
+        *ret_n = n;
         return 0;
 }
 
@@ -611,5 +833,6 @@ int group_set_remove(const char *name) {
                 (void) cpu_group_drop_runtime(dir);
         }
         (void) base_delete(name, "cpu");
+        (void) base_delete(name, "cpuset");
         return base_delete(name, "cpuacct");
 }

@@ -27,7 +27,11 @@ typedef struct Group Group;
  * (no v1 cpuacct hierarchy; cpuacct mounted together with cpu under
  * RT_GROUP_SCHED, where every group would need real-time runtime of its own
  * and the kernel caps their sum). */
-int group_set_new(const char *name, GroupSet **ret, char *err, size_t err_size);
+/* rt_share_ppm: what reservations may use of each CPU (the rest is the
+ * non-real-time share), the real-time runtime the shared cpu group takes
+ * under RT_GROUP_SCHED. owner: the process whose life marks the groups as
+ * in use (the monitor, or the dispatcher itself without one). */
+int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err, size_t err_size);
 /* Removes the base group (empty by then: every Group was released). */
 GroupSet *group_set_free(GroupSet *s);
 /* The hierarchy's mount point, e.g. /sys/fs/cgroup/cpuacct. */
@@ -43,9 +47,16 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret);
 void group_release(GroupSet *s, Group *g);
 
 /* scope as in pace-table.h. Moves the members in, once: the process (all its
- * threads), the one thread, or the process and its descendants. */
-int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope);
+ * threads), the one thread, or the process and its descendants. cpus (a
+ * kernel CPU list, e.g. "1" or "0-1"): where the host has a cpuset
+ * hierarchy, the members are also confined to these CPUs, which they
+ * cannot leave by sched_setaffinity(). NULL: not confined. */
+int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus);
 bool group_entered(const Group *g);
+/* Whether the members sit in a cpuset of the reservation's CPUs. */
+bool group_confined(const Group *g);
+/* Whether this host lets groups confine members with a cpuset. */
+bool group_set_confines(const GroupSet *s);
 /* Moves out what was born inside but is not a member: other processes
  * (process scope: children it forked), other threads (thread scope). */
 int group_evict_strangers(GroupSet *s, Group *g);
@@ -62,6 +73,13 @@ int group_base_path(const char *name, char *ret, size_t size);
 /* Removes the base group `name` and everything under it, tasks to the
  * hierarchy's root. */
 int group_set_remove(const char *name);
+/* Removes the pace.* groups of instances that are gone (their owner
+ * process has exited; see group_set_new()), other than own_name: their
+ * members first through demote(base), then each hierarchy's directory,
+ * its real-time runtime given back. *ret_n: how many instances. */
+int group_sweep_dead(const char *own_name, void (*demote)(const char *base), unsigned *ret_n);
 /* The v1 cpu hierarchy's mount when it is separate from cpuacct (the
  * shared cpu group lives there). */
 int group_cpu_mount(char *ret, size_t size);
+/* The v1 cpuset hierarchy's mount (members are confined there). */
+int group_cpuset_mount(char *ret, size_t size);

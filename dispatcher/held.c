@@ -74,8 +74,8 @@ size_t thread_registry_size(ThreadRegistry *reg) {
  * like our work (FIFO 98, or nice 19 after being born to a waiting parent)
  * cannot tell us its real original: take the process's main thread's, or
  * plain SCHED_OTHER, so restoring never leaves anything real-time. */
-static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const PaceSchedAttr *fallback, int cpu,
-                            RegistryEntry **ret) {
+static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const PaceSchedAttr *fallback,
+                            uint32_t rt_ceiling, int cpu, RegistryEntry **ret) {
         unsigned b = (unsigned) tid % REGISTRY_BUCKETS;
         RegistryEntry *e;
         int r = 0;
@@ -109,6 +109,11 @@ static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const Pa
                 else if (e->orig.sched_policy == SCHED_FIFO)
                         e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
         }
+        /* A real-time policy its process could not have given itself came
+         * from a dispatcher (a dead one's FIFO 98, lowered by the client to
+         * FIFO 1 in its run): restoring it would keep it real-time for good. */
+        if (!sched_attr_owner_could_set(&e->orig, rt_ceiling))
+                e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
         /* Held to its reserved CPU: a promoted thread elsewhere would spend
          * its budget on a CPU whose frame does not account for it. */
         if (sched_getaffinity(tid, sizeof(e->orig_affinity), &e->orig_affinity) == 0) {
@@ -175,11 +180,17 @@ void held_protect_pid(pid_t pid) {
         protected_pid = pid;
 }
 
-int held_new(const PaceTableReservation *res, Held **ret) {
-        _cleanup_close_ int pidfd = -EBADF, procfd = -EBADF;
-        char path[64], stat[1024];
+pid_t held_protected_pid(void) {
+        return protected_pid;
+}
+
+int held_new(const PaceTableReservation *res, bool allow_root, Held **ret) {
+        _cleanup_close_ int pidfd = -EBADF, procfd = -EBADF, taskfd = -EBADF;
+        char path[64], stat[1024], status[4096], limits[2048];
         uint64_t start_time;
         unsigned long flags;
+        uint32_t ceiling;
+        ProcOwner owner;
         int r;
 
         /* pid 1, and the dispatcher itself: demoting ourselves would stop
@@ -199,7 +210,16 @@ int held_new(const PaceTableReservation *res, Held **ret) {
         r = proc_stat_parse(stat, &start_time, &flags);
         if (r < 0)
                 return r;
-        /* Alive after /proc/PID was opened: the directory is the pidfd's
+        r = read_at(procfd, "status", status, sizeof(status));
+        if (r < 0)
+                return r;
+        r = read_at(procfd, "limits", limits, sizeof(limits));
+        if (r < 0)
+                return r;
+        taskfd = openat(procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (taskfd < 0)
+                return -ESRCH;
+        /* Alive after /proc/PID was read: the directory is the pidfd's
          * process, not a successor that inherited the number. */
         r = pidfd_alive(pidfd);
         if (r < 0)
@@ -208,25 +228,22 @@ int held_new(const PaceTableReservation *res, Held **ret) {
                 return -EPERM;
         if (start_time != res->start_time)
                 return -ESTALE;
-        /* The table's uid is who asked; only root may ask for another
-         * user's process, so anything else names the wrong owner. */
-        if (res->uid != 0) {
-                char status[4096];
-                const char *line;
-                r = read_at(procfd, "status", status, sizeof(status));
-                if (r < 0)
-                        return r;
-                line = strstr(status, "\nUid:");
-                if (!line || strtoul(line + 5, NULL, 10) != res->uid)
-                        return -EACCES;
-        }
+        /* The owner is the kernel's word, not the table's: the broker's
+         * user could name anyone. The table's uid is who asked; only root
+         * may ask for another user's process. */
+        if (proc_status_owner(status, &owner) < 0 || proc_rt_priority_ceiling(status, limits, &ceiling) < 0)
+                return -EBADMSG;
+        if (res->uid != 0 && !proc_owner_is(&owner, res->uid))
+                return -EACCES;
+        if (proc_owner_has_root(&owner) && !allow_root)
+                return -EDQUOT;
 
         /* A thread of this very process: its entry under the pinned
          * /proc/PID directory. */
         if (res->scope == PACE_TABLE_SCOPE_THREAD) {
-                char task[48];
-                snprintf(task, sizeof(task), "task/%" PRIi32, res->tid);
-                if (res->tid <= 0 || faccessat(procfd, task, F_OK, 0) < 0)
+                char task[32];
+                snprintf(task, sizeof(task), "%" PRIi32, res->tid);
+                if (res->tid <= 0 || faccessat(taskfd, task, F_OK, 0) < 0)
                         return -ESRCH;
         }
 
@@ -238,22 +255,56 @@ int held_new(const PaceTableReservation *res, Held **ret) {
         h->start_time = res->start_time;
         h->scope = res->scope;
         h->tid = res->scope == PACE_TABLE_SCOPE_THREAD ? res->tid : 0;
+        h->rt_ceiling = ceiling;
+        snprintf(h->cpus, sizeof(h->cpus), "%" PRIi32, res->cpu);
         h->pidfd = TAKE_FD(pidfd);
         h->procfd = TAKE_FD(procfd);
+        h->taskfd = TAKE_FD(taskfd);
         h->cg_state_fd = -EBADF;
         *ret = h;
         return 0;
 }
 
+/* Whether tid is still the thread we took: a thread of the very process
+ * (the held task directory goes stale when the process exits, and lists
+ * only its own threads), or for a tree's other processes, of its own
+ * process. A thread id outlives its thread: another user's new process can
+ * receive it, and must never be touched on the dead thread's account. */
+static bool held_tid_alive(const Held *h, pid_t tid, pid_t tgid) {
+        char name[64];
+
+        if (h->taskfd < 0)
+                return false;
+        if (tgid == h->pid) {
+                snprintf(name, sizeof(name), "%" PRIi32, tid);
+                return faccessat(h->taskfd, name, F_OK, 0) == 0;
+        }
+        snprintf(name, sizeof(name), "/proc/%" PRIi32 "/task/%" PRIi32, tgid, tid);
+        return faccessat(AT_FDCWD, name, F_OK, 0) == 0;
+}
+
+static bool held_thread_alive(const Held *h, const RegistryEntry *e) {
+        return held_tid_alive(h, e->tid, e->tgid);
+}
+
 static void held_forget_threads(Held *h, const HeldContext *ctx, bool restore) {
-        for (size_t i = 0; i < h->n_threads; i++)
-                registry_release(ctx->registry, h->threads[i].entry, restore);
+        for (size_t i = 0; i < h->n_threads; i++) {
+                RegistryEntry *e = h->threads[i].entry;
+                registry_release(ctx->registry, e, restore && held_thread_alive(h, e));
+        }
         h->n_threads = 0;
 }
 
 static void held_drop_thread(Held *h, const HeldContext *ctx, size_t i) {
         registry_release(ctx->registry, h->threads[i].entry, false);
         h->threads[i] = h->threads[--h->n_threads];
+}
+
+/* Drops the threads that are gone, before anything is done to their ids. */
+static void held_drop_dead(Held *h, const HeldContext *ctx) {
+        for (size_t i = h->n_threads; i-- > 0;)
+                if (!held_thread_alive(h, h->threads[i].entry))
+                        held_drop_thread(h, ctx, i);
 }
 
 /* Strict mode: a freezer cgroup of its own, so freezing it touches no one
@@ -344,13 +395,14 @@ static void held_group_leave(Held *h, const HeldContext *ctx) {
 }
 
 static void held_mark_gone(Held *h, const HeldContext *ctx) {
+        held_group_leave(h, ctx);
         held_forget_threads(h, ctx, false);
         held_freezer_leave(h, ctx);
-        held_group_leave(h, ctx);
         h->gone = true;
         h->running = false;
         h->pidfd = safe_close(h->pidfd);
         h->procfd = safe_close(h->procfd);
+        h->taskfd = safe_close(h->taskfd);
 }
 
 struct linux_dirent64 {
@@ -361,66 +413,116 @@ struct linux_dirent64 {
         char d_name[];
 };
 
+/* Whether a cpuset holds the members to their CPUs; if not, affinity is
+ * all there is, and it is checked around every run. */
+static bool held_confined(const Held *h) {
+        return h->group && group_confined(h->group);
+}
+
+static bool affinity_is_only(pid_t tid, int cpu) {
+        cpu_set_t set;
+        if (sched_getaffinity(tid, sizeof(set), &set) < 0)
+                return true; /* gone: nothing ran anywhere */
+        return CPU_COUNT(&set) == 1 && CPU_ISSET(cpu, &set);
+}
+
 /* Promotes one held thread on this CPU. A piece of a split reservation on
  * this CPU first moves the thread here: pieces never coincide and a free
- * slot separates them, so the loop that had it has demoted it by now. */
+ * slot separates them, so the loop that had it has demoted it by now.
+ * Unconfined, the thread may have moved itself while it waited: it is put
+ * back before it gets our priority. */
 static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const PaceSchedAttr *running) {
         RegistryEntry *entry = h->threads[i].entry;
         pid_t tid = h->threads[i].tid;
 
-        if (entry->affinity_saved && atomic_load(&entry->pinned_cpu) != ctx->cpu) {
+        if (entry->affinity_saved &&
+            (atomic_load(&entry->pinned_cpu) != ctx->cpu || (!held_confined(h) && !affinity_is_only(tid, ctx->cpu)))) {
                 cpu_set_t set;
                 CPU_ZERO(&set);
                 CPU_SET(ctx->cpu, &set);
-                if (sched_setaffinity(tid, sizeof(set), &set) == 0)
-                        atomic_store(&entry->pinned_cpu, ctx->cpu);
+                if (sched_setaffinity(tid, sizeof(set), &set) < 0)
+                        return negative_errno();
+                atomic_store(&entry->pinned_cpu, ctx->cpu);
         }
         return sched_attr_set(tid, running);
 }
 
-/* Takes one listed thread: found or newly registered, and marked seen in
- * this scan; held_move_rotated() moves it. */
-static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, unsigned scan, uint32_t *skipped) {
-        int i = held_thread_find(h, tid);
+/* New threads registered per promotion: each costs a few system calls, and
+ * a client that ends and creates threads every period must not make a
+ * promotion cost more than admission charges for it. */
+#define NEW_THREADS_PER_PROMOTION 4u
+/* Directory entries read per promotion: two getdents64 calls of 4 KiB,
+ * about 250 threads. A larger process is walked a slice at a time. */
+#define TASK_SLICES_PER_PROMOTION 2
+/* A tree's (v1) task list costs the kernel the whole list at each read:
+ * read it at most this often. */
+#define GROUP_SCAN_INTERVAL_NS (50 * NSEC_PER_MSEC)
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+/* The thread group a thread id belongs to now (a tree's other processes). */
+static pid_t tgid_of(pid_t tid) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", tid);
+        if (read_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
+                return -1;
+        const char *line = strstr(buf, "\nTgid:");
+        return line ? (pid_t) strtol(line + 6, NULL, 10) : -1;
+}
+
+/* Takes one listed thread if it is new, within the promotion's budget. */
+static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tgid, unsigned *budget,
+                            uint32_t *skipped) {
+        RegistryEntry *e;
         int r;
 
-        if (i < 0 && ctx->max_threads > 0 && h->n_threads >= ctx->max_threads) {
+        if (held_thread_find(h, tid) >= 0)
+                return 0;
+        if (ctx->max_threads > 0 && h->n_threads >= ctx->max_threads) {
                 (*skipped)++;
                 return 0;
         }
-        if (i < 0) {
-                RegistryEntry *e;
-                const PaceSchedAttr *fallback = scan > 1 && h->main_orig_set ? &h->main_orig : NULL;
-
-                if (h->n_threads == h->n_allocated) {
-                        size_t k = MAX(h->n_allocated * 2, (size_t) 8);
-                        HeldThread *t = realloc(h->threads, k * sizeof(*t));
-                        if (!t)
-                                return -ENOMEM;
-                        h->threads = t;
-                        h->n_allocated = k;
-                }
-                r = registry_acquire(ctx->registry, tid, h->pid, fallback, ctx->cpu, &e);
-                if (r < 0)
-                        return 0; /* exited since the listing */
-                if (tid == h->pid && !h->main_orig_set) {
-                        h->main_orig = e->orig;
-                        h->main_orig_set = true;
-                }
-                i = (int) h->n_threads++;
-                h->threads[i] = (HeldThread) { .tid = tid, .entry = e };
+        if (*budget == 0)
+                return 0; /* found again at a later promotion */
+        (*budget)--;
+        if (tgid <= 0 && (tgid = tgid_of(tid)) <= 0)
+                return 0;
+        /* Nothing is done to an id that is not, right now, our thread. */
+        if (!held_tid_alive(h, tid, tgid))
+                return 0;
+        if (h->n_threads == h->n_allocated) {
+                size_t k = MAX(h->n_allocated * 2, (size_t) 8);
+                HeldThread *t = realloc(h->threads, k * sizeof(*t));
+                if (!t)
+                        return -ENOMEM;
+                h->threads = t;
+                h->n_allocated = k;
         }
-        h->threads[i].seen = scan;
+        const PaceSchedAttr *fallback = h->main_orig_set ? &h->main_orig : NULL;
+        r = registry_acquire(ctx->registry, tid, tgid, fallback, h->rt_ceiling, ctx->cpu, &e);
+        if (r < 0)
+                return 0; /* exited since the listing */
+        if (tid == h->pid && !h->main_orig_set) {
+                h->main_orig = e->orig;
+                h->main_orig_set = true;
+        }
+        h->threads[h->n_threads++] = (HeldThread) { .tid = tid, .entry = e };
+        /* Listed a moment ago; still ours now that it is registered? */
+        if (!held_thread_alive(h, e))
+                held_drop_thread(h, ctx, h->n_threads - 1);
         return 0;
 }
 
-/* Moves the held threads seen in `scan` (all of them for scan 0) to the
- * running policy, starting one further along each time. SCHED_FIFO queues
- * each promoted thread behind the ones promoted before it and never
- * time-slices: in a fixed order the first thread would run every slot and,
- * if it never blocks, its siblings would never run inside the reservation.
- * A thread that is gone gets seen = 0, for the caller to drop. */
-static void held_move_rotated(Held *h, const HeldContext *ctx, unsigned scan, const PaceSchedAttr *running) {
+/* Moves every held thread to the running policy, starting one further
+ * along each time. SCHED_FIFO queues each promoted thread behind the ones
+ * promoted before it and never time-slices: in a fixed order the first
+ * thread would run every slot and, if it never blocks, its siblings would
+ * never run inside the reservation. */
+static void held_move_rotated(Held *h, const HeldContext *ctx, const PaceSchedAttr *running) {
         size_t n = h->n_threads, start;
 
         if (n == 0)
@@ -428,23 +530,27 @@ static void held_move_rotated(Held *h, const HeldContext *ctx, unsigned scan, co
         start = h->rotation++ % n;
         for (size_t k = 0; k < n; k++) {
                 size_t i = (start + k) % n;
-                if (scan != 0 && h->threads[i].seen != scan)
-                        continue;
                 if (held_move_thread(h, ctx, i, running) == -ESRCH)
-                        h->threads[i].seen = 0;
+                        h->threads[i].tid = 0;
         }
+        for (size_t i = n; i-- > 0;)
+                if (h->threads[i].tid == 0)
+                        held_drop_thread(h, ctx, i);
 }
 
-/* The members, from /proc/PID/task (no group): getdents64 on a stack
- * buffer, no allocation on the dispatch path. */
-static int held_scan_proc(Held *h, const HeldContext *ctx, int taskfd, unsigned scan, uint32_t *skipped) {
-        for (;;) {
+/* New members from /proc/PID/task, a slice at a time: the directory
+ * offset carries over between promotions, and the walk starts over once it
+ * reaches the end. Nothing here grows with the process's thread count. */
+static int held_scan_proc(Held *h, const HeldContext *ctx, unsigned *budget, uint32_t *skipped) {
+        for (int slice = 0; slice < TASK_SLICES_PER_PROMOTION; slice++) {
                 char buf[4096] __attribute__((aligned(8)));
-                long n = syscall(SYS_getdents64, taskfd, buf, sizeof(buf));
+                long n = syscall(SYS_getdents64, h->taskfd, buf, sizeof(buf));
                 if (n < 0)
                         return -ESRCH;
-                if (n == 0)
+                if (n == 0) {
+                        (void) lseek(h->taskfd, 0, SEEK_SET);
                         return 0;
+                }
                 for (long off = 0; off < n;) {
                         struct linux_dirent64 *de = (struct linux_dirent64 *) (buf + off);
                         char *end;
@@ -456,21 +562,25 @@ static int held_scan_proc(Held *h, const HeldContext *ctx, int taskfd, unsigned 
                         tid = strtol(de->d_name, &end, 10);
                         if (*end != '\0' || tid <= 1)
                                 continue;
-                        int r = held_take_thread(h, ctx, (pid_t) tid, scan, skipped);
+                        int r = held_take_thread(h, ctx, (pid_t) tid, h->pid, budget, skipped);
                         if (r < 0)
                                 return r;
                 }
         }
+        return 0;
 }
 
-/* The members, from the reservation's group: whatever was born inside is
- * listed without walking /proc (children of a tree included). */
-static int held_scan_group(Held *h, const HeldContext *ctx, unsigned scan, uint32_t *skipped) {
+/* A tree's members, from its group: whatever was born inside is listed
+ * without walking /proc. At most every GROUP_SCAN_INTERVAL_NS. */
+static int held_scan_group(Held *h, const HeldContext *ctx, unsigned *budget, uint32_t *skipped) {
         pid_t tids[256];
         size_t n;
         int r;
 
-        (void) group_evict_strangers(ctx->groups, h->group);
+        uint64_t now = now_ns();
+        if (now < h->next_group_scan_ns)
+                return 0;
+        h->next_group_scan_ns = now + GROUP_SCAN_INTERVAL_NS;
         r = group_list_threads(h->group, tids, ELEMENTSOF(tids), &n);
         if (r < 0)
                 return r;
@@ -479,15 +589,16 @@ static int held_scan_group(Held *h, const HeldContext *ctx, unsigned scan, uint3
         for (size_t i = 0; i < MIN(n, ELEMENTSOF(tids)); i++) {
                 if (tids[i] <= 1)
                         continue;
-                r = held_take_thread(h, ctx, tids[i], scan, skipped);
+                r = held_take_thread(h, ctx, tids[i], -1, budget, skipped);
                 if (r < 0)
                         return r;
         }
         return 0;
 }
 
-/* At first promotion: the group of its own, members moved in. A failure
- * leaves the reservation on /proc scanning (logged once by the loop). */
+/* At first promotion: the group of its own, members moved in (and confined
+ * to the reservation's CPUs where the host has a cpuset). A failure leaves
+ * the reservation on /proc scanning (logged once by the loop). */
 static void held_group_enter(Held *h, const HeldContext *ctx) {
         int r;
 
@@ -495,7 +606,7 @@ static void held_group_enter(Held *h, const HeldContext *ctx) {
                 return;
         r = group_acquire(ctx->groups, h->id, &h->group);
         if (r >= 0)
-                r = group_enter(ctx->groups, h->group, h->pid, h->tid, h->scope);
+                r = group_enter(ctx->groups, h->group, h->pid, h->tid, h->scope, h->cpus);
         if (r < 0) {
                 held_group_leave(h, ctx);
                 h->group_error = r;
@@ -504,17 +615,15 @@ static void held_group_enter(Held *h, const HeldContext *ctx) {
 
 int held_promote(Held *h, const HeldContext *ctx) {
         PaceSchedAttr running;
-        _cleanup_close_ int taskfd = -EBADF;
-        unsigned scan;
+        uint32_t skipped = 0;
+        unsigned budget = NEW_THREADS_PER_PROMOTION;
         int r;
 
         if (h->gone)
                 return -ESRCH;
-
-        /* Stale once the process exits, even if its pid is reused: the
-         * directory fd belongs to the process we identified. */
-        taskfd = openat(h->procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (taskfd < 0) {
+        if (h->revoked)
+                return -EPERM;
+        if (pidfd_alive(h->pidfd) < 0) {
                 held_mark_gone(h, ctx);
                 return -ESRCH;
         }
@@ -524,47 +633,46 @@ int held_promote(Held *h, const HeldContext *ctx) {
                 if (r < 0)
                         return r;
         }
+        held_drop_dead(h, ctx);
+
+        /* Children of a process-scope client and new threads of a thread's
+         * are born in its group; they are not members. Rate-limited and
+         * bounded like every list read here. */
+        if (h->group && h->scope != PACE_TABLE_SCOPE_TREE) {
+                uint64_t now = now_ns();
+                if (now >= h->next_group_scan_ns) {
+                        h->next_group_scan_ns = now + GROUP_SCAN_INTERVAL_NS;
+                        (void) group_evict_strangers(ctx->groups, h->group);
+                }
+        }
+
+        if (ctx->max_threads == 0 || h->n_threads < ctx->max_threads) {
+                if (h->scope == PACE_TABLE_SCOPE_THREAD)
+                        r = held_take_thread(h, ctx, h->tid, h->pid, &budget, &skipped);
+                else if (h->group && h->scope == PACE_TABLE_SCOPE_TREE)
+                        r = held_scan_group(h, ctx, &budget, &skipped);
+                else
+                        r = held_scan_proc(h, ctx, &budget, &skipped);
+                if (r == -ESRCH) {
+                        held_mark_gone(h, ctx);
+                        return r;
+                }
+                if (r < 0)
+                        return r;
+                h->threads_skipped = skipped;
+        }
+        /* After the first threads are registered: their original affinity
+         * is recorded before a cpuset narrows it. */
         held_group_enter(h, ctx);
+        /* The one thread of a thread-scope reservation is gone: its id may
+         * be anyone's next, so the reservation is over for us. */
+        if (h->scope == PACE_TABLE_SCOPE_THREAD && h->n_threads == 0 && budget > 0) {
+                held_mark_gone(h, ctx);
+                return -ESRCH;
+        }
 
         sched_attr_running(&running);
-
-        /* Already holding as many threads as it may: listing a thousand
-         * more at every switch would cost the dispatcher what the limit is
-         * there to save. Move the ones it holds; a vanished one frees a
-         * place, and the next promotion lists the threads again. */
-        if (ctx->max_threads > 0 && h->n_threads >= ctx->max_threads && h->threads_skipped > 0) {
-                held_move_rotated(h, ctx, 0, &running);
-                for (size_t i = h->n_threads; i-- > 0;)
-                        if (h->threads[i].seen == 0)
-                                held_drop_thread(h, ctx, i);
-                if (h->n_threads < ctx->max_threads)
-                        h->threads_skipped = 0; /* rescan next time */
-                if (h->cg_state_fd >= 0)
-                        (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
-                h->running = true;
-                return 0;
-        }
-
-        scan = ++h->scans;
-        uint32_t skipped = 0;
-        if (h->group)
-                r = held_scan_group(h, ctx, scan, &skipped);
-        else if (h->scope == PACE_TABLE_SCOPE_THREAD)
-                r = held_take_thread(h, ctx, h->tid, scan, &skipped);
-        else
-                r = held_scan_proc(h, ctx, taskfd, scan, &skipped);
-        if (r == -ESRCH) {
-                held_mark_gone(h, ctx);
-                return r;
-        }
-        if (r < 0)
-                return r;
-
-        held_move_rotated(h, ctx, scan, &running);
-        for (size_t i = h->n_threads; i-- > 0;)
-                if (h->threads[i].seen != scan)
-                        held_drop_thread(h, ctx, i);
-        h->threads_skipped = skipped;
+        held_move_rotated(h, ctx, &running);
 
         if (h->cg_state_fd >= 0)
                 (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
@@ -579,7 +687,10 @@ int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
                 return group_usage_ns(h->group, ctx->cpu, ret);
         for (size_t i = 0; i < h->n_threads; i++) {
                 char path[64], buf[128];
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/schedstat", h->threads[i].tid);
+                const RegistryEntry *e = h->threads[i].entry;
+                /* The thread's own figure: /proc/TID/... of a thread that
+                 * is not the leader would describe its whole process. */
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/schedstat", e->tgid, e->tid);
                 if (read_at(AT_FDCWD, path, buf, sizeof(buf)) == 0)
                         sum += strtoull(buf, NULL, 10);
         }
@@ -587,10 +698,15 @@ int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
         return 0;
 }
 
+/* At most this many threads are looked at: it only tells a client that
+ * blocked from one that wanted more, and runs at SCHED_FIFO 99. */
+#define RUNNABLE_PROBES 4u
+
 bool held_any_runnable(Held *h) {
-        for (size_t i = 0; i < h->n_threads; i++) {
-                char path[48], buf[512];
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/stat", h->threads[i].tid);
+        for (size_t k = 0; k < MIN(h->n_threads, (size_t) RUNNABLE_PROBES); k++) {
+                char path[64], buf[512];
+                const RegistryEntry *e = h->threads[(h->rotation + k) % h->n_threads].entry;
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", e->tgid, e->tid);
                 if (read_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
                         continue;
                 /* "tid (comm) S ...": comm may hold spaces and parentheses. */
@@ -608,6 +724,10 @@ int held_demote(Held *h, const HeldContext *ctx) {
                 return 0;
         h->running = false;
 
+        /* Ids first: a thread that ended in its run must not pass its id's
+         * next owner our waiting policy. */
+        held_drop_dead(h, ctx);
+
         if (ctx->waiting == PACE_WAITING_FREEZE && h->cg_state_fd >= 0) {
                 /* Frozen first, so nothing runs between losing FIFO and
                  * stopping; then its own policy back, so a frozen thread is
@@ -616,24 +736,38 @@ int held_demote(Held *h, const HeldContext *ctx) {
                 for (size_t i = h->n_threads; i-- > 0;)
                         if (sched_attr_set(h->threads[i].tid, &h->threads[i].entry->orig) == -ESRCH)
                                 held_drop_thread(h, ctx, i);
-                return 0;
+        } else {
+                sched_attr_waiting_nice(&waiting);
+                for (size_t i = h->n_threads; i-- > 0;)
+                        if (sched_attr_set(h->threads[i].tid, &waiting) == -ESRCH)
+                                held_drop_thread(h, ctx, i);
         }
 
-        sched_attr_waiting_nice(&waiting);
-        for (size_t i = h->n_threads; i-- > 0;)
-                if (sched_attr_set(h->threads[i].tid, &waiting) == -ESRCH)
-                        held_drop_thread(h, ctx, i);
+        /* Unconfined, a member can move itself to another CPU while it
+         * runs at our priority there; found at the end of its run, it has
+         * done so, and the reservation is never promoted again. */
+        if (!held_confined(h))
+                for (size_t i = 0; i < h->n_threads; i++)
+                        if (h->threads[i].entry->affinity_saved &&
+                            atomic_load(&h->threads[i].entry->pinned_cpu) == ctx->cpu &&
+                            !affinity_is_only(h->threads[i].tid, ctx->cpu)) {
+                                h->revoked = true;
+                                break;
+                        }
         return 0;
 }
 
 Held *held_free(Held *h, const HeldContext *ctx) {
         if (!h)
                 return NULL;
+        /* Out of its cpuset first: a restored affinity outside the cpuset
+         * would be refused. */
+        held_group_leave(h, ctx);
         held_forget_threads(h, ctx, true);
         held_freezer_leave(h, ctx);
-        held_group_leave(h, ctx);
         safe_close(h->pidfd);
         safe_close(h->procfd);
+        safe_close(h->taskfd);
         free(h->threads);
         free(h);
         return NULL;
@@ -646,7 +780,7 @@ int held_new_inert(const PaceTableReservation *res, Held **ret) {
         h->id = res->id;
         h->pid = res->pid;
         h->start_time = res->start_time;
-        h->pidfd = h->procfd = h->cg_state_fd = -EBADF;
+        h->pidfd = h->procfd = h->taskfd = h->cg_state_fd = -EBADF;
         h->gone = true;
         h->logged = true;
         *ret = h;

@@ -46,7 +46,6 @@ typedef struct HeldContext {
 typedef struct HeldThread {
         pid_t tid;
         RegistryEntry *entry;
-        unsigned seen; /* scan number that last listed it */
 } HeldThread;
 
 typedef struct Held {
@@ -55,9 +54,18 @@ typedef struct Held {
         uint64_t start_time;
         int pidfd;
         int procfd; /* /proc/PID, pinned to this process: stale once it exits */
+        int taskfd; /* /proc/PID/task: lists its threads, and only its own */
         bool gone;
         bool running;
-        unsigned scans;
+        /* A member ran somewhere else than its CPU: never promoted again. */
+        bool revoked;
+        /* The highest FIFO/RR priority the process may give itself
+         * (proc_rt_priority_ceiling()): a policy above it was ours. */
+        uint32_t rt_ceiling;
+        /* Where its members may run (a CPU list for the cpuset): this
+         * reservation's CPU, or every CPU of a split reservation's pieces. */
+        char cpus[64];
+        uint64_t next_group_scan_ns;
         unsigned rotation; /* which held thread is promoted first next time */
         bool main_orig_set;
         PaceSchedAttr main_orig;
@@ -90,17 +98,26 @@ typedef struct Held {
 } Held;
 
 /* Checks that the reservation names a live, ordinary process with the
- * table's start time. -ESRCH: no such process (or it exited during the
- * check); -ESTALE: the pid belongs to another process now; -EPERM: pid 1 or
- * a kernel thread. */
-int held_new(const PaceTableReservation *res, Held **ret);
+ * table's start time, owned (real, effective, saved and file-system uid) by
+ * the table's uid; a table uid of 0 (root asked) may name any process, but
+ * a process that is root in any of those uids only if allow_root. -ESRCH:
+ * no such process (or it exited during the check); -ESTALE: the pid
+ * belongs to another process now; -EPERM: pid 1 or a kernel thread;
+ * -EACCES: another owner than the table says; -EDQUOT: a root process
+ * and !allow_root. */
+int held_new(const PaceTableReservation *res, bool allow_root, Held **ret);
 /* A second pid held_new() refuses like its own (-EPERM): the monitor
  * process that watches this dispatcher. 0: none. */
 void held_protect_pid(pid_t pid);
-/* Promotes every thread of the process (rescanning /proc/PID/task).
- * -ESRCH once the process has exited (the Held is then inert). */
+pid_t held_protected_pid(void);
+/* Promotes every thread of the process it holds, and looks for new ones
+ * in a bounded slice of /proc/PID/task (or the group's list) each time, so
+ * the cost never grows with the process's thread count. -ESRCH once the
+ * process has exited (the Held is then inert), -EPERM once revoked. */
 int held_promote(Held *h, const HeldContext *ctx);
-/* To the waiting policy (or frozen, in strict mode). */
+/* To the waiting policy (or frozen, in strict mode). Where no cpuset
+ * confines the members, a member found outside its CPU revokes the
+ * reservation (h->revoked): it ran at our priority elsewhere. */
 int held_demote(Held *h, const HeldContext *ctx);
 /* Restores every thread it touched to its original state and undoes the
  * freezer cgroup. Accepts NULL. */

@@ -291,8 +291,8 @@ int main(int argc, char **argv) {
 
         /* Reservation groups: the base directory's path, and its mount,
          * which must stay writable in the read-only view. */
-        char group_name[64], group_base[PATH_MAX], group_mount[PATH_MAX], cpu_mount[PATH_MAX];
-        bool groups = false, cpu_group = false;
+        char group_name[64], group_base[PATH_MAX], group_mount[PATH_MAX], cpu_mount[PATH_MAX], cpuset_mount[PATH_MAX];
+        bool groups = false, cpu_group = false, cpuset = false;
         sweep_freezer_name(runtime_dir, group_name, sizeof(group_name));
         if (group_base_path(group_name, group_base, sizeof(group_base)) == 0) {
                 snprintf(group_mount, sizeof(group_mount), "%s", group_base);
@@ -301,12 +301,14 @@ int main(int argc, char **argv) {
                         *slash = '\0';
                 groups = true;
                 cpu_group = group_cpu_mount(cpu_mount, sizeof(cpu_mount)) == 0;
+                cpuset = group_cpuset_mount(cpuset_mount, sizeof(cpuset_mount)) == 0;
         }
 
         /* Before any thread exists: capabilities are per thread. */
         PrivilegeLimits limits = {
                 .groups_path = groups ? group_mount : NULL,
                 .groups_cpu_path = cpu_group ? cpu_mount : NULL,
+                .groups_cpuset_path = cpuset ? cpuset_mount : NULL,
                 .writable_path = config.waiting == PACE_WAITING_FREEZE &&
                                                  rt_find_freezer("/proc", freezer_root, sizeof(freezer_root)) == 0 ?
                                          freezer_root :

@@ -109,7 +109,8 @@ static bool has_effective(const PrivilegeReport *rep, int cap) {
  * freezer needs. Slave propagation, so mounts made later outside (e.g. a
  * runtime directory) still appear. Under systemd ProtectSystem=strict does
  * this job and CAP_SYS_ADMIN is already gone: skipped then. */
-static int read_only_view(const char *writable_path, const char *groups_path, const char *groups_cpu_path) {
+static int read_only_view(const char *writable_path, const char *groups_path, const char *groups_cpu_path,
+                          const char *groups_cpuset_path) {
         struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY, .propagation = MS_SLAVE };
         struct mount_attr rw = { .attr_clr = MOUNT_ATTR_RDONLY };
 
@@ -125,6 +126,9 @@ static int read_only_view(const char *writable_path, const char *groups_path, co
                 return negative_errno();
         if (groups_cpu_path &&
             syscall(SYS_mount_setattr, AT_FDCWD, groups_cpu_path, 0, &rw, sizeof(rw)) < 0)
+                return negative_errno();
+        if (groups_cpuset_path &&
+            syscall(SYS_mount_setattr, AT_FDCWD, groups_cpuset_path, 0, &rw, sizeof(rw)) < 0)
                 return negative_errno();
         return 0;
 }
@@ -186,7 +190,8 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         (void) set_limit(RLIMIT_CORE, 0, NULL);
 
         if (has_effective(&rep, CAP_SYS_ADMIN)) {
-                r = read_only_view(limits->writable_path, limits->groups_path, limits->groups_cpu_path);
+                r = read_only_view(limits->writable_path, limits->groups_path, limits->groups_cpu_path,
+                                   limits->groups_cpuset_path);
                 if (r < 0) {
                         snprintf(err, err_size, "cannot make the file system read-only for the dispatcher "
                                  "(private mount namespace): %s", strerror(-r));

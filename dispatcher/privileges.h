@@ -25,6 +25,7 @@ typedef struct PrivilegeLimits {
          * mode 0555). Without it groups are not used; nothing is refused. */
         const char *groups_path;
         const char *groups_cpu_path; /* the cpu hierarchy's, if separate */
+        const char *groups_cpuset_path; /* the cpuset hierarchy's: members are confined there */
 } PrivilegeLimits;
 
 typedef struct PrivilegeReport {

@@ -54,6 +54,19 @@ bool sched_attr_is_ours(const PaceSchedAttr *a) {
         return a->sched_policy == SCHED_OTHER && a->sched_nice == PACE_WAITING_NICE_VALUE;
 }
 
+bool sched_attr_is_realtime(const PaceSchedAttr *a) {
+        return a->sched_policy == SCHED_FIFO || a->sched_policy == SCHED_RR || a->sched_policy == SCHED_DEADLINE;
+}
+
+bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling) {
+        if (!sched_attr_is_realtime(a))
+                return true;
+        /* SCHED_DEADLINE needs CAP_SYS_NICE whatever the rlimit says. */
+        if (a->sched_policy == SCHED_DEADLINE)
+                return ceiling >= 99;
+        return a->sched_priority <= ceiling;
+}
+
 static int cmp_int32(const void *a, const void *b) {
         int32_t x = *(const int32_t *) a, y = *(const int32_t *) b;
         return (x > y) - (x < y);

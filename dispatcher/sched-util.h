@@ -15,6 +15,9 @@
 #define SCHED_RESET_ON_FORK 0x40000000
 #endif
 #define PACE_SCHED_FLAG_RESET_ON_FORK 0x01ULL
+#ifndef SCHED_DEADLINE
+#define SCHED_DEADLINE 6
+#endif
 
 /* Priorities fixed by DESIGN.md: the dispatcher preempts the reservations it
  * runs, and reservations preempt every ordinary real-time user below them. */
@@ -42,6 +45,13 @@ int sched_attr_set(pid_t tid, const PaceSchedAttr *attr);
 void sched_attr_running(PaceSchedAttr *ret);
 void sched_attr_waiting_nice(PaceSchedAttr *ret);
 bool sched_attr_is_ours(const PaceSchedAttr *a);
+/* SCHED_FIFO, SCHED_RR or SCHED_DEADLINE. */
+bool sched_attr_is_realtime(const PaceSchedAttr *a);
+/* Whether a process whose real-time ceiling (proc_rt_priority_ceiling())
+ * is ceiling could have given itself a: any non-real-time policy, or a
+ * FIFO/RR priority up to the ceiling (an unprivileged thread may always
+ * lower its own priority, which is why "below ours" proves nothing). */
+bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling);
 
 /* "0-3,5,7-8" (sysfs cpulist syntax) into a sorted list without duplicates. */
 int cpulist_parse(const char *s, int32_t *cpus, uint32_t max, uint32_t *ret_n);

@@ -9,12 +9,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "held.h"
 #include "macro.h"
+#include "proc-util.h"
 #include "sched-util.h"
 #include "sweep.h"
+
+/* What a dead dispatcher may have left: our running priority, or any
+ * real-time policy the process could not have given itself (a client may
+ * lower its own FIFO 98 to FIFO 1, which no check for 98 would find). */
+static bool left_by_a_dispatcher(const PaceSchedAttr *a, uint32_t rt_ceiling) {
+        if (!sched_attr_is_realtime(a))
+                return false;
+        if (a->sched_policy != SCHED_DEADLINE && a->sched_priority == PACE_RUNNING_PRIORITY)
+                return true;
+        return !sched_attr_owner_could_set(a, rt_ceiling);
+}
+
+/* The ceiling of the process a thread id belongs to; 0 (nothing allowed)
+ * if it cannot be read. */
+static uint32_t rt_ceiling_of(pid_t tid) {
+        char path[64], status[4096], limits[2048];
+        uint32_t ceiling = 0;
+        int fd;
+        ssize_t n, m;
+
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        n = read(fd, status, sizeof(status) - 1);
+        close(fd);
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/limits", tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || n < 0)
+                return fd >= 0 ? (close(fd), 0) : 0;
+        m = read(fd, limits, sizeof(limits) - 1);
+        close(fd);
+        if (m < 0)
+                return 0;
+        status[n] = '\0';
+        limits[m] = '\0';
+        (void) proc_rt_priority_ceiling(status, limits, &ceiling);
+        return ceiling;
+}
 
 /* The original policy is unknown here (it lived in the dead dispatcher's
  * registry); SCHED_OTHER is the safe answer. */
@@ -28,7 +69,7 @@ unsigned sweep_demote_table(const PaceTableBuffer *t) {
 
                 /* The same identity checks as for promotion: only the very
                  * process the table names, never pid 1 or a kernel thread. */
-                if (held_new(&t->reservations[i], &h) < 0)
+                if (held_new(&t->reservations[i], true, &h) < 0)
                         continue;
                 int taskfd = openat(h->procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 DIR *dir = taskfd >= 0 ? fdopendir(taskfd) : NULL;
@@ -41,8 +82,7 @@ unsigned sweep_demote_table(const PaceTableBuffer *t) {
 
                         if (*end != '\0' || tid <= 1 || sched_attr_get((pid_t) tid, &a) < 0)
                                 continue;
-                        if ((a.sched_policy == SCHED_FIFO || a.sched_policy == SCHED_RR) &&
-                            a.sched_priority == PACE_RUNNING_PRIORITY && sched_attr_set((pid_t) tid, &other) == 0)
+                        if (left_by_a_dispatcher(&a, h->rt_ceiling) && sched_attr_set((pid_t) tid, &other) == 0)
                                 n++;
                 }
                 if (dir)
@@ -71,14 +111,18 @@ unsigned sweep_demote_groups(const char *group_base) {
                         PaceSchedAttr a;
                         long tid = strtol(line, NULL, 10);
                         if (tid > 1 && tid != getpid() && sched_attr_get((pid_t) tid, &a) == 0 &&
-                            (a.sched_policy == SCHED_FIFO || a.sched_policy == SCHED_RR) &&
-                            a.sched_priority == PACE_RUNNING_PRIORITY && sched_attr_set((pid_t) tid, &other) == 0)
+                            left_by_a_dispatcher(&a, rt_ceiling_of((pid_t) tid)) &&
+                            sched_attr_set((pid_t) tid, &other) == 0)
                                 n++;
                 }
                 fclose(f);
         }
         closedir(dir);
         return n;
+}
+
+void sweep_demote_groups_void(const char *group_base) {
+        (void) sweep_demote_groups(group_base);
 }
 
 static int pread_all(int fd, void *buf, size_t size, off_t offset) {
@@ -93,13 +137,20 @@ static int pread_all(int fd, void *buf, size_t size, off_t offset) {
 }
 
 int sweep_table_file(const char *path, PaceTableBuffer *scratch, unsigned *ret_demoted) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        /* Non-blocking, and a regular file only: the broker's user owns the
+         * directory and could leave a FIFO there to hang the monitor. */
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         PaceTableHeader h;
+        struct stat st;
         unsigned n = 0;
         int r;
 
         if (fd < 0)
                 return negative_errno();
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return -EMEDIUMTYPE;
         r = pread_all(fd, &h, sizeof(h), 0);
         if (r < 0)
                 return r;

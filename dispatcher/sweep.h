@@ -22,6 +22,8 @@ unsigned sweep_demote_table(const PaceTableBuffer *t);
  * descendants, which the table does not name) at SCHED_FIFO/RR
  * PACE_RUNNING_PRIORITY goes to SCHED_OTHER. Returns how many. */
 unsigned sweep_demote_groups(const char *group_base);
+/* The same, as a callback (group_sweep_dead()). */
+void sweep_demote_groups_void(const char *group_base);
 
 /* Reads both buffers of the table file at path with pread() (no mapping, so
  * a file the broker truncates cannot raise SIGBUS here) into *scratch, one
