@@ -544,6 +544,11 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                                    "pid %" PRIi32 " belongs to uid %u; uid %u may reserve only its own processes",
                                    (int32_t) pid, (unsigned) ret_info->uid, (unsigned) peer->uid) ?: 1;
+        if (ret_info->root && !b->config.reserve_root_processes)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " runs as root (a real, effective, saved or file-system uid 0); "
+                                   "root's processes can be reserved only where pace.json sets "
+                                   "\"reserve_root_processes\": true", (int32_t) pid) ?: 1;
         for (size_t i = 0; i < b->n_reservations; i++) {
                 const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
                 /* Same pid, even with another start time: that one's exit

@@ -98,11 +98,16 @@ int proc_info_read(const char *proc_root, pid_t pid, ProcInfo *ret) {
         uid = strtoul(uid_line + 5, NULL, 10);
         if (errno != 0)
                 return -EBADMSG;
+        ProcOwner owner;
+        r = proc_status_owner(buf, &owner);
+        if (r < 0)
+                return r;
 
         *ret = (ProcInfo) {
                 .uid = (uid_t) uid,
                 .start_time = start_time,
                 .kernel_thread = (flags & PF_KTHREAD) != 0,
+                .root = proc_owner_has_root(&owner),
         };
         return 0;
 }

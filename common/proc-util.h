@@ -9,6 +9,7 @@ typedef struct ProcInfo {
         uid_t uid;           /* real uid, from /proc/PID/status */
         uint64_t start_time; /* field 22 of /proc/PID/stat: clock ticks after boot */
         bool kernel_thread;  /* PF_KTHREAD */
+        bool root;           /* any of its real, effective, saved, fs uids is 0 */
 } ProcInfo;
 
 /* Reads what pace needs to know about a process. -ESRCH if it is gone.

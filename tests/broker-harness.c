@@ -165,7 +165,20 @@ static int broker_prepare_full(BrokerInstance *b, const char *config_json, bool 
         snprintf(b->config, sizeof(b->config), "%s/pace.json", b->dir);
         snprintf(b->log, sizeof(b->log), "%s/broker.log", b->dir);
         if (config_json) {
-                r = write_file(b->config, config_json);
+                /* The suites' clients are mostly the test itself, as root:
+                 * root's processes are reservable only where the file says
+                 * so. A test about that key writes it itself. */
+                char *json = NULL;
+                const char *open_brace = strchr(config_json, '{');
+                if (!strstr(config_json, "reserve_root_processes") && open_brace) {
+                        const char *rest = open_brace + 1 + strspn(open_brace + 1, " \n\t");
+                        if (asprintf(&json, "%.*s{ \"reserve_root_processes\": true%s%s",
+                                     (int) (open_brace - config_json), config_json, *rest == '}' ? " " : ", ",
+                                     rest) < 0)
+                                return -ENOMEM;
+                }
+                r = write_file(b->config, json ?: config_json);
+                free(json);
                 if (r < 0)
                         return r;
         }

@@ -1520,3 +1520,46 @@ TEST(socket_activation_is_used_when_offered) {
 }
 
 TEST_MAIN()
+
+/* Root's processes are reservable only with the administrator's consent:
+ * the dispatcher could not tell root's request from a compromised broker's.
+ * The refusal names the key; an ordinary user's process is unaffected. */
+TEST(root_processes_need_reserve_root_processes) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        int pipefd[2];
+
+        if (geteuid() != 0)
+                TEST_SKIP("needs root: the target must run as root, the other as another user");
+        ASSERT_OK(broker_start(&b, "{ \"reserve_root_processes\": false }"));
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
+        ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_PERMISSION_DENIED);
+        ASSERT_CONTAINS(pace_last_message(), "runs as root");
+        ASSERT_CONTAINS(pace_last_message(), "\"reserve_root_processes\": true");
+
+        /* A process of an ordinary user, reserved by root: fine. */
+        ASSERT_OK(pipe(pipefd));
+        pid_t kid = fork();
+        ASSERT_OK(kid);
+        if (kid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (setgroups(0, NULL) < 0 || setgid(OTHER_UID) < 0 || setuid(OTHER_UID) < 0)
+                        _exit(2);
+                if (write(pipefd[1], "x", 1) != 1)
+                        _exit(1);
+                pause();
+                _exit(0);
+        }
+        char c;
+        ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+        params.pid = kid;
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        pace_close(p);
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
