@@ -29,6 +29,11 @@ typedef struct Reservation {
         int pidfd;       /* the process it covers; readable once that exits */
         void *watch;
         uint32_t threads; /* covered at the grant */
+        /* Its target's CPU affinity at the grant (0: not known, for one
+         * adopted from a previous broker): where a move off an offline CPU
+         * may take it. Not read again then, because the dispatcher has
+         * pinned the threads to the CPU that went away. */
+        uint64_t allowed_cpus;
 } Reservation;
 
 /* A token bucket per uid: refilled at max_requests_per_second, holding at
@@ -455,11 +460,49 @@ static int plan_error_code(int r) {
         }
 }
 
+/* Where the target may run: the main thread's CPU affinity for a process or
+ * tree, the thread's own for a thread scope; from the kernel, never from the
+ * message. Read while the pidfd holds the process and checked against it
+ * afterwards, like its identity, so a reused pid cannot lend its affinity.
+ * While the dispatcher holds a reservation's threads it has pinned them to
+ * its CPU, and it gives them their own affinity back only at its next frame
+ * boundary after a release: a process reserved again within that frame is
+ * read as pinned to its old CPU.
+ * 0 with the mask, or 1 after writing the refusal (or negative errno). */
+static int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, int pidfd, uint64_t *ret_mask,
+                             uint8_t **reply, size_t *reply_size) {
+        bool thread = scope == PACE_TABLE_SCOPE_THREAD;
+        uint64_t mask = 0;
+        int r, alive;
+
+        r = proc_cpus_allowed(b->proc_root, pid, thread ? tid : pid, &mask);
+        alive = pidfd_alive(pidfd);
+        if (alive == -ESRCH)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+        if (r == -ESRCH && thread)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid) ?: 1;
+        if (r < 0 || alive < 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "cannot read the CPU affinity of %s %" PRIi32 ": %s", thread ? "thread" : "pid",
+                                   (int32_t) (thread ? tid : pid), strerror(r < 0 ? -r : -alive)) ?: 1;
+        /* The kernel never leaves a task without a CPU: an empty mask means
+         * every CPU it may use is numbered 64 or above. */
+        if (mask == 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "%s %" PRIi32 " may run only on CPUs numbered 64 or above, and pace manages CPUs "
+                                   "0-63 at most; change its affinity", thread ? "thread" : "pid",
+                                   (int32_t) (thread ? tid : pid)) ?: 1;
+        *ret_mask = mask;
+        return 0;
+}
+
 /* Opens the target and checks it is one the peer may reserve. On refusal
  * writes a reply and returns 1; on success returns 0 with the pidfd. */
 static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, pid_t *ret_pid,
-                          ProcInfo *ret_info, int *ret_pidfd, uint32_t *ret_threads, uint8_t **reply,
-                          size_t *reply_size) {
+                          ProcInfo *ret_info, int *ret_pidfd, uint32_t *ret_threads, uint64_t *ret_allowed_cpus,
+                          uint8_t **reply, size_t *reply_size) {
         _cleanup_close_ int pidfd = -EBADF;
         pid_t pid = req->has_pid ? req->pid : peer->pid;
         int r;
@@ -567,6 +610,9 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                                            "; release it first (one reservation per process)",
                                            (int32_t) pid, e->id) ?: 1;
         }
+        r = read_allowed_cpus(b, pid, scope, req->tid, pidfd, ret_allowed_cpus, reply, reply_size);
+        if (r != 0)
+                return r;
         *ret_pid = pid;
         *ret_pidfd = TAKE_FD(pidfd);
         return 0;
@@ -630,7 +676,8 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                                    "some have ended", b->n_reservations);
 
         uint32_t threads;
-        r = resolve_target(b, peer, req, &pid, &info, &pidfd, &threads, reply, reply_size);
+        uint64_t allowed_cpus;
+        r = resolve_target(b, peer, req, &pid, &info, &pidfd, &threads, &allowed_cpus, reply, reply_size);
         if (r != 0)
                 return r < 0 ? r : 0;
 
@@ -638,6 +685,7 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         preq.start_time = info.start_time;
         preq.scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
         preq.tid = preq.scope == PACE_TABLE_SCOPE_THREAD ? req->tid : 0;
+        preq.allowed_cpus = allowed_cpus;
         r = plan_admit(b->plan, &preq, &entry, why, sizeof(why));
         if (r < 0) {
                 broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
@@ -646,7 +694,13 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         }
 
         Reservation *res = &b->reservations[b->n_reservations];
-        *res = (Reservation) { .id = entry.id, .owner_uid = peer->uid, .pidfd = TAKE_FD(pidfd), .threads = threads };
+        *res = (Reservation) {
+                .id = entry.id,
+                .owner_uid = peer->uid,
+                .pidfd = TAKE_FD(pidfd),
+                .threads = threads,
+                .allowed_cpus = allowed_cpus,
+        };
         if (b->hooks.watch_pidfd) {
                 r = b->hooks.watch_pidfd(b->hooks.userdata, res->pidfd, res->id, &res->watch);
                 if (r < 0) {
@@ -861,10 +915,29 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
                                    "and new would both be in force for up to a frame while CPUs swap tables); to "
                                    "move it to CPU %" PRIi32 ", release it and reserve again; the reservation stays "
                                    "as it was", req->id, old->cpu, req->cpu);
+        /* The CPU must still be one the target may run on: its owner may
+         * have changed the affinity since the grant. (While the dispatcher
+         * holds the threads, it has pinned them to this very CPU.) */
+        uint64_t allowed_cpus;
+        r = read_allowed_cpus(b, old->pid, old->scope, old->tid, res->pidfd, &allowed_cpus, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
+        if (old->cpu >= 64 || !(allowed_cpus & (UINT64_C(1) << old->cpu))) {
+                char set[256];
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "reservation %" PRIu64 " lives on CPU %" PRIi32 ", which is outside the CPUs %s %"
+                                   PRIi32 " may run on now (%s), and a change stays on its CPU; release it and "
+                                   "reserve again to move it, or let it run on CPU %" PRIi32 " again; the "
+                                   "reservation stays as it was",
+                                   req->id, old->cpu, old->scope == PACE_TABLE_SCOPE_THREAD ? "thread" : "pid",
+                                   (int32_t) (old->scope == PACE_TABLE_SCOPE_THREAD ? old->tid : old->pid),
+                                   format_cpu_mask(set, sizeof(set), allowed_cpus), old->cpu);
+        }
         PlanRequest preq = request_for_entry(old);
         preq.period_ns = req->period_ns;
         preq.utilization_ppm = req->utilization_ppm;
         preq.cpu = old->cpu;
+        preq.allowed_cpus = allowed_cpus;
         r = plan_validate(b->plan, &preq, why, sizeof(why));
         if (r >= 0)
                 r = replan(b, req->id, &preq, &entry, why, sizeof(why));
@@ -915,6 +988,7 @@ void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online) {
                 int32_t from = e->cpu;
                 PlanRequest preq = request_for_entry(e);
                 preq.cpu = -1;
+                preq.allowed_cpus = b->reservations[i].allowed_cpus;
                 if (replan(b, e->id, &preq, &moved, why, sizeof(why)) >= 0) {
                         broker_log(b, LOG_WARNING, "reservation %" PRIu64 " moved from CPU %" PRIi32 " (offline) to CPU %"
                                    PRIi32, moved.id, from, moved.cpu);

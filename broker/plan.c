@@ -369,6 +369,67 @@ static int cpu_index(const Plan *p, int32_t cpu) {
         return -1;
 }
 
+/* Whether the request may be placed on this CPU (allowed_cpus, 0: any). */
+static bool cpu_allowed(const PlanRequest *req, int32_t cpu) {
+        return req->allowed_cpus == 0 || (cpu >= 0 && cpu < 64 && (req->allowed_cpus & (UINT64_C(1) << cpu)) != 0);
+}
+
+/* The managed CPUs as a mask (those numbered below 64, the only ones a mask
+ * can name), optionally only the online ones. */
+static uint64_t managed_mask(const Plan *p, bool online_only) {
+        uint64_t m = 0;
+
+        for (uint32_t i = 0; i < p->n_cpus; i++)
+                if (p->cpus[i].cpu >= 0 && p->cpus[i].cpu < 64 && !(online_only && p->cpus[i].offline))
+                        m |= UINT64_C(1) << p->cpus[i].cpu;
+        return m;
+}
+
+/* Whose affinity restricts a request, for refusals: "pid 4242" or "thread
+ * 4243 of pid 4242" (a thread-scope reservation follows its thread's). */
+static const char *format_target(char *buf, size_t size, const PlanRequest *req) {
+        if (req->scope == PACE_TABLE_SCOPE_THREAD)
+                snprintf(buf, size, "thread %" PRIi32 " of pid %" PRIi32, (int32_t) req->tid, (int32_t) req->pid);
+        else
+                snprintf(buf, size, "pid %" PRIi32, (int32_t) req->pid);
+        return buf;
+}
+
+static const char *cpus_word(uint64_t mask) {
+        return __builtin_popcountll(mask) == 1 ? "CPU" : "CPUs";
+}
+
+/* The request's affinity against the managed CPUs: some managed (and, unless
+ * it names a CPU, online) CPU must be allowed, and a named CPU must be. */
+static int validate_affinity(const Plan *p, const PlanRequest *req, char *why, size_t why_size) {
+        uint64_t usable = req->allowed_cpus & managed_mask(p, false);
+        char who[64], set[256], managed[256];
+
+        if (req->allowed_cpus == 0)
+                return 0;
+        format_target(who, sizeof(who), req);
+        if (usable == 0) {
+                explain(why, why_size, "%s may run only on %s %s (its CPU affinity), and pace manages none of them "
+                        "(it manages %s %s); change its affinity to include one of those", who,
+                        cpus_word(req->allowed_cpus), format_cpu_mask(set, sizeof(set), req->allowed_cpus),
+                        cpus_word(managed_mask(p, false)),
+                        format_cpu_mask(managed, sizeof(managed), managed_mask(p, false)));
+                return -ENODEV;
+        }
+        if (req->cpu >= 0 && !cpu_allowed(req, req->cpu)) {
+                explain(why, why_size, "CPU %" PRId32 " is outside %s's allowed CPUs (%s); name one of them or "
+                        "change its affinity", req->cpu, who, format_cpu_mask(set, sizeof(set), usable));
+                return -ENODEV;
+        }
+        if (req->cpu < 0 && (usable & managed_mask(p, true)) == 0) {
+                explain(why, why_size, "the %s %s may run on that pace manages (%s) %s offline; change its "
+                        "affinity to include an online one", cpus_word(usable), who,
+                        format_cpu_mask(set, sizeof(set), usable), __builtin_popcountll(usable) == 1 ? "is" : "are");
+                return -ENODEV;
+        }
+        return 0;
+}
+
 int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_size) {
         char a[32], b[32];
         uint64_t slot_ns = p->config.slot_ns;
@@ -409,7 +470,7 @@ int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_s
                         req->cpu);
                 return -ENODEV;
         }
-        return 0;
+        return validate_affinity(p, req, why, why_size);
 }
 
 /* The smallest grant that covers every window of the request on a CPU with
@@ -623,9 +684,12 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         if (req->cpu >= 0) {
                 order[n_order++] = (uint32_t) cpu_index(p, req->cpu);
         } else {
-                /* Worst fit: the emptiest CPU first keeps free time balanced. */
+                /* Worst fit: the emptiest CPU first keeps free time
+                 * balanced. Only CPUs the target may run on: the split
+                 * below takes its CPUs from this order too. */
                 for (uint32_t i = 0; i < p->n_cpus; i++)
-                        order[n_order++] = i;
+                        if (cpu_allowed(req, p->cpus[i].cpu))
+                                order[n_order++] = i;
                 for (uint32_t i = 1; i < n_order; i++)
                         for (uint32_t j = i; j > 0; j--) {
                                 uint32_t r1 = cpu_reserved_ppm(&p->cpus[order[j - 1]]);
@@ -741,8 +805,19 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                         format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
                 return -EDQUOT;
         }
-        char list[256] = "", rounded[96] = "";
+        char list[256] = "", rounded[96] = "", within[96] = "", outside[128] = "";
         size_t len = 0;
+        /* Free time on CPUs the target may not use is no use to it: say
+         * that the list leaves them out, and which. */
+        uint64_t excluded = req->allowed_cpus ? managed_mask(p, false) & ~req->allowed_cpus : 0;
+        if (excluded && req->cpu < 0) {
+                char who[64], set[256];
+                format_target(who, sizeof(who), req);
+                snprintf(within, sizeof(within), " on the CPUs %s may run on", who);
+                snprintf(outside, sizeof(outside), "; %s %s %s outside its affinity", cpus_word(excluded),
+                         format_cpu_mask(set, sizeof(set), excluded),
+                         __builtin_popcountll(excluded) == 1 ? "is" : "are");
+        }
         for (uint32_t o = 0; o < n_order && len < sizeof(list); o++) {
                 const PlanCpu *c = &p->cpus[order[o]];
                 uint32_t reserved = cpu_reserved_ppm(c);
@@ -752,8 +827,8 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         if ((uint64_t) cheapest_ppm * 1000 > (uint64_t) req->utilization_ppm * 1005)
                 snprintf(rounded, sizeof(rounded), "; in whole slots that is at least %" PRIu32 " of every %" PRIu32
                          " (%s)", cheapest_budget, cheapest_period, format_ppm(a, sizeof(a), cheapest_ppm));
-        explain(why, why_size, "not enough free CPU time for %s%s (%s; free time also pays the dispatcher's "
-                "switch costs)", asked, rounded, list);
+        explain(why, why_size, "not enough free CPU time for %s%s%s (%s; free time also pays the dispatcher's "
+                "switch costs)%s", asked, within, rounded, list, outside);
         return -ENOSPC;
 }
 

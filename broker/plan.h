@@ -42,6 +42,13 @@ typedef struct PlanRequest {
         int32_t cpu; /* -1: any managed CPU */
         uint32_t scope; /* PACE_SCOPE_*: carried into the table */
         pid_t tid;
+        /* The CPUs the target may run on (its affinity, which the broker
+         * reads from the kernel, never from the message), bit n for CPU n.
+         * Placement, the named CPU and every piece of a split stay within
+         * them: the dispatcher pins a reserved thread to its CPU, and a CPU
+         * its owner ruled out must not be forced on it. 0: no restriction
+         * (a request with no process behind it). */
+        uint64_t allowed_cpus;
 } PlanRequest;
 
 typedef struct PlanEntry {
@@ -81,14 +88,15 @@ static inline void plan_freep(Plan **p) {
  * with the whole budget and the first piece's CPU. Errors, each with a
  * sentence in why[] that says what to change:
  *   -ERANGE  period or utilization outside what the configuration allows
- *   -ENODEV  the requested CPU is not managed
+ *   -ENODEV  the requested CPU is not managed, or outside allowed_cpus;
+ *            or no managed (online) CPU is in allowed_cpus
  *   -EDQUOT  a per-user limit
  *   -E2BIG   the broker-wide reservation limit
  *   -ENOSPC  not enough free time (or no placement that keeps the guarantees) */
 int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size);
 
 /* The checks of plan_admit() that need no placement: period, utilization
- * and CPU within what the configuration allows. */
+ * and CPU within what the configuration and allowed_cpus allow. */
 int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_size);
 
 /* A deep copy, for changes that must be all or nothing. */

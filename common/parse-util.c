@@ -249,3 +249,31 @@ const char *format_ppm(char *buf, size_t size, uint32_t ppm) {
         /* 1% is 10^4 ppm: four decimals keep every ppm value exact. */
         return format_fixed(buf, size, ppm, 4, "%");
 }
+
+const char *format_cpu_mask(char *buf, size_t size, uint64_t mask) {
+        size_t used = 0;
+
+        if (size == 0)
+                return buf;
+        buf[0] = '\0';
+        for (unsigned first = 0; first < 64; first++) {
+                unsigned last = first;
+                int n;
+
+                if (!(mask & (UINT64_C(1) << first)))
+                        continue;
+                while (last < 63 && (mask & (UINT64_C(1) << (last + 1))))
+                        last++;
+                if (last == first)
+                        n = snprintf(buf + used, size - used, "%s%u", used ? "," : "", first);
+                else
+                        n = snprintf(buf + used, size - used, "%s%u-%u", used ? "," : "", first, last);
+                if (n < 0 || (size_t) n >= size - used) {
+                        buf[used] = '\0'; /* cut at the last whole range */
+                        break;
+                }
+                used += (size_t) n;
+                first = last;
+        }
+        return buf;
+}

@@ -21,3 +21,5 @@ int parse_uint32(const char *s, uint32_t *ret);
 const char *format_duration(char *buf, size_t size, uint64_t ns);
 /* "60%", "62.5%" */
 const char *format_ppm(char *buf, size_t size, uint32_t ppm);
+/* A CPU mask (bit n: CPU n) in the kernel's list form: "1", "0-3,8". */
+const char *format_cpu_mask(char *buf, size_t size, uint64_t mask);

@@ -324,39 +324,91 @@ int pidfd_alive(int pidfd) {
         return n == 0 ? 0 : -ESRCH;
 }
 
-int cpu_list_parse(const char *text, int32_t *cpus, uint32_t max, uint32_t *ret_n) {
-        uint32_t n = 0;
-        const char *p = text;
+/* One range of a kernel CPU list at *p ("3" or "0-7", then ',' or the end):
+ * 1 with the range and *p past it, 0 at the end of the list, -EINVAL for
+ * anything else. The one reader of CPU lists; the functions below differ
+ * only in where the CPUs go. */
+static int cpu_list_next(const char **p, unsigned long *ret_first, unsigned long *ret_last) {
+        const char *s = *p;
+        char *end;
+        unsigned long a, b;
 
-        while (*p && *p != '\n') {
-                char *end;
-                unsigned long a, b;
-
-                errno = 0;
-                a = strtoul(p, &end, 10);
-                if (errno || end == p)
+        if (*s == '\0' || *s == '\n')
+                return 0;
+        errno = 0;
+        a = strtoul(s, &end, 10);
+        if (errno || end == s)
+                return -EINVAL;
+        b = a;
+        s = end;
+        if (*s == '-') {
+                s++;
+                b = strtoul(s, &end, 10);
+                if (errno || end == s || b < a)
                         return -EINVAL;
-                b = a;
-                p = end;
-                if (*p == '-') {
-                        p++;
-                        b = strtoul(p, &end, 10);
-                        if (errno || end == p || b < a)
-                                return -EINVAL;
-                        p = end;
-                }
+                s = end;
+        }
+        if (*s == ',')
+                s++;
+        else if (*s && *s != '\n')
+                return -EINVAL;
+        *p = s;
+        *ret_first = a;
+        *ret_last = b;
+        return 1;
+}
+
+int cpu_list_parse(const char *text, int32_t *cpus, uint32_t max, uint32_t *ret_n) {
+        unsigned long a, b;
+        uint32_t n = 0;
+        int r;
+
+        while ((r = cpu_list_next(&text, &a, &b)) > 0)
                 for (unsigned long c = a; c <= b; c++) {
                         if (n >= max || c > INT32_MAX)
                                 return -E2BIG;
                         cpus[n++] = (int32_t) c;
                 }
-                if (*p == ',')
-                        p++;
-                else if (*p && *p != '\n')
-                        return -EINVAL;
-        }
+        if (r < 0)
+                return r;
         *ret_n = n;
         return 0;
+}
+
+int cpu_list_parse_mask(const char *text, uint64_t *ret_mask) {
+        unsigned long a, b;
+        uint64_t mask = 0;
+        int r;
+
+        /* Ranges are clipped, not walked: "0-4095" costs what "0-63" does. */
+        while ((r = cpu_list_next(&text, &a, &b)) > 0)
+                for (unsigned long c = a; c <= MIN(b, 63ul); c++)
+                        mask |= UINT64_C(1) << c;
+        if (r < 0)
+                return r;
+        *ret_mask = mask;
+        return 0;
+}
+
+int proc_cpus_allowed(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret_mask) {
+        char path[160], buf[8192];
+        const char *line;
+        int r;
+
+        if (pid <= 0 || tid <= 0)
+                return -ESRCH;
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/task/%" PRIi32 "/status", proc_root, (int32_t) pid,
+                 (int32_t) tid);
+        r = read_small_file(path, buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        line = strstr(buf, "\nCpus_allowed_list:");
+        if (!line)
+                return -EBADMSG;
+        line += strlen("\nCpus_allowed_list:");
+        line += strspn(line, " \t");
+        r = cpu_list_parse_mask(line, ret_mask);
+        return r < 0 ? -EBADMSG : 0;
 }
 
 int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char **ret_error) {

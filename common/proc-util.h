@@ -59,6 +59,16 @@ int pidfd_alive(int pidfd);
 
 /* Parses a kernel CPU list ("0-3,8,10-11") into ascending CPU numbers. */
 int cpu_list_parse(const char *text, int32_t *cpus, uint32_t max, uint32_t *ret_n);
+/* The same list as a mask, bit n for CPU n. CPUs from 64 on are left out:
+ * pace manages at most CPUs 0-63 (the configuration's "cpus"). */
+int cpu_list_parse_mask(const char *text, uint64_t *ret_mask);
+
+/* The CPUs thread tid of process pid may run on (its affinity, the
+ * Cpus_allowed_list of /proc/PID/task/TID/status; tid = pid for the main
+ * thread), as a mask of CPUs 0-63. -ESRCH if there is no such thread.
+ * Read it while holding a pidfd and check the pidfd afterwards, like any
+ * /proc identity: only then is it the affinity of that process. */
+int proc_cpus_allowed(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret_mask);
 
 /* Fills config->cpus with the online CPUs when the config left "cpus" out, and
  * checks that every configured CPU is online. sysfs_online is normally

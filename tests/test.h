@@ -112,6 +112,14 @@ static inline void test_register_(const char *name, void (*fn)(void)) {
                                    h_ ? h_ : "(null)");                                   \
         } while (0)
 
+#define ASSERT_NOT_CONTAINS(haystack, needle)                                             \
+        do {                                                                              \
+                const char *h_ = (haystack), *n_ = (needle);                              \
+                if (!h_ || strstr(h_, n_))                                                \
+                        TEST_FAIL_("%s contains \"%s\": \"%s\"", #haystack, n_,            \
+                                   h_ ? h_ : "(null)");                                   \
+        } while (0)
+
 #define TEST_MAIN()                                                                       \
         int main(int argc, char **argv) {                                                 \
                 unsigned ran = 0, skipped = 0;                                            \

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -581,6 +582,90 @@ TEST(pace_run_scope_is_granted_as_asked) {
         free(out);
         free(err);
 
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* The "hostile clients" issue: `taskset -c 1 pace-run ...` must reserve on
+ * CPU 1, say so, and be listed there; naming CPU 0 is refused with why.
+ * CPU 1 is made fuller than CPU 0, so worst fit alone would pick CPU 0. */
+TEST(pace_run_under_taskset_stays_on_the_allowed_cpu) {
+        BrokerInstance b;
+        pace *p = NULL;
+        pace_grant g;
+        char *out = NULL, *err = NULL;
+        const char *pace_run = getenv("PACE_RUN"), *pacectl = getenv("PACECTL"), *taskset = "/usr/bin/taskset";
+        cpu_set_t set;
+        ASSERT_TRUE(pace_run && pacectl);
+
+        if (access(taskset, X_OK) < 0)
+                TEST_SKIP("no %s", taskset);
+        if (sched_getaffinity(0, sizeof(set), &set) < 0 || !CPU_ISSET(0, &set) || !CPU_ISSET(1, &set))
+                TEST_SKIP("needs CPUs 0 and 1");
+        ASSERT_OK(broker_start(&b, "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"cpus\": [0, 1] }"));
+        pid_t k0 = spawn_sleeper(), k1 = spawn_sleeper();
+        ASSERT_OK(pace_connect(b.socket, &p));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = k0, .cpu = 0 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        params = (pace_reserve_params) { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .pid = k1, .cpu = 1 };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+
+        /* The command lists the reservations while it holds its own. */
+        char script[512];
+        snprintf(script, sizeof(script), "%s status && %s --json status", pacectl, pacectl);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { taskset, "-c", "1", pace_run, "-p", "50ms", "-u", "30%", "--",
+                                                       "/bin/sh", "-c", script, NULL },
+                           &out, &err), 0);
+        ASSERT_CONTAINS(err, "reserved 30% of CPU 1:");
+        /* pacectl status: the text table has its row, the JSON its CPU. */
+        char *json = strchr(out, '{');
+        ASSERT_TRUE(json);
+        cJSON *root = cJSON_Parse(json);
+        ASSERT_TRUE(root);
+        const cJSON *r, *list = cJSON_GetObjectItemCaseSensitive(root, "reservations");
+        unsigned found = 0;
+        cJSON_ArrayForEach(r, list) {
+                if (cJSON_GetObjectItemCaseSensitive(r, "requested_utilization_ppm")->valuedouble != 300000)
+                        continue;
+                found++;
+                ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r, "cpu")->valueint, 1);
+                const cJSON *cpus = cJSON_GetObjectItemCaseSensitive(r, "cpus");
+                ASSERT_EQ(cJSON_GetArraySize(cpus), 1);
+                ASSERT_EQ(cJSON_GetArrayItem(cpus, 0)->valueint, 1);
+                /* The text table, before the JSON: its row (ID PID UID
+                 * CPU ...) names CPU 1 too. */
+                int pid = (int) cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "pid"));
+                bool row = false;
+                for (const char *line = out; line && line < json;) {
+                        unsigned long id;
+                        unsigned uid;
+                        int row_pid, row_cpu;
+                        if (sscanf(line, "%lu %d %u %d", &id, &row_pid, &uid, &row_cpu) == 4 && row_pid == pid) {
+                                ASSERT_EQ(row_cpu, 1);
+                                row = true;
+                        }
+                        line = strchr(line, '\n');
+                        line = line ? line + 1 : NULL;
+                }
+                ASSERT_TRUE(row);
+        }
+        ASSERT_EQ(found, 1);
+        cJSON_Delete(root);
+        free(out);
+        free(err);
+
+        /* Naming a CPU outside the affinity: refused, the command not run. */
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { taskset, "-c", "1", pace_run, "-p", "50ms", "-u", "30%",
+                                                       "--cpu", "0", "--", "/bin/echo", "ran", NULL },
+                           &out, &err), 1);
+        ASSERT_CONTAINS(err, "reservation refused: CPU 0 is outside pid ");
+        ASSERT_CONTAINS(err, "'s allowed CPUs (1); name one of them or change its affinity");
+        ASSERT_TRUE(!strstr(out, "ran"));
+        free(out);
+        free(err);
+
+        pace_close(p);
+        reap(k0);
+        reap(k1);
         ASSERT_EQ(broker_stop(&b), 0);
 }
 

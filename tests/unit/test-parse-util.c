@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "macro.h"
 #include "parse-util.h"
@@ -332,6 +334,70 @@ TEST(cgroup_v1_path) {
         ASSERT_ERR(proc_cgroup_v1_path(text, "mem", path, sizeof(path)), -ENOENT);
         ASSERT_ERR(proc_cgroup_v1_path("2:cpuacct:/a/very/long/path", "cpuacct", path, 8), -ENAMETOOLONG);
         ASSERT_ERR(proc_cgroup_v1_path("", "cpuacct", path, sizeof(path)), -ENOENT);
+}
+
+TEST(cpu_list_parse) {
+        int32_t cpus[8];
+        uint32_t n = 0;
+        uint64_t mask = 0;
+
+        ASSERT_OK(cpu_list_parse("0-2,5\n", cpus, ELEMENTSOF(cpus), &n));
+        ASSERT_EQ(n, 4);
+        ASSERT_EQ(cpus[3], 5);
+        ASSERT_ERR(cpu_list_parse("0-8", cpus, ELEMENTSOF(cpus), &n), -E2BIG);
+        ASSERT_ERR(cpu_list_parse("3-1", cpus, ELEMENTSOF(cpus), &n), -EINVAL);
+        ASSERT_ERR(cpu_list_parse("1;2", cpus, ELEMENTSOF(cpus), &n), -EINVAL);
+
+        /* The same reader into a mask; CPUs from 64 on are left out, and a
+         * long range is clipped, not walked. */
+        ASSERT_OK(cpu_list_parse_mask("1,3-4\n", &mask));
+        ASSERT_EQ(mask, 0x1a);
+        ASSERT_OK(cpu_list_parse_mask("62-4000000000", &mask));
+        ASSERT_EQ(mask, UINT64_C(3) << 62);
+        ASSERT_OK(cpu_list_parse_mask("64-127", &mask));
+        ASSERT_EQ(mask, 0);
+        ASSERT_ERR(cpu_list_parse_mask("1-", &mask), -EINVAL);
+        ASSERT_ERR(cpu_list_parse_mask("x", &mask), -EINVAL);
+}
+
+TEST(format_cpu_mask) {
+        char buf[256];
+
+        ASSERT_STREQ(format_cpu_mask(buf, sizeof(buf), 0), "");
+        ASSERT_STREQ(format_cpu_mask(buf, sizeof(buf), 0x2), "1");
+        ASSERT_STREQ(format_cpu_mask(buf, sizeof(buf), 0x3), "0-1");
+        ASSERT_STREQ(format_cpu_mask(buf, sizeof(buf), 0x10f | UINT64_C(1) << 63), "0-3,8,63");
+        ASSERT_STREQ(format_cpu_mask(buf, sizeof(buf), UINT64_MAX), "0-63");
+        ASSERT_STREQ(format_cpu_mask(buf, sizeof(buf), 0x5555), "0,2,4,6,8,10,12,14");
+        ASSERT_STREQ(format_cpu_mask(buf, 6, 0x5555), "0,2,4"); /* cut at a whole CPU */
+        ASSERT_STREQ(format_cpu_mask(buf, 7, 0x5555), "0,2,4");
+        uint64_t back = 0;
+        ASSERT_OK(cpu_list_parse_mask(format_cpu_mask(buf, sizeof(buf), 0xf0f0f00ff1ULL), &back));
+        ASSERT_EQ(back, 0xf0f0f00ff1ULL);
+}
+
+/* What the broker reads of a process it may reserve: its own affinity,
+ * from /proc, as the kernel has it. */
+TEST(proc_cpus_allowed_is_the_affinity) {
+        cpu_set_t set, old;
+        uint64_t mask = 0, want = 0;
+
+        ASSERT_OK(sched_getaffinity(0, sizeof(old), &old));
+        for (unsigned c = 0; c < 64; c++)
+                if (CPU_ISSET(c, &old))
+                        want |= UINT64_C(1) << c;
+        ASSERT_OK(proc_cpus_allowed("/proc", getpid(), getpid(), &mask));
+        ASSERT_EQ(mask, want);
+        /* Narrowed to its first CPU: that one alone. */
+        unsigned first = (unsigned) __builtin_ctzll(want);
+        CPU_ZERO(&set);
+        CPU_SET(first, &set);
+        ASSERT_OK(sched_setaffinity(0, sizeof(set), &set));
+        ASSERT_OK(proc_cpus_allowed("/proc", getpid(), gettid(), &mask));
+        ASSERT_OK(sched_setaffinity(0, sizeof(old), &old));
+        ASSERT_EQ(mask, UINT64_C(1) << first);
+        ASSERT_ERR(proc_cpus_allowed("/proc", getpid(), 0, &mask), -ESRCH);
+        ASSERT_ERR(proc_cpus_allowed("/nonexistent", getpid(), getpid(), &mask), -ESRCH);
 }
 
 TEST_MAIN()

@@ -650,6 +650,177 @@ TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
         ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
 }
 
+/* The "hostile clients" issue: `taskset -c 1 pace-run ...` must not be
+ * reserved on (and moved to) CPU 0. The broker passes the target's affinity
+ * in allowed_cpus; worst fit then only ranks the CPUs in it. */
+TEST(worst_fit_stays_within_the_allowed_cpus) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+
+        config_for(&c, 3);
+        ASSERT_OK(plan_new(&c, &p));
+        /* CPU 0 empty, CPU 1 20% held, CPU 2 10%: worst fit alone picks 0. */
+        PlanRequest fill = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = 1 };
+        ASSERT_OK(plan_admit(p, &fill, NULL, why, sizeof(why)));
+        fill = (PlanRequest) { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = 2 };
+        ASSERT_OK(plan_admit(p, &fill, NULL, why, sizeof(why)));
+
+        PlanRequest r = { .id = 3, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
+        r.allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 2;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.cpu, 2); /* the emptiest of those allowed */
+        r.id = 4;
+        r.allowed_cpus = UINT64_C(1) << 1;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.cpu, 1); /* the fullest, but the only one allowed */
+        /* CPUs pace does not manage in the mask change nothing. */
+        r.id = 5;
+        r.allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 40;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.cpu, 1);
+        /* Unrestricted, the same request still goes to CPU 0. */
+        r.id = 6;
+        r.allowed_cpus = 0;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.cpu, 0);
+        export_and_check(p, &c, &table);
+
+        /* No room on the allowed CPU: said in the usual way (free per CPU),
+         * listing only the CPUs it may use, and naming the others. */
+        r.id = 7;
+        r.allowed_cpus = UINT64_C(1) << 1;
+        r.utilization_ppm = 400000;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "not enough free CPU time for 40% every 50ms on the CPUs pid 10007 may run on (CPU 1: ");
+        ASSERT_NOT_CONTAINS(why, "CPU 0:");
+        ASSERT_NOT_CONTAINS(why, "CPU 2:");
+        ASSERT_CONTAINS(why, "; CPUs 0,2 are outside its affinity");
+        /* ... and changes nothing. */
+        export_and_check(p, &c, &table2);
+        ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+}
+
+TEST(a_named_cpu_outside_the_allowed_cpus_is_refused) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+
+        config_for(&c, 2);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest r = { .id = 4232, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000,
+                          .cpu = 0, .allowed_cpus = UINT64_C(1) << 1 };
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_STREQ(why, "CPU 0 is outside pid 14232's allowed CPUs (1); name one of them or change its affinity");
+        /* plan_validate() says the same, without placing anything. */
+        r.pid = 4242;
+        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), -ENODEV);
+        ASSERT_STREQ(why, "CPU 0 is outside pid 4242's allowed CPUs (1); name one of them or change its affinity");
+        ASSERT_EQ(plan_n_entries(p), 0);
+        /* A thread-scope request follows the thread's own affinity. */
+        r.scope = PACE_TABLE_SCOPE_THREAD;
+        r.tid = 4243;
+        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), -ENODEV);
+        ASSERT_CONTAINS(why, "outside thread 4243 of pid 4242's allowed CPUs (1)");
+        r.scope = PACE_TABLE_SCOPE_PROCESS;
+        r.tid = 0;
+        /* The allowed set shown is what pace could use of it. */
+        r.allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 7;
+        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), -ENODEV);
+        ASSERT_CONTAINS(why, "allowed CPUs (1);");
+        /* The allowed CPU, named, is fine. */
+        r.cpu = 1;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.cpu, 1);
+}
+
+/* 60% when CPU 0 is empty and CPUs 1 and 2 have 50% free each: unrestricted
+ * it goes whole on CPU 0; allowed only 1 and 2, it is split over them and
+ * no piece lands on CPU 0. */
+TEST(a_split_stays_within_the_allowed_cpus) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+
+        config_for(&c, 3);
+        ASSERT_OK(plan_new(&c, &p));
+        for (int32_t cpu = 1; cpu <= 2; cpu++) {
+                PlanRequest f = { .id = (uint64_t) cpu, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC,
+                                  .utilization_ppm = 250000, .cpu = cpu };
+                ASSERT_OK(plan_admit(p, &f, NULL, why, sizeof(why)));
+        }
+        PlanRequest r = { .id = 3, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1,
+                          .allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 2 };
+        int rr = plan_admit(p, &r, &e, why, sizeof(why));
+        if (rr < 0)
+                TEST_FAIL_("not split over CPUs 1 and 2: %s", why);
+        ASSERT_TRUE(e.flags & PACE_RES_PIECE);
+        ASSERT_TRUE(e.cpu == 1 || e.cpu == 2);
+        export_and_check(p, &c, &table);
+        assert_requested_windows(&table, &e);
+        uint32_t pieces = 0, total = 0;
+        for (uint32_t i = 0; i < table.n_reservations; i++)
+                if (table.reservations[i].id == 3) {
+                        ASSERT_TRUE(table.reservations[i].cpu == 1 || table.reservations[i].cpu == 2);
+                        pieces++;
+                        total += table.reservations[i].budget_slots;
+                }
+        ASSERT_EQ(pieces, 2);
+        ASSERT_EQ(total, 30);
+        /* CPU 0 holds nothing of it. */
+        ASSERT_EQ(table.cpus[0].frame_slots, 0);
+
+        /* Allowed one of them only: no split is possible, and the refusal
+         * lists that CPU alone. */
+        ASSERT_OK(plan_remove(p, 3));
+        r.allowed_cpus = UINT64_C(1) << 2;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "(CPU 2: 49% free;"); /* 13 of 50 slots held */
+        ASSERT_CONTAINS(why, "CPUs 0-1 are outside its affinity");
+        /* Unrestricted, CPU 0 takes it whole. */
+        r.allowed_cpus = 0;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.cpu, 0);
+        ASSERT_FALSE(e.flags & PACE_RES_PIECE);
+}
+
+TEST(no_managed_or_online_cpu_allowed_is_refused) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        char why[512];
+
+        config_for(&c, 2);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest r = { .id = 1, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000,
+                          .cpu = -1, .allowed_cpus = UINT64_C(1) << 5 };
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_STREQ(why, "pid 10001 may run only on CPU 5 (its CPU affinity), and pace manages none of them (it "
+                     "manages CPUs 0-1); change its affinity to include one of those");
+        /* Naming a CPU does not change the reason. */
+        r.cpu = 0;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_CONTAINS(why, "pace manages none of them");
+        r.cpu = -1;
+        r.allowed_cpus = UINT64_C(0xf0);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_CONTAINS(why, "may run only on CPUs 4-7 (its CPU affinity)");
+        /* Allowed a managed CPU that is offline. */
+        ASSERT_OK(plan_set_cpu_online(p, 1, false));
+        r.allowed_cpus = UINT64_C(1) << 1;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_STREQ(why, "the CPU pid 10001 may run on that pace manages (1) is offline; change its affinity to "
+                     "include an online one");
+        ASSERT_EQ(plan_n_entries(p), 0);
+        /* With CPU 0 allowed too, it goes there. */
+        PlanEntry e;
+        r.allowed_cpus = UINT64_C(3);
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.cpu, 0);
+}
+
 TEST(min_supply_matches_brute_force) {
         /* Independent check of the window arithmetic the builder relies on. */
         uint32_t slots[10] = { 1, 1, 0, 0, 1, 0, 1, 1, 1, 0 };

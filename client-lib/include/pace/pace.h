@@ -48,7 +48,12 @@ typedef struct pace_reserve_params {
         uint64_t period_ns;       /* > 0 */
         uint32_t utilization_ppm; /* parts per million of one CPU, 1..1000000 */
         pid_t pid;                /* 0: the calling process */
-        int cpu;                  /* -1: let the broker choose */
+        /* -1: let the broker choose, among the CPUs the target may run on
+         * (its CPU affinity: the main thread's, or the thread's for
+         * PACE_SCOPE_THREAD; the broker reads it from the kernel). A CPU
+         * outside that affinity is refused (PACE_E_INVALID_ARGUMENT). The
+         * grant's cpu (and split_cpus) says where it landed. */
+        int cpu;
         pace_scope scope;
         pid_t tid;                /* PACE_SCOPE_THREAD: a thread of pid; 0 with pid 0: the calling thread */
 } pace_reserve_params;
@@ -123,8 +128,9 @@ int pace_release(pace *p, uint64_t id);
 /* New parameters for a live reservation (params->pid is ignored): admitted
  * as a new request with the reservation's own time counted free, and
  * swapped in at once; refused, the reservation stays as it was. It stays
- * on its CPU (params->cpu: -1 or that CPU); a split reservation cannot be
- * changed: release and reserve again. */
+ * on its CPU (params->cpu: -1 or that CPU), which must still be in the
+ * target's CPU affinity; a split reservation cannot be changed: release and
+ * reserve again. */
 int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant);
 int pace_status(pace *p, pace_status_report **ret);
 void pace_status_report_free(pace_status_report *report);
