@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +263,11 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "pace-dispatcher: unexpected argument \"%s\"\n", argv[optind]);
                 return EXIT_FAILURE;
         }
+
+        /* A write to a reader that is gone (the monitor's pipe after a
+         * SIGKILL of the monitor, a journal stream) must not kill the
+         * dispatcher on the spot: it has to restore every thread first. */
+        (void) signal(SIGPIPE, SIG_IGN);
 
         r = load_config(&config, &config_error, NULL);
         if (r < 0) {
