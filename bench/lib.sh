@@ -41,6 +41,8 @@ bench_untrack() {
 # bench_start_pace CONFIG_JSON: starts pace-broker (as nobody) and
 # pace-dispatcher in a new private runtime directory. Sets PACE_DIR,
 # PACE_SOCKET (exported), PACE_BROKER_PID, PACE_DISPATCHER_PID.
+# PACE_DISPATCHER_BIN, if set, is the dispatcher binary to run instead of
+# BUILD's (bench/threads compares builds in one run).
 bench_start_pace() {
         local config=$1
         PACE_DIR=$(mktemp -d /tmp/pace-bench.XXXXXX)
@@ -60,7 +62,7 @@ bench_start_pace() {
         local _
         for _ in $(seq 200); do [ -S "$PACE_SOCKET" ] && break; sleep 0.02; done
         [ -S "$PACE_SOCKET" ] || { cat "$PACE_DIR/broker.log" >&2; return 1; }
-        "$BUILD/dispatcher/pace-dispatcher" --config "$PACE_DIR/pace.json" --runtime-dir "$PACE_DIR" \
+        "${PACE_DISPATCHER_BIN:-$BUILD/dispatcher/pace-dispatcher}" --config "$PACE_DIR/pace.json" --runtime-dir "$PACE_DIR" \
                 2>"$PACE_DIR/dispatcher.log" &
         PACE_DISPATCHER_PID=$!
         bench_track "$PACE_DISPATCHER_PID"
