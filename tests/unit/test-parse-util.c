@@ -400,4 +400,64 @@ TEST(proc_cpus_allowed_is_the_affinity) {
         ASSERT_ERR(proc_cpus_allowed("/nonexistent", getpid(), getpid(), &mask), -ESRCH);
 }
 
+/* Who owns a process is four uids; a set-uid root program run by a user is
+ * root in one of them, and counts as root. */
+TEST(proc_status_owner_reads_all_four_uids) {
+        ProcOwner o;
+
+        ASSERT_OK(proc_status_owner("Name:\tx\nUid:\t1000\t1000\t1000\t1000\nGid:\t1\t1\t1\t1\n", &o));
+        ASSERT_TRUE(proc_owner_is(&o, 1000));
+        ASSERT_FALSE(proc_owner_is(&o, 0));
+        ASSERT_FALSE(proc_owner_has_root(&o));
+        ASSERT_OK(proc_status_owner("Name:\tpasswd\nUid:\t1000\t0\t0\t0\n", &o));
+        ASSERT_FALSE(proc_owner_is(&o, 1000));
+        ASSERT_TRUE(proc_owner_has_root(&o));
+        ASSERT_ERR(proc_status_owner("Name:\tx\nGid:\t1\n", &o), -EBADMSG);
+        ASSERT_ERR(proc_status_owner("Name:\tx\nUid:\t1000\t1000\n", &o), -EBADMSG);
+}
+
+/* The real-time priority a process could give itself: what decides
+ * whether a policy found on its thread was its own or a dispatcher's. */
+TEST(proc_rt_priority_ceiling_from_caps_and_rlimit) {
+        const char *limits_none = "Limit                     Soft Limit           Hard Limit           Units\n"
+                                  "Max realtime priority     0                    0                    \n";
+        const char *limits_hard = "Max realtime priority     0                    50                   \n";
+        const char *limits_unl = "Max realtime priority     unlimited            unlimited            \n";
+        const char *plain = "Name:\tx\nCapEff:\t0000000000000000\n";
+        const char *nice_cap = "Name:\tx\nCapEff:\t0000000000800000\n";
+        uint32_t c;
+
+        ASSERT_OK(proc_rt_priority_ceiling(plain, limits_none, &c));
+        ASSERT_EQ(c, 0u);
+        ASSERT_OK(proc_rt_priority_ceiling(plain, limits_hard, &c));
+        ASSERT_EQ(c, 50u);
+        ASSERT_OK(proc_rt_priority_ceiling(plain, limits_unl, &c));
+        ASSERT_EQ(c, 99u);
+        ASSERT_OK(proc_rt_priority_ceiling(nice_cap, limits_none, &c));
+        ASSERT_EQ(c, 99u);
+        ASSERT_ERR(proc_rt_priority_ceiling(plain, "Max open files 1024 1024 files\n", &c), -EBADMSG);
+        ASSERT_ERR(proc_rt_priority_ceiling("Name:\tx\n", limits_none, &c), -EBADMSG);
+}
+
+/* This process, as /proc has it. */
+TEST(proc_rt_priority_ceiling_of_self) {
+        char status[8192], limits[4096];
+        FILE *f;
+        size_t n;
+        uint32_t c;
+
+        f = fopen("/proc/self/status", "re");
+        ASSERT_TRUE(f != NULL);
+        n = fread(status, 1, sizeof(status) - 1, f);
+        status[n] = '\0';
+        fclose(f);
+        f = fopen("/proc/self/limits", "re");
+        ASSERT_TRUE(f != NULL);
+        n = fread(limits, 1, sizeof(limits) - 1, f);
+        limits[n] = '\0';
+        fclose(f);
+        ASSERT_OK(proc_rt_priority_ceiling(status, limits, &c));
+        ASSERT_CMP(c, <=, 99u);
+}
+
 TEST_MAIN()
