@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "dispatcher.h"
+#include "frame.h"
 #include "group.h"
 #include "held.h"
 #include "pace-stats.h"
@@ -51,6 +52,10 @@
  * publish in a loop and make that our whole life: a loop looks at most this
  * often, whatever the generation does. */
 #define TABLE_MIN_INTERVAL_NS (20 * NSEC_PER_MSEC)
+/* The main thread tidies the reservation groups this often while there are
+ * any (group_set_housekeep()): what a tree's new members wait at most to
+ * be found, and how long a stranger may sit in a group. */
+#define HOUSEKEEPING_NS (50 * NSEC_PER_MSEC)
 #define OPEN_RETRIES 300u
 
 typedef enum LoopState {
@@ -58,15 +63,6 @@ typedef enum LoopState {
         LOOP_RUNNING,
         LOOP_EXITED,
 } LoopState;
-
-typedef struct Run {
-        uint32_t start; /* slot offset in the (rotated) frame */
-        Held *owner;    /* NULL: free */
-        /* The owner's last run of its period (the one before its longest
-         * gap): its end is where the period's accounting closes. */
-        bool closes;
-        uint32_t gap;
-} Run;
 
 typedef struct CpuLoop {
         Dispatcher *d;
@@ -95,8 +91,13 @@ typedef struct CpuLoop {
         PaceTableBuffer *cur, *spare;
         Held **held, **next_held;
         size_t n_held;
-        Held **by_index; /* table index → Held, while building runs */
-        Run *runs, *next_runs;
+        /* Slot value (table index + 1) → Held, for the runs in force and
+         * for the ones being built; and frame_compile()'s inputs. */
+        Held **by_owner, **next_by_owner;
+        bool *owner_live;
+        uint32_t *owner_period;
+        FrameScratch *owner_scratch;
+        FrameRun *runs, *next_runs;
         uint32_t n_runs, frame_slots;
         /* The table slot the rotated frame begins at. Every CPU keeps one
          * global grid: table slot = (CLOCK_MONOTONIC / slot) mod frame, so
@@ -159,6 +160,7 @@ struct Dispatcher {
         uint64_t watch_stalled_since;
 
         LogRing log;
+        int housekeeping_efd;
 };
 
 static __thread sigjmp_buf *bus_guard;
@@ -343,15 +345,6 @@ static const char *identity_problem(int r) {
         }
 }
 
-static void stats_write_begin(PaceStatsEntry *e) {
-        atomic_fetch_add_explicit(&e->seq, 1, memory_order_relaxed);
-        atomic_thread_fence(memory_order_release);
-}
-
-static void stats_write_end(PaceStatsEntry *e) {
-        atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
-}
-
 /* A free entry of the accounting file for a newly held piece; none when
  * there is no file or it is full (then the piece goes unaccounted). */
 static void stats_claim(Dispatcher *d, Held *h, int32_t cpu) {
@@ -362,14 +355,14 @@ static void stats_claim(Dispatcher *d, Held *h, int32_t cpu) {
                 uint32_t expected = 0;
                 if (!atomic_compare_exchange_strong(&e->claimed, &expected, 1))
                         continue;
-                stats_write_begin(e);
+                acct_entry_write_begin(e);
                 e->id = h->id;
                 e->cpu = cpu;
                 e->threads = 0;
                 e->cpu_time_ns = e->window_ns = e->delivered_ns = 0;
                 e->periods = e->periods_blocked = e->periods_wanted_more = 0;
                 e->updated_ns = now_ns();
-                stats_write_end(e);
+                acct_entry_write_end(e);
                 h->stats = e;
                 return;
         }
@@ -378,9 +371,9 @@ static void stats_claim(Dispatcher *d, Held *h, int32_t cpu) {
 static void loop_free_held(CpuLoop *l, Held *h) {
         PaceStatsEntry *e = h->stats;
         if (e) {
-                stats_write_begin(e);
+                acct_entry_write_begin(e);
                 e->id = 0;
-                stats_write_end(e);
+                acct_entry_write_end(e);
                 atomic_store(&e->claimed, 0);
         }
         held_free(h, &l->ctx);
@@ -394,40 +387,11 @@ static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
 
         if (h->gone || !h->stats || held_usage_ns(h, &l->ctx, &u) < 0)
                 return;
-        if (!h->acct_started) {
-                h->acct_started = true;
-                h->acct_base = h->acct_period_start = h->acct_win_usage = u;
-                h->acct_win_ns = t;
-                return;
-        }
-        uint64_t used = u - h->acct_period_start, budget = (uint64_t) h->budget_slots * l->config->slot_ns;
-        h->acct_periods++;
-        /* 5% of slack: the switches themselves take some of every run. */
-        if (used * 20 < budget * 19)
-                h->acct_blocked++;
-        if (held_any_runnable(h))
-                h->acct_wanted_more++;
-        h->acct_period_start = u;
-        /* Two seconds: /proc/PID/stat counts in 10 ms units, so an
-         * independent check over a shorter window could not tell a point. */
-        if (t - h->acct_win_ns >= ACCT_WINDOW_NS) {
-                h->acct_window_ns = t - h->acct_win_ns;
-                h->acct_delivered_ns = u - h->acct_win_usage;
-                h->acct_win_ns = t;
-                h->acct_win_usage = u;
-        }
-
-        PaceStatsEntry *e = h->stats;
-        stats_write_begin(e);
-        e->threads = (uint32_t) h->n_threads;
-        e->cpu_time_ns = u - h->acct_base;
-        e->window_ns = h->acct_window_ns;
-        e->delivered_ns = h->acct_delivered_ns;
-        e->periods = h->acct_periods;
-        e->periods_blocked = h->acct_blocked;
-        e->periods_wanted_more = h->acct_wanted_more;
-        e->updated_ns = t;
-        stats_write_end(e);
+        bool counted = h->acct.started;
+        acct_period_end(&h->acct, u, t, (uint64_t) h->budget_slots * l->config->slot_ns,
+                        counted && held_any_runnable(h), ACCT_WINDOW_NS);
+        if (counted)
+                acct_publish(&h->acct, (uint32_t) h->n_threads, u, t, h->stats);
 }
 
 /* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
@@ -480,7 +444,8 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                 const PaceTableReservation *res = &t->reservations[i];
                 Held *h;
 
-                l->by_index[i] = NULL;
+                l->next_by_owner[i + 1] = NULL;
+                l->owner_live[i + 1] = false;
                 if (res->cpu != l->cpu)
                         continue;
                 h = loop_find_held(l, res);
@@ -501,7 +466,9 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                 h->period_slots = res->period_slots;
                 h->budget_slots = res->budget_slots;
                 h->mark = true;
-                l->by_index[i] = h;
+                l->next_by_owner[i + 1] = h;
+                l->owner_live[i + 1] = !h->gone;
+                l->owner_period[i + 1] = h->period_slots;
                 l->next_held[n_next++] = h;
         }
 
@@ -514,69 +481,19 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
         l->next_held = swap;
         l->n_held = n_next;
 
-        /* Runs, rotated to begin where ownership changes, so every frame
-         * boundary is a wake-up anyway and a run never straddles one.
-         * Slots of an ignored reservation are free time: no wake-up. */
-        uint32_t frame = tc ? tc->frame_slots : 0, rot = UINT32_MAX, n = 0;
-        const uint16_t *slots = tc ? &t->slots[tc->first_slot] : NULL;
-#define OWNER(s) (slots[s] == PACE_SLOT_FREE || l->by_index[slots[s] - 1]->gone ? NULL : l->by_index[slots[s] - 1])
-        for (uint32_t s = 0; s < frame; s++)
-                if (OWNER(s) != OWNER((s + frame - 1) % frame)) {
-                        rot = s;
-                        break;
-                }
-        if (rot == UINT32_MAX && frame > 0 && OWNER(0) != NULL)
-                rot = 0; /* one owner all frame long: table_check forbids it, stay correct anyway */
-        if (rot != UINT32_MAX)
-                for (uint32_t k = 0; k < frame; k++) {
-                        uint32_t s = (rot + k) % frame;
-                        Held *o = OWNER(s);
-                        if (n == 0 || l->next_runs[n - 1].owner != o)
-                                l->next_runs[n++] = (Run) { .start = k, .owner = o };
-                }
-#undef OWNER
-        /* Which run closes each owner's period: the one before its longest
-         * gap (the grant's pattern repeats with its period, so there is one
-         * such run per period; ties go to the first offset found). */
-        for (uint32_t k = 0; k < n; k++)
-                if (l->next_runs[k].owner)
-                        l->next_runs[k].owner->tmp_first = UINT32_MAX;
-        for (uint32_t k = 0; k < n; k++) {
-                Held *o = l->next_runs[k].owner;
-                if (o && o->tmp_first == UINT32_MAX) {
-                        o->tmp_first = l->next_runs[k].start;
-                        o->tmp_next = o->tmp_first + frame;
-                        o->tmp_maxgap = 0;
-                        o->tmp_close = UINT32_MAX;
-                }
-        }
-        for (uint32_t k = n; k-- > 0;) {
-                Run *run = &l->next_runs[k];
-                if (!run->owner)
-                        continue;
-                uint32_t end = k + 1 < n ? l->next_runs[k + 1].start : frame;
-                run->gap = run->owner->tmp_next - end;
-                run->owner->tmp_next = run->start;
-                run->owner->tmp_maxgap = MAX(run->owner->tmp_maxgap, run->gap);
-        }
-        for (uint32_t k = 0; k < n; k++) {
-                Run *run = &l->next_runs[k];
-                run->closes = false;
-                if (!run->owner || run->gap != run->owner->tmp_maxgap || run->owner->period_slots == 0)
-                        continue;
-                uint32_t end = k + 1 < n ? l->next_runs[k + 1].start : frame;
-                uint32_t off = (uint32_t) (((uint64_t) (rot == UINT32_MAX ? 0 : rot) + end) %
-                                           run->owner->period_slots);
-                if (run->owner->tmp_close == UINT32_MAX)
-                        run->owner->tmp_close = off;
-                run->closes = off == run->owner->tmp_close;
-        }
-        Run *runs = l->runs;
+        uint32_t frame = tc ? tc->frame_slots : 0, n = 0, rot = 0;
+        if (tc)
+                frame_compile(&t->slots[tc->first_slot], frame, l->owner_live, l->owner_period, l->owner_scratch,
+                              l->next_runs, &n, &rot);
+        FrameRun *runs = l->runs;
         l->runs = l->next_runs;
         l->next_runs = runs;
+        Held **owners = l->by_owner;
+        l->by_owner = l->next_by_owner;
+        l->next_by_owner = owners;
         l->n_runs = n;
         l->frame_slots = frame;
-        l->rot = rot == UINT32_MAX ? 0 : rot;
+        l->rot = rot;
 
         PaceTableBuffer *b = l->cur;
         l->cur = l->spare;
@@ -706,13 +623,10 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
  * current rotated frame began, and which run covers t. */
 static void loop_locate(const CpuLoop *l, uint64_t t, uint64_t *ret_frame_start, uint32_t *ret_k) {
         uint64_t slot_ns = l->config->slot_ns, g = t / slot_ns;
-        uint32_t frame = l->frame_slots;
-        uint32_t off = (uint32_t) ((g % frame + frame - l->rot % frame) % frame), k = 0;
+        uint32_t off;
 
-        while (k + 1 < l->n_runs && l->runs[k + 1].start <= off)
-                k++;
+        frame_locate(l->runs, l->n_runs, l->frame_slots, l->rot, g, &off, ret_k);
         *ret_frame_start = (g - off) * slot_ns;
-        *ret_k = k;
 }
 
 /* Runs the frame in force until the table empties this CPU or we stop. */
@@ -766,10 +680,11 @@ static void loop_active(CpuLoop *l) {
                         }
                 }
 
-                if (prev && prev_closes && prev != l->runs[k].owner)
+                Held *owner = l->by_owner[l->runs[k].owner];
+                if (prev && prev_closes && prev != owner)
                         loop_period_end(l, prev, t);
-                loop_switch(l, prev, l->runs[k].owner);
-                prev = l->runs[k].owner;
+                loop_switch(l, prev, owner);
+                prev = owner;
                 prev_closes = l->runs[k].closes;
                 if (++k == l->n_runs) {
                         k = 0;
@@ -869,7 +784,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
-        d->log.efd = -EBADF;
+        d->log.efd = d->housekeeping_efd = -EBADF;
         pthread_mutex_init(&d->log.lock, NULL);
         d->config = *config;
         r = resolve_cpus(&d->config);
@@ -887,6 +802,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
                 return -ENOMEM;
         d->log.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (d->log.efd < 0)
+                return negative_errno();
+        d->housekeeping_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (d->housekeeping_efd < 0)
                 return negative_errno();
         r = thread_registry_new(&d->registry);
         if (r < 0)
@@ -914,10 +832,15 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
                 l->spare = calloc(1, sizeof(PaceTableBuffer));
                 l->held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
                 l->next_held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-                l->by_index = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-                l->runs = calloc(max_frame + 1, sizeof(Run));
-                l->next_runs = calloc(max_frame + 1, sizeof(Run));
-                if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_index || !l->runs || !l->next_runs)
+                l->by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
+                l->next_by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
+                l->owner_live = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(bool));
+                l->owner_period = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(uint32_t));
+                l->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
+                l->runs = calloc(max_frame + 1, sizeof(FrameRun));
+                l->next_runs = calloc(max_frame + 1, sizeof(FrameRun));
+                if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_owner || !l->next_by_owner ||
+                    !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs)
                         return -ENOMEM;
         }
 
@@ -1129,6 +1052,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                         .freezer_root = d->freezer ? d->freezer_root : NULL,
                         .freezer_base = d->freezer ? d->freezer_base : NULL,
                         .groups = d->groups,
+                        .housekeeping_fd = d->housekeeping_efd,
                 };
                 CPU_ZERO(&set);
                 CPU_SET(l->cpu, &set);
@@ -1409,7 +1333,7 @@ static void watch_stalled(Dispatcher *d, const DispatcherRunOptions *o) {
 }
 
 int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
-        _cleanup_close_ int sfd = -EBADF, ifd = -EBADF, tfd = -EBADF, wfd = -EBADF, pfd = -EBADF;
+        _cleanup_close_ int sfd = -EBADF, ifd = -EBADF, tfd = -EBADF, wfd = -EBADF, pfd = -EBADF, hfd = -EBADF;
         DispatcherLogFn log_fn = o->log;
         void *userdata = o->userdata;
         char message[LOG_MESSAGE_MAX];
@@ -1427,7 +1351,8 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         if (sfd < 0)
                 return negative_errno();
         tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (tfd < 0)
+        hfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (tfd < 0 || hfd < 0)
                 return negative_errno();
         if (d->groups)
                 run_log(o, d->groups_note[0] ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
@@ -1482,6 +1407,8 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         { .fd = d->log.efd, .events = POLLIN },
                         { .fd = wfd, .events = POLLIN },
                         { .fd = pfd, .events = POLLIN },
+                        { .fd = d->housekeeping_efd, .events = POLLIN },
+                        { .fd = hfd, .events = POLLIN },
                 };
 
                 if (check) {
@@ -1590,6 +1517,19 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         else
                                 watch_stalled(d, o);
                 }
+                if (p[6].revents & POLLIN) {
+                        uint64_t v;
+                        (void) !read(d->housekeeping_efd, &v, sizeof(v));
+                        arm_timer(hfd, HOUSEKEEPING_NS);
+                }
+                if (p[7].revents & POLLIN) {
+                        uint64_t v;
+                        (void) !read(hfd, &v, sizeof(v));
+                        /* Periodic only while there are groups: an idle
+                         * dispatcher wakes for nothing. */
+                        if (d->groups && group_set_housekeep(d->groups) > 0)
+                                arm_timer(hfd, HOUSEKEEPING_NS);
+                }
         }
 
         /* Stop here, not in dispatcher_free(), so the restore messages are
@@ -1608,8 +1548,11 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
 void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files,
                                uint64_t *ret_threads) {
         uint64_t per_loop = 2 * sizeof(PaceTableBuffer) +
-                            2 * ((uint64_t) pace_config_frame_slots(&d->config) + 1) * sizeof(Run) +
-                            3 * (uint64_t) PACE_MAX_RESERVATIONS * sizeof(Held *) + LOOP_STACK_SIZE + 2 * 4096;
+                            2 * ((uint64_t) pace_config_frame_slots(&d->config) + 1) * sizeof(FrameRun) +
+                            4 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
+                            ((uint64_t) PACE_MAX_RESERVATIONS + 1) *
+                                    (sizeof(bool) + sizeof(uint32_t) + sizeof(FrameScratch)) +
+                            LOOP_STACK_SIZE + 2 * 4096;
         /* The mapping in use, one being handed over, the ones kept while a
          * thread might still read them, and the main thread's scratch copy. */
         uint64_t tables = (2 + ELEMENTSOF(d->leaked)) * PACE_TABLE_FILE_SIZE + sizeof(PaceTableBuffer);
@@ -1642,7 +1585,11 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
                 free(l->spare);
                 free(l->held);
                 free(l->next_held);
-                free(l->by_index);
+                free(l->by_owner);
+                free(l->next_by_owner);
+                free(l->owner_live);
+                free(l->owner_period);
+                free(l->owner_scratch);
                 free(l->runs);
                 free(l->next_runs);
         }
@@ -1662,6 +1609,7 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
                 table_reader_free(d->leaked[i]);
         thread_registry_free(d->registry);
         safe_close(d->log.efd);
+        safe_close(d->housekeeping_efd);
         pthread_mutex_destroy(&d->log.lock);
         free(d->runtime_dir);
         free(d->table_path);

@@ -18,6 +18,7 @@
 #include "pace-table.h"
 #include "proc-util.h"
 
+#define PACE_MAX_GROUPS_HOUSEKEPT 1024
 /* Descendants moved with a tree-scope reservation at its first promotion;
  * past this the rest are left where they are. */
 #define TREE_MAX 4096
@@ -44,6 +45,13 @@ struct Group {
         pthread_mutex_t list_lock;
         int list_fd[2];
         uint64_t list_opened_ns[2];
+        /* A tree's threads as the main thread last listed them
+         * (group_set_housekeep()): reading a v1 list makes the kernel walk
+         * and sort every task in the group, which must never happen at
+         * SCHED_FIFO 99 on a client's say-so. */
+        pthread_mutex_t cand_lock;
+        pid_t cand[256];
+        size_t n_cand;
 };
 
 enum { LIST_TASKS, LIST_PROCS };
@@ -430,6 +438,7 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
         g->refs = 1;
         g->dir_fd = g->usage_fd = g->list_fd[0] = g->list_fd[1] = -EBADF;
         pthread_mutex_init(&g->list_lock, NULL);
+        pthread_mutex_init(&g->cand_lock, NULL);
         snprintf(g->dir, sizeof(g->dir), "%s/res-%" PRIu64, s->base, id);
         if (mkdir(g->dir, 0755) < 0 && errno != EEXIST) {
                 r = negative_errno();
@@ -447,6 +456,7 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
                 safe_close(g->usage_fd);
                 (void) rmdir(g->dir);
                 pthread_mutex_destroy(&g->list_lock);
+                pthread_mutex_destroy(&g->cand_lock);
                 free(g);
                 g = NULL;
                 goto done;
@@ -576,6 +586,7 @@ void group_release(GroupSet *s, Group *g) {
         safe_close(g->dir_fd);
         safe_close(g->usage_fd);
         pthread_mutex_destroy(&g->list_lock);
+        pthread_mutex_destroy(&g->cand_lock);
         (void) rmdir(g->dir);
         if (g->cpuset_dir[0]) {
                 /* Stragglers a fork raced in: to the root, so the group goes. */
@@ -607,6 +618,8 @@ static int read_orig(const char *proc_path, const char *controller, char *ret, s
         buf[n] = '\0';
         return proc_cgroup_v1_path(buf, controller, ret, size);
 }
+
+static void refresh_candidates(Group *g);
 
 /* The reservation's own cpuset, holding exactly its CPUs. */
 static int cpuset_create(GroupSet *s, Group *g, const char *cpus, const char *proc_path) {
@@ -689,8 +702,11 @@ int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, con
                         }
                 }
         }
-        if (r >= 0)
+        if (r >= 0) {
                 g->entered = true;
+                if (scope == PACE_TABLE_SCOPE_TREE)
+                        refresh_candidates(g);
+        }
 done:
         pthread_mutex_unlock(&s->lock);
         return r;
@@ -727,7 +743,49 @@ int group_evict_strangers(GroupSet *s, Group *g) {
 }
 
 int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n) {
-        return list_read(g, LIST_TASKS, false, tids, max, ret_n);
+        pthread_mutex_lock(&g->cand_lock);
+        size_t n = MIN(g->n_cand, max);
+        memcpy(tids, g->cand, n * sizeof(*tids));
+        pthread_mutex_unlock(&g->cand_lock);
+        *ret_n = n;
+        return 0;
+}
+
+/* A tree's members, listed for group_list_threads(). */
+static void refresh_candidates(Group *g) {
+        pid_t ids[ELEMENTSOF(g->cand)];
+        size_t n = 0;
+
+        if (list_read(g, LIST_TASKS, false, ids, ELEMENTSOF(ids), &n) < 0)
+                return;
+        pthread_mutex_lock(&g->cand_lock);
+        g->n_cand = MIN(n, ELEMENTSOF(ids));
+        memcpy(g->cand, ids, g->n_cand * sizeof(ids[0]));
+        pthread_mutex_unlock(&g->cand_lock);
+}
+
+size_t group_set_housekeep(GroupSet *s) {
+        Group *held[PACE_MAX_GROUPS_HOUSEKEPT];
+        size_t n = 0;
+
+        /* A reference each, so a loop that lets go meanwhile leaves the
+         * clean-up to whoever drops the last one. */
+        pthread_mutex_lock(&s->lock);
+        for (Group *g = s->groups; g && n < ELEMENTSOF(held); g = g->next) {
+                g->refs++;
+                held[n++] = g;
+        }
+        pthread_mutex_unlock(&s->lock);
+        for (size_t i = 0; i < n; i++) {
+                if (held[i]->entered) {
+                        if (held[i]->scope == PACE_TABLE_SCOPE_TREE)
+                                refresh_candidates(held[i]);
+                        else
+                                (void) group_evict_strangers(s, held[i]);
+                }
+                group_release(s, held[i]);
+        }
+        return n;
 }
 
 int group_usage_ns(Group *g, int cpu, uint64_t *ret) {

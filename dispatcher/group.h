@@ -61,9 +61,13 @@ bool group_set_confines(const GroupSet *s);
  * (process scope: children it forked), other threads (thread scope). */
 int group_evict_strangers(GroupSet *s, Group *g);
 /* (returns how many were moved out) */
-/* The thread ids in the group, into tids[max]; *ret_n may exceed max (the
- * rest are not listed). */
+/* A tree group's thread ids as group_set_housekeep() last listed them (at
+ * most 256), into tids[max]: a copy, never a read of the kernel's list. */
 int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n);
+/* The main thread's periodic work, off the real-time path: moves
+ * strangers out of process- and thread-scope groups and lists the members
+ * of tree groups. Returns how many groups there are. */
+size_t group_set_housekeep(GroupSet *s);
 /* CPU time the members received on cpu (cpuacct.usage_percpu), in ns. */
 int group_usage_ns(Group *g, int cpu, uint64_t *ret);
 

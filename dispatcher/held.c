@@ -454,9 +454,9 @@ static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const Pac
 /* Directory entries read per promotion: two getdents64 calls of 4 KiB,
  * about 250 threads. A larger process is walked a slice at a time. */
 #define TASK_SLICES_PER_PROMOTION 2
-/* A tree's (v1) task list costs the kernel the whole list at each read:
- * read it at most this often. */
-#define GROUP_SCAN_INTERVAL_NS (50 * NSEC_PER_MSEC)
+/* A tree's member list is a copy the main thread refreshes
+ * (group_set_housekeep()); taking it more often gains nothing. */
+#define GROUP_SCAN_INTERVAL_NS (20 * NSEC_PER_MSEC)
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -610,6 +610,12 @@ static void held_group_enter(Held *h, const HeldContext *ctx) {
         if (r < 0) {
                 held_group_leave(h, ctx);
                 h->group_error = r;
+                return;
+        }
+        /* The main thread keeps groups tidy from now on. */
+        if (ctx->housekeeping_fd >= 0) {
+                uint64_t one = 1;
+                (void) !write(ctx->housekeeping_fd, &one, sizeof(one));
         }
 }
 
@@ -634,17 +640,6 @@ int held_promote(Held *h, const HeldContext *ctx) {
                         return r;
         }
         held_drop_dead(h, ctx);
-
-        /* Children of a process-scope client and new threads of a thread's
-         * are born in its group; they are not members. Rate-limited and
-         * bounded like every list read here. */
-        if (h->group && h->scope != PACE_TABLE_SCOPE_TREE) {
-                uint64_t now = now_ns();
-                if (now >= h->next_group_scan_ns) {
-                        h->next_group_scan_ns = now + GROUP_SCAN_INTERVAL_NS;
-                        (void) group_evict_strangers(ctx->groups, h->group);
-                }
-        }
 
         if (ctx->max_threads == 0 || h->n_threads < ctx->max_threads) {
                 if (h->scope == PACE_TABLE_SCOPE_THREAD)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "acct.h"
 #include "config.h"
 #include "group.h"
 #include "pace-table.h"
@@ -41,6 +42,10 @@ typedef struct HeldContext {
         /* Reservation groups (group.h); NULL: members are found in
          * /proc/PID/task and accounted per thread. */
         GroupSet *groups;
+        /* An eventfd the main thread watches: written when a group comes
+         * into use, so its periodic housekeeping runs only while there
+         * are groups. */
+        int housekeeping_fd;
 } HeldContext;
 
 typedef struct HeldThread {
@@ -81,14 +86,11 @@ typedef struct Held {
         Group *group;
         int group_error; /* why the group could not be used (0: fine or not tried) */
         bool group_logged;
-        /* Accounting, owned by the dispatch loop (dispatcher.c). */
+        /* Owned by the dispatch loop (dispatcher.c): the grant, and what
+         * the reservation received (acct.h). */
         uint32_t period_slots, budget_slots;
         struct PaceStatsEntry *stats;
-        bool acct_started;
-        uint64_t acct_base, acct_period_start, acct_win_usage, acct_win_ns;
-        uint64_t acct_periods, acct_blocked, acct_wanted_more, acct_window_ns, acct_delivered_ns;
-        /* loop_adopt's scratch: next run start, longest gap, closing offset */
-        uint32_t tmp_first, tmp_next, tmp_maxgap, tmp_close;
+        Acct acct;
         /* owned by the dispatch loop: whether the current/next table uses it */
         bool mark;
         bool logged;

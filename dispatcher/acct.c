@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+#include <stdatomic.h>
+
+#include "acct.h"
+
+void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budget_ns, bool runnable,
+                     uint64_t window_min_ns) {
+        if (!a->started) {
+                a->started = true;
+                a->base = a->period_start = a->win_usage = usage_ns;
+                a->win_ns = now_ns;
+                return;
+        }
+        uint64_t used = usage_ns - a->period_start;
+        a->periods++;
+        if (used * 20 < budget_ns * 19)
+                a->blocked++;
+        if (runnable)
+                a->wanted_more++;
+        a->period_start = usage_ns;
+        /* Whole periods of at least window_min_ns: /proc/PID/stat counts in
+         * 10 ms units, so an independent check over a shorter window could
+         * not tell a point. */
+        if (now_ns - a->win_ns >= window_min_ns) {
+                a->window_ns = now_ns - a->win_ns;
+                a->delivered_ns = usage_ns - a->win_usage;
+                a->win_ns = now_ns;
+                a->win_usage = usage_ns;
+        }
+}
+
+void acct_entry_write_begin(PaceStatsEntry *e) {
+        atomic_fetch_add_explicit(&e->seq, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+}
+
+void acct_entry_write_end(PaceStatsEntry *e) {
+        atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+}
+
+void acct_publish(const Acct *a, uint32_t threads, uint64_t usage_ns, uint64_t now_ns, PaceStatsEntry *e) {
+        acct_entry_write_begin(e);
+        e->threads = threads;
+        e->cpu_time_ns = usage_ns - a->base;
+        e->window_ns = a->window_ns;
+        e->delivered_ns = a->delivered_ns;
+        e->periods = a->periods;
+        e->periods_blocked = a->blocked;
+        e->periods_wanted_more = a->wanted_more;
+        e->updated_ns = now_ns;
+        acct_entry_write_end(e);
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* What a reservation received, period by period, and the figures the broker
+ * shows in `pacectl status` (through the stats file, pace-stats.h). Pure
+ * arithmetic plus the stats entry's seqlock: unit tested without
+ * privileges; the dispatch loop feeds it the usage it reads. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pace-stats.h"
+
+typedef struct Acct {
+        bool started;
+        uint64_t base;         /* usage when accounting began */
+        uint64_t period_start; /* usage at the start of the current period */
+        uint64_t win_usage, win_ns; /* usage and time at the start of the window */
+        uint64_t periods, blocked, wanted_more;
+        uint64_t window_ns, delivered_ns; /* the last whole window */
+} Acct;
+
+/* The end of a period at time now_ns with the members' total usage_ns so
+ * far. A period counts as blocked when it used under 95% of budget_ns (the
+ * switches themselves take some of every run), as wanted-more when a
+ * member was still runnable at its end. Every window_min_ns or so, the
+ * delivered figure over whole periods is renewed. The first call only
+ * starts the count. */
+void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budget_ns, bool runnable,
+                     uint64_t window_min_ns);
+
+/* The stats entry's seqlock: a reader retries while seq is odd or moved. */
+void acct_entry_write_begin(PaceStatsEntry *e);
+void acct_entry_write_end(PaceStatsEntry *e);
+/* Writes a's figures to e (under its seqlock). */
+void acct_publish(const Acct *a, uint32_t threads, uint64_t usage_ns, uint64_t now_ns, PaceStatsEntry *e);
