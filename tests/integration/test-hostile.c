@@ -1073,8 +1073,11 @@ static void spinning_attacker(void) {
         spinner_thread(NULL);
 }
 
-/* A second instance with a reservation of its own (a root sleeper): its
- * cpu group must get its real-time runtime. */
+/* A second instance with a reservation of its own (a reserved hog): its
+ * cpu group must get its real-time runtime. The root's runtime (950 ms of
+ * 1 s) is all one instance's group asks for, so another live instance on
+ * the machine (someone else's test or benchmark) refuses it too: this
+ * check needs the machine to itself, as the real-time lock gives it. */
 static bool second_instance_refused_runtime(Stack *s2, pid_t *ret_sleeper) {
         pace *p = NULL;
         pace_grant g;
