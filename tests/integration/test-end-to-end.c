@@ -27,204 +27,18 @@
 #include "macro.h"
 #include "pace/pace.h"
 #include "proc-util.h"
+#include "stack-harness.h"
 #include "test.h"
 
 #define CPU 1
-#define CHILD_LIFETIME_S 30
 
-static const char *config_json = "{ \"slot_us\": 1000, \"cpus\": [1], \"reserve_root_processes\": true }";
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static void sleep_ms(unsigned ms) {
-        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-}
-
-static void pin(int cpu) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
-        sched_setaffinity(0, sizeof(set), &set);
-}
-
-/* The policy without the SCHED_RESET_ON_FORK flag the kernel ORs into it. */
-static int policy_of(pid_t tid) {
-        int pol = sched_getscheduler(tid);
-        return pol < 0 ? pol : pol & ~SCHED_RESET_ON_FORK;
-}
-
-/* Whether any thread of a process is real-time. */
-static bool any_thread_realtime(pid_t pid) {
-        char path[64];
-        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
-        DIR *d = opendir(path);
-        bool rt = false;
-        if (!d)
-                return false;
-        for (struct dirent *de; (de = readdir(d));) {
-                int tid = atoi(de->d_name);
-                if (tid > 0) {
-                        int pol = policy_of(tid);
-                        rt |= pol == SCHED_FIFO || pol == SCHED_RR;
-                }
-        }
-        closedir(d);
-        return rt;
-}
-
-static pid_t spawn(void (*fn)(const void *), const void *arg) {
-        pid_t pid = fork();
-        ASSERT_OK(pid);
-        if (pid == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                alarm(CHILD_LIFETIME_S);
-                pin(CPU);
-                fn(arg);
-                _exit(0);
-        }
-        return pid;
-}
-
-static void hog(const void *arg) {
-        for (volatile uint64_t i = 0;; i++)
-                ;
-}
-
-static const char *reserve_argv_socket;
 /* pace-run --period 50ms --util 60% --cpu 1 -- sh -c 'while :; do :; done' */
 static void reserved_hog(const void *arg) {
         const char *pace_run = getenv("PACE_RUN");
-        setenv("PACE_SOCKET", reserve_argv_socket, 1);
+        setenv("PACE_SOCKET", stack_socket, 1);
         execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", (const char *) arg, "--cpu", "1", "--",
               "/bin/sh", "-c", "while :; do :; done", (char *) NULL);
         _exit(127);
-}
-
-static void reap(pid_t pid) {
-        if (pid <= 0)
-                return;
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-}
-
-typedef struct Stack {
-        BrokerInstance broker;
-        pid_t dispatcher;
-} Stack;
-
-static void stack_start_dispatcher(Stack *s);
-
-/* Looks for needle in the dispatcher's log: 1 and its first line with it
- * in ret_line (may be NULL), 0 if no line has it, -errno if there is no
- * log to read. */
-static int dispatcher_log_line(const Stack *s, const char *needle, char *ret_line, size_t size) {
-        char path[320], line[1024];
-        bool found = false;
-
-        snprintf(path, sizeof(path), "%s/dispatcher.log", s->broker.dir);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return -errno;
-        while (!found && fgets(line, sizeof(line), f))
-                found = strstr(line, needle) != NULL;
-        fclose(f);
-        if (found && ret_line)
-                snprintf(ret_line, size, "%s", line);
-        return found;
-}
-
-static void stack_start_with(Stack *s, const char *json) {
-        ASSERT_OK(broker_start(&s->broker, json));
-        reserve_argv_socket = s->broker.socket;
-        stack_start_dispatcher(s);
-}
-
-static void stack_start_dispatcher(Stack *s) {
-        char log[320];
-        /* A previous dispatcher's log would say "watching" already. */
-        snprintf(log, sizeof(log), "%s/dispatcher.log", s->broker.dir);
-        (void) unlink(log);
-        s->dispatcher = fork();
-        ASSERT_OK(s->dispatcher);
-        if (s->dispatcher == 0) {
-                int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-                dup2(fd, STDERR_FILENO);
-                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-                dup2(null, STDOUT_FILENO);
-                prctl(PR_SET_PDEATHSIG, SIGTERM);
-                execl(getenv("PACE_DISPATCHER"), "pace-dispatcher", "--config", s->broker.config, "--runtime-dir",
-                      s->broker.dir, (char *) NULL);
-                _exit(127);
-        }
-        /* Up: its monitor watches the dispatch process (up to 5 s on a slow
-         * machine), which then has half a second to adopt the table. */
-        bool up = false;
-        for (int i = 0; i < 500 && !(up = dispatcher_log_line(s, "monitor: watching dispatcher pid", NULL, 0) > 0); i++)
-                sleep_ms(10);
-        ASSERT_TRUE(up);
-        sleep_ms(500);
-        ASSERT_EQ(waitpid(s->dispatcher, NULL, WNOHANG), 0);
-}
-
-static void stack_start(Stack *s) {
-        stack_start_with(s, config_json);
-}
-
-static int stack_stop_dispatcher(Stack *s) {
-        int status = -1;
-        if (s->dispatcher <= 0)
-                return 0;
-        kill(s->dispatcher, SIGTERM);
-        for (int i = 0; i < 500; i++) {
-                if (waitpid(s->dispatcher, &status, WNOHANG) == s->dispatcher)
-                        break;
-                sleep_ms(10);
-        }
-        s->dispatcher = 0;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static bool skip(void) {
-        if (geteuid() != 0)
-                return true;
-        if (!getenv("PACE_DISPATCHER") || !getenv("PACE_RUN") || !getenv("PACE_BROKER"))
-                return true;
-        return sysconf(_SC_NPROCESSORS_ONLN) < 2;
-}
-
-static size_t n_reservations(const char *socket) {
-        pace *p = NULL;
-        pace_status_report *st = NULL;
-        ASSERT_OK(pace_connect(socket, &p));
-        ASSERT_OK(pace_status(p, &st));
-        size_t n = st->n_reservations;
-        pace_status_report_free(st);
-        pace_close(p);
-        return n;
-}
-
-/* Waits up to 3 s for the broker to list at least n reservations. */
-static void await_reservations(const char *socket, size_t n) {
-        for (int i = 0; i < 300 && n_reservations(socket) < n; i++)
-                sleep_ms(10);
-}
-
-/* Waits up to 3 s for the broker to list none (their processes died). */
-static void await_no_reservations(const char *socket) {
-        for (int i = 0; i < 300 && n_reservations(socket) > 0; i++)
-                sleep_ms(10);
-        ASSERT_EQ(n_reservations(socket), 0);
-}
-
-/* The dispatcher runs as a monitor and its child; the child moves threads. */
-static pid_t dispatcher_child(const Stack *s) {
-        pid_t child;
-        size_t n = 0;
-        return proc_list_descendants("/proc", s->dispatcher, &child, 1, &n) == 0 && n == 1 ? child : 0;
 }
 
 TEST(pace_run_gets_its_share_and_leaves_the_rest) {
@@ -912,29 +726,6 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
 
 /* Issue 5: scopes, groups and accounting. */
 
-/* The pace.<hash> directories of a runtime dir in the cpuacct and cpu
- * hierarchies: how many exist (0 when clean). */
-static unsigned pace_groups_left(const Stack *s, char *ret_base, size_t size) {
-        static const char *roots[] = { "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu" };
-        unsigned n = 0;
-        for (size_t i = 0; i < ELEMENTSOF(roots); i++) {
-                DIR *d = opendir(roots[i]);
-                for (struct dirent *de; d && (de = readdir(d));)
-                        if (strncmp(de->d_name, "pace.", 5) == 0) {
-                                n++;
-                                if (ret_base && i == 0)
-                                        snprintf(ret_base, size, "%s/%s", roots[i], de->d_name);
-                        }
-                if (d)
-                        closedir(d);
-        }
-        return n;
-}
-
-static bool have_cpuacct(void) {
-        return access("/sys/fs/cgroup/cpuacct/cpuacct.usage", F_OK) == 0;
-}
-
 /* Whether a thread id is listed in a cgroup file. */
 static bool listed_in(const char *path, pid_t id) {
         FILE *f = fopen(path, "re");
@@ -979,7 +770,7 @@ static void eight_thread_client(const void *arg) {
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 500000, .cpu = CPU,
                                        .scope = PACE_SCOPE_PROCESS };
 
-        if (pace_connect(reserve_argv_socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+        if (pace_connect(stack_socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
                 _exit(3);
         atomic_store(&scope_shared->id, g.id);
         for (int i = 0; i < 7; i++)
@@ -1211,7 +1002,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
 /* pace-run (tree scope by default) -- sh -c 'spin & spin; wait' */
 static void reserved_tree(const void *arg) {
         const char *pace_run = getenv("PACE_RUN");
-        setenv("PACE_SOCKET", reserve_argv_socket, 1);
+        setenv("PACE_SOCKET", stack_socket, 1);
         execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "40%", "--cpu", "1", "--", "/bin/sh",
               "-c", "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait", (char *) NULL);
         _exit(127);
