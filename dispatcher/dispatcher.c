@@ -49,9 +49,12 @@
 #define OPEN_RETRY_NS (10 * NSEC_PER_MSEC)
 /* A new generation is copied and checked at SCHED_FIFO 99 (about 20 us for
  * a small table, hundreds for a full one). Whoever writes the table could
- * publish in a loop and make that our whole life: a loop looks at most this
- * often, whatever the generation does. */
-#define TABLE_MIN_INTERVAL_NS (20 * NSEC_PER_MSEC)
+ * publish in a loop and make that our whole life: each loop looks through a
+ * token bucket, a burst of TABLE_LOOK_BURST looks (a few grants and
+ * releases in a row are adopted at once), then one per
+ * TABLE_LOOK_INTERVAL_NS, whatever the generation does. */
+#define TABLE_LOOK_BURST 4u
+#define TABLE_LOOK_INTERVAL_NS (50 * NSEC_PER_MSEC)
 /* The main thread tidies the reservation groups this often while there are
  * any (group_set_housekeep()): what a tree's new members wait at most to
  * be found, and how long a stranger may sit in a group. */
@@ -86,7 +89,9 @@ typedef struct CpuLoop {
         bool reader_broken;
         uint64_t epoch;
         uint64_t seen_gen;  /* last generation looked at, accepted or not */
-        uint64_t next_look_ns; /* not before: TABLE_MIN_INTERVAL_NS after the last look */
+        /* The look bucket: full (TABLE_LOOK_BURST) at look_full_ns; the next
+         * look may happen at next_look_ns. */
+        uint64_t look_full_ns, next_look_ns;
         uint64_t table_gen; /* generation in force */
         PaceTableBuffer *cur, *spare;
         Held **held, **next_held;
@@ -526,7 +531,12 @@ static int loop_consider(CpuLoop *l) {
         uint64_t now = now_ns();
         if (now < l->next_look_ns)
                 return 0; /* looked at later: the generation stays unseen */
-        l->next_look_ns = now + TABLE_MIN_INTERVAL_NS;
+        /* One token spent: the bucket is full again one interval later
+         * than it would have been, and empty while that is more than a
+         * burst away. */
+        uint64_t burst_ns = (uint64_t) (TABLE_LOOK_BURST - 1) * TABLE_LOOK_INTERVAL_NS;
+        l->look_full_ns = MAX(l->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
+        l->next_look_ns = l->look_full_ns > now + burst_ns ? l->look_full_ns - burst_ns : 0;
 
         r = guarded_snapshot(l->reader, l->spare, &gen);
         if (r == -EFAULT) {
@@ -1416,7 +1426,9 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         r = dispatcher_open_table(d, log_fn, userdata);
                         if (r == 0 || r == -ENOENT) {
                                 retries = 0;
-                        } else if (++retries < OPEN_RETRIES) {
+                        } else if (r != -EMEDIUMTYPE && ++retries < OPEN_RETRIES) {
+                                /* (A FIFO or a directory never turns into a
+                                 * table: said at once, below.) */
                                 /* Probably a broker still writing the header. */
                                 arm_timer(tfd, OPEN_RETRY_NS);
                         } else if (r != d->last_open_error || d->last_open_error_ino != d->table_ino) {
@@ -1526,9 +1538,14 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         uint64_t v;
                         (void) !read(hfd, &v, sizeof(v));
                         /* Periodic only while there are groups: an idle
-                         * dispatcher wakes for nothing. */
+                         * dispatcher wakes for nothing. A v1 list costs the
+                         * kernel every task in the group, so a client with
+                         * thousands of threads stretches the interval: the
+                         * work stays under 2% of a CPU (the next round waits
+                         * 50 times what this one took). */
+                        uint64_t started = now_ns();
                         if (d->groups && group_set_housekeep(d->groups) > 0)
-                                arm_timer(hfd, HOUSEKEEPING_NS);
+                                arm_timer(hfd, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
                 }
         }
 

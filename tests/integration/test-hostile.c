@@ -366,6 +366,39 @@ static void churn_attacker(void) {
         }
 }
 
+/* The dispatcher's real-time thread for cpu: SCHED_FIFO, held to it. */
+static pid_t dispatch_thread_of(pid_t pid, int cpu) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        DIR *d = opendir(path);
+        pid_t found = 0;
+        for (struct dirent *de; d && !found && (de = readdir(d));) {
+                pid_t tid = (pid_t) atoi(de->d_name);
+                cpu_set_t set;
+                if (tid <= 0 || policy_of(tid) != SCHED_FIFO || sched_getaffinity(tid, sizeof(set), &set) < 0)
+                        continue;
+                if (CPU_COUNT(&set) == 1 && CPU_ISSET(cpu, &set))
+                        found = tid;
+        }
+        if (d)
+                closedir(d);
+        return found;
+}
+
+/* A thread's own CPU time (ns), from its schedstat. */
+static uint64_t thread_cpu_ns(pid_t pid, pid_t tid) {
+        char path[96];
+        unsigned long long ns = 0;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) pid, (int) tid);
+        FILE *f = fopen(path, "re");
+        if (f) {
+                if (fscanf(f, "%llu", &ns) != 1)
+                        ns = 0;
+                fclose(f);
+        }
+        return ns;
+}
+
 /* The hog on CPU 1 next to an attacker reserved (20 ms, 10%) there. */
 static void run_cpu1_cost_attack(void (*fn)(void), const char *what, unsigned wait_s) {
         Stack s = {};
@@ -388,17 +421,25 @@ static void run_cpu1_cost_attack(void (*fn)(void), const char *what, unsigned wa
          * (10 points for the nice-19 leftovers of a spinning client and the
          * dispatcher's fair cost); the dispatcher's own time stays under 3%
          * (a single-threaded client costs it 0.1-0.2%, dispatcher/README.md). */
+        pid_t rt = dispatch_thread_of(child, STACK_CPU);
+        ASSERT_TRUE(rt > 0);
+        uint64_t rt0 = thread_cpu_ns(child, rt), rw0 = now_ns();
         share_measure(STACK_CPU, (pid_t[]) { victim, child, bad }, 3, 3000, shares);
+        double rt_share = 100.0 * (double) (thread_cpu_ns(child, rt) - rt0) / (double) (now_ns() - rw0);
         double rate = (double) (atomic_load(&sh->threads) - t0) / ((double) (now_ns() - w0) / 1e9);
         printf("  %s: %u threads created (%.0f/s while measured, errno %d); over 3 s on CPU 1: hog %.2f%%, "
-               "dispatcher %.2f%%, attacker %.2f%%\n", what, atomic_load(&sh->threads), rate, atomic_load(&sh->err),
-               shares[0], shares[1], shares[2]);
+               "dispatch thread (FIFO 99) %.2f%%, dispatcher process (all CPUs) %.2f%%, attacker %.2f%%\n", what,
+               atomic_load(&sh->threads), rate, atomic_load(&sh->err), shares[0], rt_share, shares[1], shares[2]);
         reap(bad);
         reap(victim);
         ASSERT_EQ(stack_stop_dispatcher(&s), 0);
         ASSERT_EQ(broker_stop(&s.broker), 0);
         alarm(0);
-        ASSERT_CMP(shares[1], <=, 3.0);
+        /* What runs at FIFO 99 on the attacker's CPU; the rest of the
+         * process (its main thread's group housekeeping, SCHED_OTHER,
+         * bounded at 2% of a CPU) may run anywhere. */
+        ASSERT_CMP(rt_share, <=, 3.0);
+        ASSERT_CMP(shares[1], <=, 6.0);
         ASSERT_CMP(shares[0], >=, 80.0);
 }
 
