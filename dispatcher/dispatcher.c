@@ -137,6 +137,7 @@ struct Dispatcher {
         /* Reservation groups (NULL: not usable here, groups_note says why)
          * and the accounting file the broker reads (NULL: none). */
         GroupSet *groups;
+        TreeSet *trees;
         char groups_note[512];
         unsigned dead_instances; /* whose leftovers the start removed */
         PaceStatsFile *stats;
@@ -819,6 +820,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         r = thread_registry_new(&d->registry);
         if (r < 0)
                 return r;
+        r = tree_set_new(&d->trees);
+        if (r < 0)
+                return r;
 
         /* One pace.<hash> freezer group per runtime directory, so a test
          * instance never touches the system's. */
@@ -1062,6 +1066,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                         .freezer_root = d->freezer ? d->freezer_root : NULL,
                         .freezer_base = d->freezer ? d->freezer_base : NULL,
                         .groups = d->groups,
+                        .trees = d->trees,
                         .housekeeping_fd = d->housekeeping_efd,
                 };
                 CPU_ZERO(&set);
@@ -1370,8 +1375,9 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         group_set_root(d->groups), d->freezer_name, d->groups_note[0] ? "; " : "", d->groups_note);
         else
                 run_log(o, DISPATCHER_LOG_WARNING, "reservation groups unavailable (%s): members are found in "
-                        "/proc/PID/task, tree scope covers only the process, and accounting reads each thread's "
-                        "schedstat", d->groups_note);
+                        "/proc/PID/task, a tree's descendants by walking /proc every 50 ms (one that leaves the "
+                        "tree by a double fork is not followed), accounting reads each thread's schedstat, and "
+                        "members are held to their CPU by affinity checked around every run", d->groups_note);
         if (d->dead_instances > 0)
                 run_log(o, DISPATCHER_LOG_WARNING, "removed the cgroups of %u dispatcher instance(s) that died "
                         "without cleaning up", d->dead_instances);
@@ -1544,7 +1550,9 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                          * work stays under 2% of a CPU (the next round waits
                          * 50 times what this one took). */
                         uint64_t started = now_ns();
-                        if (d->groups && group_set_housekeep(d->groups) > 0)
+                        size_t watched = (d->groups ? group_set_housekeep(d->groups) : 0) +
+                                         tree_set_housekeep(d->trees);
+                        if (watched > 0)
                                 arm_timer(hfd, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
                 }
         }
@@ -1619,6 +1627,7 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
                 (void) rmdir(d->freezer_base);
         }
         group_set_free(d->groups);
+        tree_set_free(d->trees);
         if (d->stats)
                 munmap(d->stats, sizeof(PaceStatsFile));
         table_reader_free((TableReader *) atomic_load(&d->reader));

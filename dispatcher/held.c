@@ -256,6 +256,7 @@ int held_new(const PaceTableReservation *res, bool allow_root, Held **ret) {
         h->scope = res->scope;
         h->tid = res->scope == PACE_TABLE_SCOPE_THREAD ? res->tid : 0;
         h->rt_ceiling = ceiling;
+        h->uid = owner.uids[0];
         snprintf(h->cpus, sizeof(h->cpus), "%" PRIi32, res->cpu);
         h->pidfd = TAKE_FD(pidfd);
         h->procfd = TAKE_FD(procfd);
@@ -392,6 +393,16 @@ static void held_group_leave(Held *h, const HeldContext *ctx) {
         if (h->group && ctx->groups)
                 group_release(ctx->groups, h->group);
         h->group = NULL;
+        if (h->tree && ctx->trees)
+                tree_watch_release(ctx->trees, h->tree);
+        h->tree = NULL;
+}
+
+static void housekeeping_wanted(const HeldContext *ctx) {
+        if (ctx->housekeeping_fd >= 0) {
+                uint64_t one = 1;
+                (void) !write(ctx->housekeeping_fd, &one, sizeof(one));
+        }
 }
 
 static void held_mark_gone(Held *h, const HeldContext *ctx) {
@@ -464,14 +475,19 @@ static uint64_t now_ns(void) {
         return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
 }
 
-/* The thread group a thread id belongs to now (a tree's other processes). */
-static pid_t tgid_of(pid_t tid) {
-        char path[64], buf[1024];
+/* The thread group a thread id belongs to now (a tree's other processes),
+ * if that process has exactly the reservation's owner: a tree's member
+ * whose pid was reused, or a set-uid child, is nobody we may touch. */
+static pid_t tgid_of_owned(pid_t tid, uid_t uid) {
+        char path[64], buf[2048];
+        ProcOwner owner;
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", tid);
         if (read_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
                 return -1;
         const char *line = strstr(buf, "\nTgid:");
-        return line ? (pid_t) strtol(line + 6, NULL, 10) : -1;
+        if (!line || proc_status_owner(buf, &owner) < 0 || !proc_owner_is(&owner, uid))
+                return -1;
+        return (pid_t) strtol(line + 6, NULL, 10);
 }
 
 /* Takes one listed thread if it is new, within the promotion's budget. */
@@ -489,8 +505,13 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
         if (*budget == 0)
                 return 0; /* found again at a later promotion */
         (*budget)--;
-        if (tgid <= 0 && (tgid = tgid_of(tid)) <= 0)
-                return 0;
+        if (tgid != h->pid) {
+                /* Another process of the tree: its owner is checked anew. */
+                pid_t found = tgid_of_owned(tid, h->uid);
+                if (found <= 0 || (tgid > 0 && found != tgid))
+                        return 0;
+                tgid = found;
+        }
         /* Nothing is done to an id that is not, right now, our thread. */
         if (!held_tid_alive(h, tid, tgid))
                 return 0;
@@ -596,6 +617,31 @@ static int held_scan_group(Held *h, const HeldContext *ctx, unsigned *budget, ui
         return 0;
 }
 
+/* A tree's descendants without a group: the main thread's last listing. */
+static int held_scan_tree(Held *h, const HeldContext *ctx, unsigned *budget, uint32_t *skipped) {
+        TreeMember m[TREE_WATCH_MAX_THREADS];
+
+        uint64_t now = now_ns();
+        if (now < h->next_group_scan_ns)
+                return 0;
+        h->next_group_scan_ns = now + GROUP_SCAN_INTERVAL_NS;
+        size_t n = tree_watch_members(h->tree, m, ELEMENTSOF(m));
+        for (size_t i = 0; i < n; i++) {
+                int r = held_take_thread(h, ctx, m[i].tid, m[i].tgid, budget, skipped);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Without a group, a tree's descendants are watched from the main thread. */
+static void held_tree_watch(Held *h, const HeldContext *ctx) {
+        if (h->scope != PACE_TABLE_SCOPE_TREE || h->group || h->tree || !ctx->trees)
+                return;
+        if (tree_watch_acquire(ctx->trees, h->id, h->pid, h->pidfd, &h->tree) >= 0)
+                housekeeping_wanted(ctx);
+}
+
 /* At first promotion: the group of its own, members moved in (and confined
  * to the reservation's CPUs where the host has a cpuset). A failure leaves
  * the reservation on /proc scanning (logged once by the loop). */
@@ -613,10 +659,7 @@ static void held_group_enter(Held *h, const HeldContext *ctx) {
                 return;
         }
         /* The main thread keeps groups tidy from now on. */
-        if (ctx->housekeeping_fd >= 0) {
-                uint64_t one = 1;
-                (void) !write(ctx->housekeeping_fd, &one, sizeof(one));
-        }
+        housekeeping_wanted(ctx);
 }
 
 int held_promote(Held *h, const HeldContext *ctx) {
@@ -646,8 +689,11 @@ int held_promote(Held *h, const HeldContext *ctx) {
                         r = held_take_thread(h, ctx, h->tid, h->pid, &budget, &skipped);
                 else if (h->group && h->scope == PACE_TABLE_SCOPE_TREE)
                         r = held_scan_group(h, ctx, &budget, &skipped);
-                else
+                else {
                         r = held_scan_proc(h, ctx, &budget, &skipped);
+                        if (r >= 0 && h->tree)
+                                r = held_scan_tree(h, ctx, &budget, &skipped);
+                }
                 if (r == -ESRCH) {
                         held_mark_gone(h, ctx);
                         return r;
@@ -659,6 +705,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
         /* After the first threads are registered: their original affinity
          * is recorded before a cpuset narrows it. */
         held_group_enter(h, ctx);
+        held_tree_watch(h, ctx);
         /* The one thread of a thread-scope reservation is gone: its id may
          * be anyone's next, so the reservation is over for us. */
         if (h->scope == PACE_TABLE_SCOPE_THREAD && h->n_threads == 0 && budget > 0) {

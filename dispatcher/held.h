@@ -15,6 +15,7 @@
 #include "group.h"
 #include "pace-table.h"
 #include "sched-util.h"
+#include "tree.h"
 
 typedef struct ThreadRegistry ThreadRegistry;
 typedef struct RegistryEntry RegistryEntry;
@@ -42,6 +43,9 @@ typedef struct HeldContext {
         /* Reservation groups (group.h); NULL: members are found in
          * /proc/PID/task and accounted per thread. */
         GroupSet *groups;
+        /* Trees without a group: their descendants, listed by the main
+         * thread (tree.h). */
+        TreeSet *trees;
         /* An eventfd the main thread watches: written when a group comes
          * into use, so its periodic housekeeping runs only while there
          * are groups. */
@@ -85,6 +89,8 @@ typedef struct Held {
         pid_t tid;
         Group *group;
         int group_error; /* why the group could not be used (0: fine or not tried) */
+        TreeWatch *tree; /* a tree's descendants where no group holds them */
+        uid_t uid;       /* the process's owner: a descendant must have the same */
         bool group_logged;
         /* Owned by the dispatch loop (dispatcher.c): the grant, and what
          * the reservation received (acct.h). */

@@ -135,6 +135,11 @@ void stack_start_dispatcher(Stack *s) {
                     (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
                      umount2("/sys/fs/cgroup/cpuacct", MNT_DETACH) < 0 || umount2("/sys/fs/cgroup/cpu", MNT_DETACH) < 0))
                         _exit(126);
+                if (s->unified_only &&
+                    (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+                     umount2("/sys/fs/cgroup", MNT_DETACH) < 0 ||
+                     mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, NULL) < 0))
+                        _exit(126);
                 execl(getenv("PACE_DISPATCHER"), "pace-dispatcher", "--config", s->broker.config, "--runtime-dir",
                       s->broker.dir, (char *) NULL);
                 _exit(127);

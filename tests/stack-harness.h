@@ -29,6 +29,10 @@ typedef struct Stack {
          * v1 cpu and cpuacct hierarchies: it then runs without reservation
          * groups, as on a cgroup v2 host. */
         bool hide_cgroup_v1;
+        /* Start it in a mount namespace where /sys/fs/cgroup is the unified
+         * hierarchy alone, as on every current distribution (without its
+         * controllers, which this host binds to v1). */
+        bool unified_only;
 } Stack;
 
 /* The socket of the last stack started: for children forked later. */

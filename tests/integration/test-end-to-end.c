@@ -314,6 +314,12 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
         ASSERT_OK(pace_connect(s.broker.socket, &p));
         for (int c = 0; c < 2; c++) {
                 sleepers[c] = spawn(sleeper_fn, NULL);
+                /* spawn() pins to CPU 1; placement keeps to a process's
+                 * own affinity, so the one for CPU 0 may run there. */
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(c, &set);
+                ASSERT_OK(sched_setaffinity(sleepers[c], sizeof(set), &set));
                 pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 250000,
                                                .pid = sleepers[c], .cpu = c };
                 ASSERT_OK(pace_reserve(p, &params, &g));

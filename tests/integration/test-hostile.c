@@ -173,6 +173,9 @@ static int rt_priority_of(pid_t tid) {
  * SCHED_FIFO 98 there, ahead of everyone on that CPU. */
 
 static _Atomic int affinity_mode; /* 0: to CPU 0 every 1 ms; 1: toggle 0/1 every 5 ms */
+/* The dispatcher sees the unified hierarchy alone: no cpuset confines the
+ * members, and the checks around every run must. */
+static bool attack_unified;
 
 static void *affinity_thread(void *arg) {
         int mode = atomic_load(&affinity_mode), where = 0;
@@ -207,6 +210,7 @@ static void run_cpu0_attack(void (*fn)(void), int threads_promoted, const char *
 
         alarm(CASE_ALARM_S);
         shared_reset();
+        s.unified_only = attack_unified;
         stack_start(&s);
         pid_t victim = hog_on(0);
         pid_t bad = attacker(fn);
@@ -237,6 +241,24 @@ TEST(a_promoted_thread_that_moves_itself_to_another_cpu_takes_nothing_there) {
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
         atomic_store(&affinity_mode, 0);
         run_cpu0_attack(affinity_attacker, 2, "to CPU 0 every 1 ms");
+}
+
+TEST(a_promoted_thread_that_moves_itself_away_is_caught_without_a_cpuset) {
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        atomic_store(&affinity_mode, 0);
+        attack_unified = true;
+        run_cpu0_attack(affinity_attacker, 2, "unified hierarchy only, to CPU 0 every 1 ms");
+        attack_unified = false;
+}
+
+TEST(a_thread_that_hops_between_cpus_is_caught_without_a_cpuset) {
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        atomic_store(&affinity_mode, 1);
+        attack_unified = true;
+        run_cpu0_attack(affinity_attacker, 2, "unified hierarchy only, CPU 0 / CPU 1 every 5 ms");
+        attack_unified = false;
 }
 
 TEST(a_thread_that_hops_between_cpus_in_its_runs_takes_nothing_on_the_other) {
