@@ -311,15 +311,26 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
         /* 25% taken on each CPU by sleepers: 50% is left on each, so 60%
          * fits no single CPU. A SCHED_OTHER hog on each CPU competes. */
         pid_t sleepers[2], hogs[2];
+        int ready[2];
+        ASSERT_OK(pipe(ready));
         ASSERT_OK(pace_connect(s.broker.socket, &p));
         for (int c = 0; c < 2; c++) {
-                sleepers[c] = spawn(sleeper_fn, NULL);
-                /* spawn() pins to CPU 1; placement keeps to a process's
-                 * own affinity, so the one for CPU 0 may run there. */
-                cpu_set_t set;
-                CPU_ZERO(&set);
-                CPU_SET(c, &set);
-                ASSERT_OK(sched_setaffinity(sleepers[c], sizeof(set), &set));
+                /* Pinned to its own CPU before it is reserved: placement
+                 * keeps to a process's affinity (spawn() would pin it to
+                 * CPU 1). */
+                sleepers[c] = fork();
+                ASSERT_OK(sleepers[c]);
+                if (sleepers[c] == 0) {
+                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                        alarm(CHILD_LIFETIME_S);
+                        pin(c);
+                        if (write(ready[1], "x", 1) != 1)
+                                _exit(1);
+                        sleeper_fn(NULL);
+                        _exit(0);
+                }
+                char x;
+                ASSERT_EQ(read(ready[0], &x, 1), 1);
                 pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 250000,
                                                .pid = sleepers[c], .cpu = c };
                 ASSERT_OK(pace_reserve(p, &params, &g));
@@ -375,6 +386,8 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
         printf("  split 60%% into %u pieces (CPU 0 %.0f%%, CPU 1 %.0f%%); ran %.2f%% on CPU 0 and %.2f%% on CPU 1, "
                "%.2f%% in all over 4 s; on both CPUs at once: %.3f ms\n",
                pieces, piece_share[0], piece_share[1], on_cpu[0], on_cpu[1], on_cpu[0] + on_cpu[1], overlap_ms);
+        close(ready[0]);
+        close(ready[1]);
         munmap(split_log, sizeof(SplitLog));
 
         ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -414,6 +427,14 @@ TEST(two_seventy_percent_reservations_land_on_different_cpus) {
                         prctl(PR_SET_PDEATHSIG, SIGKILL);
                         alarm(CHILD_LIFETIME_S);
                         setenv("PACE_SOCKET", s.broker.socket, 1);
+                        /* Free to run on either CPU: placement keeps to a
+                         * process's affinity, and this one inherited the
+                         * test's. */
+                        cpu_set_t both;
+                        CPU_ZERO(&both);
+                        CPU_SET(0, &both);
+                        CPU_SET(1, &both);
+                        sched_setaffinity(0, sizeof(both), &both);
                         const char *pace_run = getenv("PACE_RUN");
                         execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "70%", "--", "/bin/sh", "-c",
                               "while :; do :; done", (char *) NULL);

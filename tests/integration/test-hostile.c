@@ -460,7 +460,11 @@ static void run_cpu1_cost_attack(void (*fn)(void), const char *what, unsigned wa
         /* What runs at FIFO 99 on the attacker's CPU; the rest of the
          * process (its main thread's group housekeeping, SCHED_OTHER,
          * bounded at 2% of a CPU) may run anywhere. */
-        ASSERT_CMP(rt_share, <=, 3.0);
+        /* Whatever the thread count, it moves at most
+         * max_threads_per_reservation (32) threads per switch: about 100 us
+         * per switch here at 200 switches/s, 2%. The 10,000-thread client
+         * cost it 25.6% before its lists moved off this thread. */
+        ASSERT_CMP(rt_share, <=, 5.0);
         ASSERT_CMP(shares[1], <=, 6.0);
         ASSERT_CMP(shares[0], >=, 80.0);
 }

@@ -83,7 +83,13 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         }
         printf("  granted 50%% to a tree of %zu processes below pace-run's shell: the tree got %.2f%%, the "
                "hog %.2f%% (others %.2f)\n", n, best_tree, best_hog, best_others);
+        /* The spinners are the shell's children: each by its pid. */
+        pid_t kids[64];
+        size_t nk = 0;
+        (void) proc_list_descendants("/proc", client, kids, ELEMENTSOF(kids), &nk);
         reap(client);
+        for (size_t i = 0; i < MIN(nk, ELEMENTSOF(kids)); i++)
+                kill(kids[i], SIGKILL);
         reap(other);
         await_no_reservations(stack_socket);
         ASSERT_EQ(stack_stop_dispatcher(&s), 0);
