@@ -213,6 +213,18 @@ int proc_cgroup_v1_path(const char *text, const char *controller, char *ret, siz
         return -ENOENT;
 }
 
+int proc_cgroup_v2_path(const char *text, char *ret, size_t size) {
+        for (const char *line = text; line && *line;) {
+                const char *nl = strchr(line, '\n'), *end = nl ? nl : line + strlen(line);
+                if (end - line >= 3 && strncmp(line, "0::", 3) == 0) {
+                        int n = snprintf(ret, size, "%.*s", (int) (end - line - 3), line + 3);
+                        return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
+                }
+                line = nl ? nl + 1 : NULL;
+        }
+        return -ENOENT;
+}
+
 int write_string_file(const char *path, const char *text) {
         _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
         if (fd < 0)

@@ -28,6 +28,8 @@ int proc_list_descendants(const char *proc_root, pid_t pid, pid_t *out, size_t m
  * that carries `controller` ("2:cpuacct:/a" or "3:cpu,cpuacct:/a").
  * -ENOENT if none does. */
 int proc_cgroup_v1_path(const char *text, const char *controller, char *ret, size_t size);
+/* The same for the unified hierarchy's line ("0::/a"). -ENOENT if none. */
+int proc_cgroup_v2_path(const char *text, char *ret, size_t size);
 /* Writes text to an existing file (cgroupfs, procfs): one write. */
 int write_string_file(const char *path, const char *text);
 

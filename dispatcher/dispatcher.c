@@ -1016,15 +1016,10 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
         if (r < 0)
                 return r;
 
-        if (d->config.waiting == PACE_WAITING_FREEZE) {
-                r = rt_find_freezer("/proc", d->freezer_root, sizeof(d->freezer_root));
-                if (r < 0) {
-                        snprintf(err, err_size,
-                                 "\"waiting\": \"freeze\" needs the cgroup v1 freezer, which is not mounted here "
-                                 "(cgroup v2's cgroup.freeze is not supported by this version); use "
-                                 "\"waiting\": \"nice\"");
-                        return r;
-                }
+        bool v1_freezer = false;
+        if (d->config.waiting == PACE_WAITING_FREEZE &&
+            rt_find_freezer("/proc", d->freezer_root, sizeof(d->freezer_root)) >= 0) {
+                v1_freezer = true;
                 snprintf(d->freezer_base, sizeof(d->freezer_base), "%s/%s", d->freezer_root, d->freezer_name);
                 d->freezer = true;
                 r = freezer_anchor(d, true);
@@ -1051,6 +1046,15 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                           sizeof(d->groups_note));
         if (r < 0 && !d->groups_note[0])
                 snprintf(d->groups_note, sizeof(d->groups_note), "%s", strerror(-r));
+        /* Strict mode freezes the v1 freezer's groups or, on the unified
+         * hierarchy, each reservation's own group. */
+        if (d->config.waiting == PACE_WAITING_FREEZE && !v1_freezer && !(d->groups && group_set_unified(d->groups))) {
+                snprintf(err, err_size,
+                         "\"waiting\": \"freeze\" needs the cgroup v1 freezer or reservation groups on the unified "
+                         "hierarchy, and neither is available here (%s); use \"waiting\": \"nice\"",
+                         d->groups_note[0] ? d->groups_note : "no v1 freezer is mounted");
+                return -EOPNOTSUPP;
+        }
 
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 
 struct Group {
         Group *next;
+        bool unified; /* on the unified hierarchy: one group does it all */
         uint64_t id;
         unsigned refs;
         bool entered;
@@ -55,7 +57,14 @@ struct Group {
 };
 
 enum { LIST_TASKS, LIST_PROCS };
-static const char *const list_name[] = { [LIST_TASKS] = "tasks", [LIST_PROCS] = "cgroup.procs" };
+/* The v1 names, and the unified hierarchy's. */
+static const char *const list_name[2][2] = {
+        { [LIST_TASKS] = "tasks", [LIST_PROCS] = "cgroup.procs" },
+        { [LIST_TASKS] = "cgroup.threads", [LIST_PROCS] = "cgroup.procs" },
+};
+
+#define CGROUP2_SUPER_MAGIC_ 0x63677270
+#define UNIFIED_ROOT "/sys/fs/cgroup"
 
 /* cgroup v1 builds a tasks/cgroup.procs list at the first read after open
  * and serves every later read of that open file from it while it is read
@@ -69,6 +78,10 @@ static const char *const list_name[] = { [LIST_TASKS] = "tasks", [LIST_PROCS] = 
 
 struct GroupSet {
         pthread_mutex_t lock;
+        /* The unified hierarchy (a cgroup-v2-only host) instead of v1's
+         * cpuacct: root is its mount, and each reservation's group also
+         * carries strict mode's cgroup.freeze and cpu.stat. */
+        bool unified;
         char root[PATH_MAX];
         char name[128];
         char base[PATH_MAX];
@@ -180,6 +193,102 @@ static bool owner_alive(const char *base) {
         return alive;
 }
 
+static int read_orig(const char *proc_path, const char *controller, char *ret, size_t size);
+
+/* Every res-* group under base emptied into the root and removed, then
+ * base: a dead run's leftovers on the unified hierarchy. */
+static void unified_remove(const char *base) {
+        DIR *d = opendir(base);
+        char path[PATH_MAX + 300], line[32];
+
+        for (struct dirent *de; d && (de = readdir(d));) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/cgroup.freeze", base, de->d_name);
+                (void) write_string_file(path, "0");
+                snprintf(path, sizeof(path), "%s/%s/cgroup.procs", base, de->d_name);
+                for (int round = 0; round < 8; round++) {
+                        FILE *f = fopen(path, "re");
+                        bool any = false;
+                        while (f && fgets(line, sizeof(line), f)) {
+                                line[strcspn(line, "\n")] = '\0';
+                                (void) write_string_file(UNIFIED_ROOT "/cgroup.procs", line);
+                                any = true;
+                        }
+                        if (f)
+                                fclose(f);
+                        if (!any)
+                                break;
+                }
+                snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+                (void) rmdir(path);
+        }
+        if (d)
+                closedir(d);
+        (void) rmdir(base);
+}
+
+/* A cgroup-v2-only host: the groups live at the root of the unified
+ * hierarchy, which is ours to use only when no manager owns it: a process
+ * that the manager (systemd) put in a cgroup of its own must not create
+ * cgroups beside its units nor move other units' processes out of them
+ * (systemd's delegation rules). There, tree scope and accounting take their
+ * cgroup-less paths. */
+static int unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *err, size_t err_size) {
+        char own[PATH_MAX];
+        struct statfs sf;
+        struct stat st;
+
+        if (statfs(UNIFIED_ROOT, &sf) < 0 || (uint64_t) sf.f_type != CGROUP2_SUPER_MAGIC_) {
+                snprintf(err, err_size, "no cgroup v1 cpuacct hierarchy is mounted and %s is not the unified "
+                         "hierarchy", UNIFIED_ROOT);
+                return -EOPNOTSUPP;
+        }
+        if (read_orig("/proc/self/cgroup", NULL, own, sizeof(own)) < 0 || strcmp(own, "/") != 0) {
+                snprintf(err, err_size, "the unified hierarchy is managed here (this process lives in %s): pace "
+                         "creates no cgroup outside a subtree delegated to it", own);
+                return -EOPNOTSUPP;
+        }
+        GroupSet *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        pthread_mutex_init(&s->lock, NULL);
+        s->unified = true;
+        snprintf(s->root, sizeof(s->root), "%s", UNIFIED_ROOT);
+        snprintf(s->name, sizeof(s->name), "%s", name);
+        snprintf(s->base, sizeof(s->base), "%s/%s", UNIFIED_ROOT, name);
+        if (stat(s->base, &st) == 0)
+                unified_remove(s->base);
+        if (mkdir(s->base, 0755) < 0 && errno != EEXIST) {
+                int r = negative_errno();
+                snprintf(err, err_size, "cannot create the cgroup %s: %s", s->base, strerror(-r));
+                group_set_free(s);
+                return r;
+        }
+        owner_mark(s, owner);
+        *ret = s;
+        return 0;
+}
+
+/* Whether groups may live on the unified hierarchy's root here. */
+static bool unified_usable(void) {
+        char own[PATH_MAX];
+        struct statfs sf;
+        return statfs(UNIFIED_ROOT, &sf) == 0 && (uint64_t) sf.f_type == CGROUP2_SUPER_MAGIC_ &&
+               read_orig("/proc/self/cgroup", NULL, own, sizeof(own)) == 0 && strcmp(own, "/") == 0;
+}
+
+bool group_set_unified(const GroupSet *s) {
+        return s->unified;
+}
+
+int group_freeze_fd(Group *g) {
+        if (!g->unified)
+                return -EOPNOTSUPP;
+        int fd = openat(g->dir_fd, "cgroup.freeze", O_WRONLY | O_CLOEXEC);
+        return fd < 0 ? negative_errno() : fd;
+}
+
 int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err, size_t err_size) {
         _cleanup_free_ char *acct = NULL, *cpu = NULL;
         struct stat st;
@@ -191,10 +300,8 @@ int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet
                          cgroup_strerror(r));
                 return -EOPNOTSUPP;
         }
-        if (cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct) {
-                snprintf(err, err_size, "no cgroup v1 cpuacct hierarchy is mounted");
-                return -EOPNOTSUPP;
-        }
+        if (cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct)
+                return unified_set_new(name, owner, ret, err, err_size);
         /* Mounted together with cpu, a new group is also a cpu group: under
          * RT_GROUP_SCHED it starts with cpu.rt_runtime_us = 0 (SCHED_FIFO
          * refused) and the runtimes of all groups may not sum past their
@@ -447,8 +554,9 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
                 g = NULL;
                 goto done;
         }
+        g->unified = s->unified;
         g->dir_fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        snprintf(path, sizeof(path), "%s/cpuacct.usage_percpu", g->dir);
+        snprintf(path, sizeof(path), "%s/%s", g->dir, s->unified ? "cpu.stat" : "cpuacct.usage_percpu");
         g->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
         if (g->dir_fd < 0 || g->usage_fd < 0) {
                 r = negative_errno();
@@ -519,7 +627,7 @@ static int list_read(Group *g, int which, bool fresh, pid_t *ids, size_t max, si
         pthread_mutex_lock(&g->list_lock);
         if (g->list_fd[which] < 0 || fresh || now - g->list_opened_ns[which] >= LIST_REFRESH_NS) {
                 safe_close(g->list_fd[which]);
-                g->list_fd[which] = openat(g->dir_fd, list_name[which], O_RDONLY | O_CLOEXEC);
+                g->list_fd[which] = openat(g->dir_fd, list_name[g->unified][which], O_RDONLY | O_CLOEXEC);
                 g->list_opened_ns[which] = now;
         }
         r = g->list_fd[which] < 0 ? negative_errno() : read_ids(g->list_fd[which], ids, max, ret_n);
@@ -575,7 +683,7 @@ void group_release(GroupSet *s, Group *g) {
          * racing with the move leaves a straggler: go round a few times. */
         for (int round = 0; round < 8; round++) {
                 int which = g->scope == PACE_TABLE_SCOPE_THREAD ? LIST_TASKS : LIST_PROCS;
-                const char *file = list_name[which];
+                const char *file = list_name[g->unified][which];
                 if (list_read(g, which, true, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
                         break;
                 for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
@@ -616,6 +724,8 @@ static int read_orig(const char *proc_path, const char *controller, char *ret, s
         if (n < 0)
                 return negative_errno();
         buf[n] = '\0';
+        if (!controller)
+                return proc_cgroup_v2_path(buf, ret, size);
         return proc_cgroup_v1_path(buf, controller, ret, size);
 }
 
@@ -658,7 +768,13 @@ int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, con
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/cgroup", pid, tid);
         else
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/cgroup", pid);
-        r = read_orig(path, "cpuacct", g->orig, sizeof(g->orig));
+        /* The unified hierarchy moves only whole processes into an
+         * ordinary group (a thread alone needs threaded mode). */
+        if (s->unified && scope == PACE_TABLE_SCOPE_THREAD) {
+                r = -EOPNOTSUPP;
+                goto done;
+        }
+        r = read_orig(path, s->unified ? NULL : "cpuacct", g->orig, sizeof(g->orig));
         if (r < 0)
                 goto done;
         if (s->cpu_base[0] && read_orig(path, "cpu", g->cpu_orig, sizeof(g->cpu_orig)) < 0)
@@ -796,6 +912,16 @@ int group_usage_ns(Group *g, int cpu, uint64_t *ret) {
         if (n < 0)
                 return negative_errno();
         buf[n] = '\0';
+        if (g->unified) {
+                /* cpu.stat has the group's total only: right for a
+                 * reservation on one CPU, the sum of the pieces for a split
+                 * one. */
+                p = strstr(buf, "usage_usec ");
+                if (!p)
+                        return -ENOENT;
+                *ret = strtoull(p + strlen("usage_usec "), NULL, 10) * NSEC_PER_USEC;
+                return 0;
+        }
         for (int i = 0;; i++) {
                 unsigned long long v = strtoull(p, &end, 10);
                 if (end == p)
@@ -830,8 +956,12 @@ int group_cpuset_mount(char *ret, size_t size) {
 int group_base_path(const char *name, char *ret, size_t size) {
         _cleanup_free_ char *acct = NULL;
 
-        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct)
-                return -EOPNOTSUPP;
+        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct) {
+                if (!unified_usable())
+                        return -EOPNOTSUPP;
+                snprintf(ret, size, "%s/%s", UNIFIED_ROOT, name);
+                return 0;
+        }
         snprintf(ret, size, "%s/%s", acct, name);
         return 0;
 }
@@ -860,8 +990,16 @@ int group_sweep_dead(const char *own_name, void (*demote)(const char *base), uns
         unsigned n = 0;
         DIR *d;
 
-        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct)
-                return -EOPNOTSUPP;
+        struct statfs sf;
+        bool unified = false;
+        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct) {
+                if (statfs(UNIFIED_ROOT, &sf) < 0 || (uint64_t) sf.f_type != CGROUP2_SUPER_MAGIC_)
+                        return -EOPNOTSUPP;
+                acct = strdup(UNIFIED_ROOT);
+                if (!acct)
+                        return -ENOMEM;
+                unified = true;
+        }
         d = opendir(acct);
         if (!d)
                 return negative_errno();
@@ -872,7 +1010,12 @@ int group_sweep_dead(const char *own_name, void (*demote)(const char *base), uns
                 snprintf(base, sizeof(base), "%s/%s", acct, de->d_name);
                 if (owner_alive(base))
                         continue;
-                remove_instance(de->d_name, demote);
+                if (unified) {
+                        if (demote)
+                                demote(base);
+                        unified_remove(base);
+                } else
+                        remove_instance(de->d_name, demote);
                 n++;
         }
         closedir(d);
@@ -881,10 +1024,17 @@ int group_sweep_dead(const char *own_name, void (*demote)(const char *base), uns
 }
 
 int group_set_remove(const char *name) {
-        _cleanup_free_ char *cpu = NULL;
+        _cleanup_free_ char *cpu = NULL, *acct = NULL;
 
-        if (cgroup_init() != 0)
-                return -EOPNOTSUPP;
+        if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct) {
+                char base[PATH_MAX];
+                struct statfs sf;
+                if (statfs(UNIFIED_ROOT, &sf) < 0 || (uint64_t) sf.f_type != CGROUP2_SUPER_MAGIC_)
+                        return -EOPNOTSUPP;
+                snprintf(base, sizeof(base), "%s/%s", UNIFIED_ROOT, name);
+                unified_remove(base);
+                return 0;
+        }
         if (cgroup_get_subsys_mount_point("cpu", &cpu) == 0 && cpu) {
                 char dir[PATH_MAX];
                 snprintf(dir, sizeof(dir), "%s/%s", cpu, name);

@@ -23,7 +23,8 @@ typedef struct Group Group;
 
 /* Finds the cpuacct hierarchy (libcgroup) and creates the dispatcher's base
  * group `name` in it, removing a crashed run's leftovers of the same name
- * first. -EOPNOTSUPP with a sentence in err when groups cannot be used here
+ * first; without v1 cpuacct, the unified hierarchy's root, if this process
+ * lives there (no manager owns the hierarchy). -EOPNOTSUPP with a sentence in err when groups cannot be used here
  * (no v1 cpuacct hierarchy; cpuacct mounted together with cpu under
  * RT_GROUP_SCHED, where every group would need real-time runtime of its own
  * and the kernel caps their sum). */
@@ -53,6 +54,13 @@ void group_release(GroupSet *s, Group *g);
  * cannot leave by sched_setaffinity(). NULL: not confined. */
 int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus);
 bool group_entered(const Group *g);
+/* Whether the groups are on the unified hierarchy (a cgroup-v2-only host
+ * whose root cgroup is nobody's: see group_set_new()). There a group has
+ * no per-CPU usage, no cpuset (affinity is checked around every run), no
+ * thread-scope member (v2 moves whole processes), and it freezes itself:
+ * group_freeze_fd() opens its cgroup.freeze for strict mode. */
+bool group_set_unified(const GroupSet *s);
+int group_freeze_fd(Group *g);
 /* Whether the members sit in a cpuset of the reservation's CPUs. */
 bool group_confined(const Group *g);
 /* Whether this host lets groups confine members with a cpuset. */

@@ -382,6 +382,16 @@ static void held_freezer_leave(Held *h, const HeldContext *ctx) {
         h->cg_orig = NULL;
 }
 
+/* The v1 freezer's words, or the unified hierarchy's cgroup.freeze. */
+static void held_freeze(Held *h, bool frozen) {
+        if (h->cg_state_fd < 0)
+                return;
+        if (h->cg_dir)
+                (void) !pwrite(h->cg_state_fd, frozen ? "FROZEN" : "THAWED", 6, 0);
+        else
+                (void) !pwrite(h->cg_state_fd, frozen ? "1" : "0", 1, 0);
+}
+
 static int held_thread_find(const Held *h, pid_t tid) {
         for (size_t i = 0; i < h->n_threads; i++)
                 if (h->threads[i].tid == tid)
@@ -390,6 +400,12 @@ static int held_thread_find(const Held *h, pid_t tid) {
 }
 
 static void held_group_leave(Held *h, const HeldContext *ctx) {
+        /* Strict mode on the unified hierarchy: the group's own freezer,
+         * thawed before the members leave it. */
+        if (!h->cg_dir && h->cg_state_fd >= 0) {
+                held_freeze(h, false);
+                h->cg_state_fd = safe_close(h->cg_state_fd);
+        }
         if (h->group && ctx->groups)
                 group_release(ctx->groups, h->group);
         h->group = NULL;
@@ -677,7 +693,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
                 return -ESRCH;
         }
 
-        if (ctx->waiting == PACE_WAITING_FREEZE) {
+        if (ctx->waiting == PACE_WAITING_FREEZE && ctx->freezer_root) {
                 r = held_freezer_enter(h, ctx);
                 if (r < 0)
                         return r;
@@ -706,6 +722,15 @@ int held_promote(Held *h, const HeldContext *ctx) {
          * is recorded before a cpuset narrows it. */
         held_group_enter(h, ctx);
         held_tree_watch(h, ctx);
+        /* Strict mode without the v1 freezer: the group freezes itself. A
+         * reservation it cannot freeze would run unfrozen, at its own
+         * policy, between its slots: never promoted then. */
+        if (ctx->waiting == PACE_WAITING_FREEZE && !ctx->freezer_root && h->cg_state_fd < 0) {
+                r = h->group ? group_freeze_fd(h->group) : -EOPNOTSUPP;
+                if (r < 0)
+                        return r;
+                h->cg_state_fd = r;
+        }
         /* The one thread of a thread-scope reservation is gone: its id may
          * be anyone's next, so the reservation is over for us. */
         if (h->scope == PACE_TABLE_SCOPE_THREAD && h->n_threads == 0 && budget > 0) {
@@ -716,8 +741,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
         sched_attr_running(&running);
         held_move_rotated(h, ctx, &running);
 
-        if (h->cg_state_fd >= 0)
-                (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
+        held_freeze(h, false);
         h->running = true;
         return 0;
 }
@@ -774,7 +798,7 @@ int held_demote(Held *h, const HeldContext *ctx) {
                 /* Frozen first, so nothing runs between losing FIFO and
                  * stopping; then its own policy back, so a frozen thread is
                  * never left real-time if we die. */
-                (void) !pwrite(h->cg_state_fd, "FROZEN", 6, 0);
+                held_freeze(h, true);
                 for (size_t i = h->n_threads; i-- > 0;)
                         if (sched_attr_set(h->threads[i].tid, &h->threads[i].entry->orig) == -ESRCH)
                                 held_drop_thread(h, ctx, i);

@@ -103,8 +103,13 @@ unsigned sweep_demote_groups(const char *group_base) {
                 char path[PATH_MAX + 300], line[32];
                 if (strncmp(de->d_name, "res-", 4) != 0)
                         continue;
+                /* v1's list of threads, or the unified hierarchy's. */
                 snprintf(path, sizeof(path), "%s/%s/tasks", group_base, de->d_name);
                 FILE *f = fopen(path, "re");
+                if (!f) {
+                        snprintf(path, sizeof(path), "%s/%s/cgroup.threads", group_base, de->d_name);
+                        f = fopen(path, "re");
+                }
                 if (!f)
                         continue;
                 while (fgets(line, sizeof(line), f)) {
@@ -116,6 +121,14 @@ unsigned sweep_demote_groups(const char *group_base) {
                                 n++;
                 }
                 fclose(f);
+                /* Strict mode on the unified hierarchy: thawed, now that
+                 * nothing in it is real-time. */
+                snprintf(path, sizeof(path), "%s/%s/cgroup.freeze", group_base, de->d_name);
+                int fd = open(path, O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                        (void) !write(fd, "0", 1);
+                        close(fd);
+                }
         }
         closedir(dir);
         return n;

@@ -460,4 +460,15 @@ TEST(proc_rt_priority_ceiling_of_self) {
         ASSERT_CMP(c, <=, 99u);
 }
 
+TEST(cgroup_v2_path) {
+        char p[64];
+        ASSERT_OK(proc_cgroup_v2_path("12:cpuacct:/a\n0::/system.slice/x.service\n", p, sizeof(p)));
+        ASSERT_STREQ(p, "/system.slice/x.service");
+        ASSERT_OK(proc_cgroup_v2_path("0::/", p, sizeof(p)));
+        ASSERT_STREQ(p, "/");
+        ASSERT_ERR(proc_cgroup_v2_path("2:cpu:/\n1:name=systemd:/\n", p, sizeof(p)), -ENOENT);
+        ASSERT_ERR(proc_cgroup_v2_path("0::/a/very/long/path/that/does/not/fit/in/the/buffer/given/here", p, 8),
+                   -ENAMETOOLONG);
+}
+
 TEST_MAIN()
