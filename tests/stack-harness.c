@@ -233,3 +233,28 @@ bool have_cpuacct(void) {
         return access("/sys/fs/cgroup/cpuacct/cpuacct.usage", F_OK) == 0;
 }
 
+
+uint64_t thread_cpu_ns(pid_t pid, pid_t tid) {
+        char path[96];
+        unsigned long long ns = 0;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) pid, (int) tid);
+        FILE *f = fopen(path, "re");
+        if (f) {
+                if (fscanf(f, "%llu", &ns) != 1)
+                        ns = 0;
+                fclose(f);
+        }
+        return ns;
+}
+
+void reap_tree(pid_t pid) {
+        pid_t kids[256];
+        size_t n = 0;
+
+        if (pid <= 0)
+                return;
+        (void) proc_list_descendants("/proc", pid, kids, ELEMENTSOF(kids), &n);
+        reap(pid);
+        for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++)
+                kill(kids[i], SIGKILL);
+}

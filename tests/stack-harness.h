@@ -52,6 +52,11 @@ pid_t spawn(void (*fn)(const void *), const void *arg);
 void hog(const void *arg);
 /* SIGKILL and waitpid; nothing for pid <= 0. */
 void reap(pid_t pid);
+/* The same, and SIGKILL to each of its descendants, by pid (a shell's
+ * children outlive it otherwise, and hold meson's pipe). */
+void reap_tree(pid_t pid);
+/* A thread's own CPU time so far (ns), from its schedstat. */
+uint64_t thread_cpu_ns(pid_t pid, pid_t tid);
 
 /* Root, the three daemons' paths from meson, and 2 CPUs; else skip. */
 bool skip(void);

@@ -828,19 +828,6 @@ static bool tid_listed(const pid_t *list, size_t n, pid_t tid) {
         return false;
 }
 
-/* A thread's time on a CPU so far (ns), from its schedstat. */
-static uint64_t thread_cpu_ns(pid_t pid, pid_t tid) {
-        char path[96];
-        unsigned long long ns = 0;
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) pid, (int) tid);
-        FILE *f = fopen(path, "re");
-        if (f) {
-                if (fscanf(f, "%llu", &ns) != 1)
-                        ns = 0;
-                fclose(f);
-        }
-        return ns;
-}
 
 /* The thread ids of a process; at most max. */
 static size_t task_ids(pid_t pid, pid_t *ret, size_t max) {

@@ -407,19 +407,6 @@ static pid_t dispatch_thread_of(pid_t pid, int cpu) {
         return found;
 }
 
-/* A thread's own CPU time (ns), from its schedstat. */
-static uint64_t thread_cpu_ns(pid_t pid, pid_t tid) {
-        char path[96];
-        unsigned long long ns = 0;
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) pid, (int) tid);
-        FILE *f = fopen(path, "re");
-        if (f) {
-                if (fscanf(f, "%llu", &ns) != 1)
-                        ns = 0;
-                fclose(f);
-        }
-        return ns;
-}
 
 /* The hog on CPU 1 next to an attacker reserved (20 ms, 10%) there. */
 static void run_cpu1_cost_attack(void (*fn)(void), const char *what, unsigned wait_s) {

@@ -88,13 +88,7 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         }
         printf("  granted 50%% to a tree of %zu processes below pace-run's shell: the tree got %.2f%%, the "
                "hog %.2f%% (others %.2f)\n", n, best_tree, best_hog, best_others);
-        /* The spinners are the shell's children: each by its pid. */
-        pid_t kids[64];
-        size_t nk = 0;
-        (void) proc_list_descendants("/proc", client, kids, ELEMENTSOF(kids), &nk);
-        reap(client);
-        for (size_t i = 0; i < MIN(nk, ELEMENTSOF(kids)); i++)
-                kill(kids[i], SIGKILL);
+        reap_tree(client);
         reap(other);
         await_no_reservations(stack_socket);
         ASSERT_EQ(stack_stop_dispatcher(&s), 0);
@@ -176,12 +170,7 @@ TEST(strict_mode_on_a_unified_host_holds_a_spinner_to_its_grant) {
         share_measure(STACK_CPU, (pid_t[]) { client, other }, 2, 3000, sh);
         printf("  strict mode on the unified hierarchy: group frozen in %u of %u samples; reserved 60%% got %.2f%%, "
                "SCHED_OTHER hog %.2f%%\n", frozen, samples, sh[0], sh[1]);
-        pid_t kids[8];
-        size_t nk = 0;
-        (void) proc_list_descendants("/proc", client, kids, ELEMENTSOF(kids), &nk);
-        reap(client);
-        for (size_t i = 0; i < MIN(nk, ELEMENTSOF(kids)); i++)
-                kill(kids[i], SIGKILL);
+        reap_tree(client);
         reap(other);
         await_no_reservations(stack_socket);
         ASSERT_EQ(stack_stop_dispatcher(&s), 0);
