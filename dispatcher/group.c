@@ -294,11 +294,14 @@ int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet
         struct stat st;
         int r;
 
+        /* libcgroup 2.0 finds no v1 hierarchy on a unified-only host at
+         * all (ECGROUPNOTMOUNTED): that is the unified case, not an error. */
         r = cgroup_init();
         if (r != 0) {
-                snprintf(err, err_size, "libcgroup cannot read the mounted cgroup hierarchies: %s",
-                         cgroup_strerror(r));
-                return -EOPNOTSUPP;
+                r = unified_set_new(name, owner, ret, err, err_size);
+                if (r == -EOPNOTSUPP && !err[0])
+                        snprintf(err, err_size, "libcgroup cannot read the mounted cgroup hierarchies");
+                return r;
         }
         if (cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct)
                 return unified_set_new(name, owner, ret, err, err_size);
