@@ -602,7 +602,9 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
                 (void) held_demote(from, &l->ctx);
         if (to) {
                 int r = held_promote(to, &l->ctx);
-                if (r < 0 && !to->logged) {
+                /* -EAGAIN: strict mode waits for its group (a scope the main
+                 * thread is asking the manager for): not an error yet. */
+                if (r < 0 && r != -EAGAIN && !to->logged) {
                         to->logged = true;
                         if (r == -ESRCH)
                                 dlog(l->d, DISPATCHER_LOG_INFO,
@@ -1373,7 +1375,15 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         hfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (tfd < 0 || hfd < 0)
                 return negative_errno();
-        if (d->groups)
+        if (d->groups && group_set_delegated(d->groups))
+                run_log(o, o->make_scope ? DISPATCHER_LOG_INFO : DISPATCHER_LOG_WARNING,
+                        "on the unified hierarchy under a manager: %s",
+                        o->make_scope ? "each reserved process gets a delegated scope from systemd (PartOf= its "
+                                        "own unit), with a subgroup of ours for its members, accounting and strict "
+                                        "mode; until it exists, and where it cannot be had, members are found in "
+                                        "/proc" :
+                                        "no way to ask the manager for scopes: members are found in /proc");
+        else if (d->groups)
                 run_log(o, d->groups_note[0] ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
                         "reservation groups in %s/%s: members found and accounted by cgroup%s%s",
                         group_set_root(d->groups), d->freezer_name, d->groups_note[0] ? "; " : "", d->groups_note);
@@ -1554,8 +1564,13 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                          * work stays under 2% of a CPU (the next round waits
                          * 50 times what this one took). */
                         uint64_t started = now_ns();
-                        size_t watched = (d->groups ? group_set_housekeep(d->groups) : 0) +
+                        char why[512] = "";
+                        size_t watched = (d->groups ? group_set_housekeep(d->groups, o->make_scope, o->userdata, why,
+                                                                          sizeof(why)) : 0) +
                                          tree_set_housekeep(d->trees);
+                        if (why[0])
+                                run_log(o, DISPATCHER_LOG_WARNING, "%s; the reservation's members are found in "
+                                        "/proc", why);
                         if (watched > 0)
                                 arm_timer(hfd, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
                 }

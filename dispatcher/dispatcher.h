@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 
@@ -49,6 +50,10 @@ typedef struct DispatcherRunOptions {
          * (the monitor then does not take the exit for a crash). May be
          * NULL. */
         void (*stopping)(void *userdata);
+        /* Under a manager on the unified hierarchy: asks it (from the main
+         * thread) for a delegated scope holding pid's tree; see
+         * group_set_housekeep(). NULL: no scopes, members found in /proc. */
+        int (*make_scope)(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size);
         void *userdata;
 } DispatcherRunOptions;
 

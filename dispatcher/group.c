@@ -27,6 +27,9 @@
 struct Group {
         Group *next;
         bool unified; /* on the unified hierarchy: one group does it all */
+        /* Delegated mode (see GroupSet): waiting for the main thread to get
+         * a scope from the manager; entered is set (release) once ready. */
+        bool pending;
         uint64_t id;
         unsigned refs;
         bool entered;
@@ -82,6 +85,11 @@ struct GroupSet {
          * cpuacct: root is its mount, and each reservation's group also
          * carries strict mode's cgroup.freeze and cpu.stat. */
         bool unified;
+        /* Unified and managed (systemd): groups are "pace" subgroups of a
+         * delegated transient scope the manager creates for each reserved
+         * tree (group_set_housekeep()'s make_scope), never cgroups of
+         * ours beside its units. */
+        bool delegated;
         char root[PATH_MAX];
         char name[128];
         char base[PATH_MAX];
@@ -244,16 +252,21 @@ static int unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *
                          "hierarchy", UNIFIED_ROOT);
                 return -EOPNOTSUPP;
         }
-        if (read_orig("/proc/self/cgroup", NULL, own, sizeof(own)) < 0 || strcmp(own, "/") != 0) {
-                snprintf(err, err_size, "the unified hierarchy is managed here (this process lives in %s): pace "
-                         "creates no cgroup outside a subtree delegated to it", own);
-                return -EOPNOTSUPP;
-        }
+        bool managed = read_orig("/proc/self/cgroup", NULL, own, sizeof(own)) < 0 || strcmp(own, "/") != 0;
         GroupSet *s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
         pthread_mutex_init(&s->lock, NULL);
         s->unified = true;
+        if (managed) {
+                /* Nothing of ours beside the manager's units: each reserved
+                 * tree gets a delegated scope from it instead. */
+                s->delegated = true;
+                snprintf(s->root, sizeof(s->root), "%s", UNIFIED_ROOT);
+                snprintf(s->name, sizeof(s->name), "%s", name);
+                *ret = s;
+                return 0;
+        }
         snprintf(s->root, sizeof(s->root), "%s", UNIFIED_ROOT);
         snprintf(s->name, sizeof(s->name), "%s", name);
         snprintf(s->base, sizeof(s->base), "%s/%s", UNIFIED_ROOT, name);
@@ -282,9 +295,15 @@ bool group_set_unified(const GroupSet *s) {
         return s->unified;
 }
 
+bool group_set_delegated(const GroupSet *s) {
+        return s->delegated;
+}
+
 int group_freeze_fd(Group *g) {
         if (!g->unified)
                 return -EOPNOTSUPP;
+        if (!group_entered(g))
+                return -EAGAIN;
         int fd = openat(g->dir_fd, "cgroup.freeze", O_WRONLY | O_CLOEXEC);
         return fd < 0 ? negative_errno() : fd;
 }
@@ -503,7 +522,8 @@ GroupSet *group_set_free(GroupSet *s) {
         }
         if (s->owner_dir[0])
                 (void) rmdir(s->owner_dir);
-        (void) rmdir(s->base);
+        if (s->base[0])
+                (void) rmdir(s->base);
         if (s->cpu_base[0]) {
                 (void) cpu_group_drop_runtime(s->cpu_base);
                 (void) rmdir(s->cpu_base);
@@ -549,6 +569,9 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
         g->dir_fd = g->usage_fd = g->list_fd[0] = g->list_fd[1] = -EBADF;
         pthread_mutex_init(&g->list_lock, NULL);
         pthread_mutex_init(&g->cand_lock, NULL);
+        g->unified = s->unified;
+        if (s->delegated) /* made by the main thread, in the scope */
+                goto linked;
         snprintf(g->dir, sizeof(g->dir), "%s/res-%" PRIu64, s->base, id);
         if (mkdir(g->dir, 0755) < 0 && errno != EEXIST) {
                 r = negative_errno();
@@ -572,6 +595,7 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
                 g = NULL;
                 goto done;
         }
+linked:
         g->next = s->groups;
         s->groups = g;
 done:
@@ -694,6 +718,8 @@ void group_release(GroupSet *s, Group *g) {
         }
         safe_close(g->list_fd[LIST_TASKS]);
         safe_close(g->list_fd[LIST_PROCS]);
+        if (!g->dir[0]) /* delegated, never entered */
+                goto freed;
         safe_close(g->dir_fd);
         safe_close(g->usage_fd);
         pthread_mutex_destroy(&g->list_lock);
@@ -711,6 +737,7 @@ void group_release(GroupSet *s, Group *g) {
                         fclose(f);
                 (void) rmdir(g->cpuset_dir);
         }
+freed:
         free(g);
 }
 
@@ -777,6 +804,12 @@ int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, con
                 r = -EOPNOTSUPP;
                 goto done;
         }
+        if (s->delegated) {
+                g->scope = scope;
+                g->pid = pid;
+                g->pending = true;
+                goto done;
+        }
         r = read_orig(path, s->unified ? NULL : "cpuacct", g->orig, sizeof(g->orig));
         if (r < 0)
                 goto done;
@@ -832,7 +865,7 @@ done:
 }
 
 bool group_entered(const Group *g) {
-        return g->entered;
+        return __atomic_load_n(&g->entered, __ATOMIC_ACQUIRE);
 }
 
 bool group_confined(const Group *g) {
@@ -883,7 +916,60 @@ static void refresh_candidates(Group *g) {
         pthread_mutex_unlock(&g->cand_lock);
 }
 
-size_t group_set_housekeep(GroupSet *s) {
+/* Delegated mode: the manager moves the tree into a scope of its own
+ * (make_scope, main thread, over D-Bus); then the members go into its
+ * "pace" subgroup, which is ours to freeze. */
+static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *err,
+                            size_t err_size) {
+        char scope[1024], path[PATH_MAX + 1200], line[32];
+        int r;
+
+        g->pending = false;
+        r = make_scope ? make_scope(userdata, g->pid, g->id, scope, sizeof(scope)) : -EOPNOTSUPP;
+        if (r < 0) {
+                snprintf(err, err_size, "no scope for reservation %" PRIu64 " of pid %" PRIi32 ": %s", g->id, g->pid,
+                         strerror(-r));
+                return; /* never entered: the loop keeps to /proc */
+        }
+        snprintf(g->orig, sizeof(g->orig), "%s", scope);
+        int k = snprintf(g->dir, sizeof(g->dir), "%s%s/pace", s->root, scope);
+        if (k < 0 || (size_t) k >= sizeof(g->dir) || (mkdir(g->dir, 0755) < 0 && errno != EEXIST)) {
+                snprintf(err, err_size, "cannot create a group in the scope %s: %s", scope, strerror(errno));
+                g->dir[0] = '\0';
+                return;
+        }
+        /* Everything the scope holds, into ours (children born meanwhile
+         * too: a few rounds). */
+        snprintf(path, sizeof(path), "%s%s/cgroup.procs", s->root, scope);
+        for (int round = 0; round < 4; round++) {
+                FILE *f = fopen(path, "re");
+                bool any = false;
+                while (f && fgets(line, sizeof(line), f)) {
+                        line[strcspn(line, "\n")] = '\0';
+                        r = write_id(g->dir, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
+                        if (r < 0)
+                                snprintf(err, err_size, "cannot move pid %s into %s: %s", line, g->dir, strerror(-r));
+                        any |= r >= 0;
+                }
+                if (f)
+                        fclose(f);
+                if (!any)
+                        break;
+        }
+        g->dir_fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        snprintf(path, sizeof(path), "%s/cpu.stat", g->dir);
+        g->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (g->dir_fd < 0 || g->usage_fd < 0) {
+                g->dir_fd = safe_close(g->dir_fd);
+                g->usage_fd = safe_close(g->usage_fd);
+                return;
+        }
+        if (g->scope == PACE_TABLE_SCOPE_TREE)
+                refresh_candidates(g);
+        __atomic_store_n(&g->entered, true, __ATOMIC_RELEASE);
+}
+
+size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *err, size_t err_size) {
         Group *held[PACE_MAX_GROUPS_HOUSEKEPT];
         size_t n = 0;
 
@@ -896,7 +982,9 @@ size_t group_set_housekeep(GroupSet *s) {
         }
         pthread_mutex_unlock(&s->lock);
         for (size_t i = 0; i < n; i++) {
-                if (held[i]->entered) {
+                if (held[i]->pending)
+                        delegated_enter(s, held[i], make_scope, userdata, err, err_size);
+                if (group_entered(held[i])) {
                         if (held[i]->scope == PACE_TABLE_SCOPE_TREE)
                                 refresh_candidates(held[i]);
                         else

@@ -75,7 +75,16 @@ int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n);
 /* The main thread's periodic work, off the real-time path: moves
  * strangers out of process- and thread-scope groups and lists the members
  * of tree groups. Returns how many groups there are. */
-size_t group_set_housekeep(GroupSet *s);
+/* Delegated mode: asks the manager for a delegated scope holding pid and
+ * its descendants, for reservation id; its cgroup path (from the
+ * hierarchy's root, e.g. /user.slice/pace-7-4242.scope) into ret. */
+typedef int (*GroupMakeScope)(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size);
+/* err: why a scope or its group could not be had (left alone otherwise). */
+size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *err, size_t err_size);
+/* Whether groups are subgroups of scopes the manager makes (systemd on a
+ * unified-only host): a group is then entered only once the main thread
+ * has its scope, and a reservation waits on /proc until then. */
+bool group_set_delegated(const GroupSet *s);
 /* CPU time the members received on cpu (cpuacct.usage_percpu), in ns. */
 int group_usage_ns(Group *g, int cpu, uint64_t *ret);
 

@@ -446,6 +446,12 @@ static bool held_confined(const Held *h) {
         return h->group && group_confined(h->group);
 }
 
+/* A group that holds the members now (a delegated one may still wait for
+ * its scope). */
+static bool held_grouped(const Held *h) {
+        return h->group && group_entered(h->group);
+}
+
 static bool affinity_is_only(pid_t tid, int cpu) {
         cpu_set_t set;
         if (sched_getaffinity(tid, sizeof(set), &set) < 0)
@@ -652,7 +658,7 @@ static int held_scan_tree(Held *h, const HeldContext *ctx, unsigned *budget, uin
 
 /* Without a group, a tree's descendants are watched from the main thread. */
 static void held_tree_watch(Held *h, const HeldContext *ctx) {
-        if (h->scope != PACE_TABLE_SCOPE_TREE || h->group || h->tree || !ctx->trees)
+        if (h->scope != PACE_TABLE_SCOPE_TREE || held_grouped(h) || h->tree || !ctx->trees)
                 return;
         if (tree_watch_acquire(ctx->trees, h->id, h->pid, h->pidfd, &h->tree) >= 0)
                 housekeeping_wanted(ctx);
@@ -703,7 +709,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
         if (ctx->max_threads == 0 || h->n_threads < ctx->max_threads) {
                 if (h->scope == PACE_TABLE_SCOPE_THREAD)
                         r = held_take_thread(h, ctx, h->tid, h->pid, &budget, &skipped);
-                else if (h->group && h->scope == PACE_TABLE_SCOPE_TREE)
+                else if (held_grouped(h) && h->scope == PACE_TABLE_SCOPE_TREE)
                         r = held_scan_group(h, ctx, &budget, &skipped);
                 else {
                         r = held_scan_proc(h, ctx, &budget, &skipped);
@@ -749,7 +755,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
 int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
         uint64_t sum = 0;
 
-        if (h->group)
+        if (held_grouped(h))
                 return group_usage_ns(h->group, ctx->cpu, ret);
         for (size_t i = 0; i < h->n_threads; i++) {
                 char path[64], buf[128];

@@ -20,6 +20,7 @@
 #include "pace-limits.h"
 #include "privileges.h"
 #include "rt-check.h"
+#include "scope.h"
 #include "sweep.h"
 
 /* Test-only switch (documented in dispatcher/README.md and
@@ -161,6 +162,7 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                 .watchdog_ping = watchdog_ping,
                 .test_hooks = hooks && strcmp(hooks, "1") == 0,
                 .stopping = on_stopping,
+                .make_scope = scope_make,
                 .userdata = &ready_fd,
         };
         if (run.test_hooks)

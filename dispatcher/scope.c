@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-login.h>
+#include <time.h>
+
+#include "macro.h"
+#include "proc-util.h"
+#include "scope.h"
+
+#define SCOPE_MAX_PIDS 256
+
+static int bus_open(sd_bus **ret) {
+        sd_bus *bus = NULL;
+        int r;
+
+        /* The bus daemon first; systemd's own socket (root only) where
+         * there is none. */
+        r = sd_bus_open_system(&bus);
+        if (r >= 0) {
+                *ret = bus;
+                return 0;
+        }
+        r = sd_bus_new(&bus);
+        if (r < 0)
+                return r;
+        r = sd_bus_set_address(bus, "unix:path=/run/systemd/private");
+        if (r >= 0)
+                r = sd_bus_start(bus);
+        if (r < 0) {
+                sd_bus_unref(bus);
+                return r;
+        }
+        *ret = bus;
+        return 0;
+}
+
+static int append_property_s(sd_bus_message *m, const char *name, const char *value) {
+        return sd_bus_message_append(m, "(sv)", name, "s", value);
+}
+
+int scope_make(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        _cleanup_free_ char *unit = NULL, *slice = NULL, *user_unit = NULL;
+        static pid_t kids[SCOPE_MAX_PIDS];
+        char name[96], description[128];
+        size_t n = 0;
+        int r;
+
+        if (sd_pid_get_user_unit(pid, &user_unit) >= 0)
+                return -EOPNOTSUPP;
+        r = sd_pid_get_unit(pid, &unit);
+        if (r < 0)
+                return r;
+        r = sd_pid_get_slice(pid, &slice);
+        if (r < 0)
+                return r;
+        (void) proc_list_descendants("/proc", pid, kids, ELEMENTSOF(kids) - 1, &n);
+        n = MIN(n, ELEMENTSOF(kids) - 1);
+
+        r = bus_open(&bus);
+        if (r < 0)
+                return r;
+        snprintf(name, sizeof(name), "pace-%" PRIu64 "-%" PRIi32 ".scope", id, pid);
+        snprintf(description, sizeof(description), "pace reservation %" PRIu64 " of pid %" PRIi32, id, pid);
+        r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                           "org.freedesktop.systemd1.Manager", "StartTransientUnit");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ss", name, "fail");
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "(sv)");
+        if (r >= 0)
+                r = append_property_s(m, "Description", description);
+        if (r >= 0)
+                r = append_property_s(m, "Slice", slice);
+        if (r >= 0)
+                r = append_property_s(m, "CollectMode", "inactive-or-failed");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "(sv)", "Delegate", "b", 1);
+        /* Stopping the client's own unit stops the scope too. */
+        if (r >= 0)
+                r = sd_bus_message_append(m, "(sv)", "PartOf", "as", 1, unit);
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'r', "sv");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", "PIDs");
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'v', "au");
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "u");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "u", (uint32_t) pid);
+        for (size_t i = 0; r >= 0 && i < n; i++)
+                r = sd_bus_message_append(m, "u", (uint32_t) kids[i]);
+        for (int k = 0; r >= 0 && k < 4; k++)
+                r = sd_bus_message_close_container(m);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "a(sa(sv))", 0);
+        if (r < 0)
+                return r;
+        r = sd_bus_call(bus, m, 5 * 1000000ULL, &error, &reply);
+        if (r < 0)
+                return r;
+
+        /* The manager moves the processes as the scope starts. */
+        for (int i = 0; i < 1000; i++) {
+                _cleanup_free_ char *cg = NULL;
+                if (sd_pid_get_cgroup(pid, &cg) >= 0) {
+                        size_t len = strlen(cg), nlen = strlen(name);
+                        if (len > nlen && strcmp(cg + len - nlen, name) == 0 && cg[len - nlen - 1] == '/') {
+                                int k = snprintf(ret, size, "%s", cg);
+                                return k < 0 || (size_t) k >= size ? -ENAMETOOLONG : 0;
+                        }
+                }
+                nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
+        }
+        return -ETIMEDOUT;
+}
