@@ -20,9 +20,11 @@
 #include "proc-util.h"
 
 #define PACE_MAX_GROUPS_HOUSEKEPT 1024
-/* Descendants moved with a tree-scope reservation at its first promotion;
- * past this the rest are left where they are. */
-#define TREE_MAX 4096
+/* Descendants moved with a tree-scope reservation at its first promotion,
+ * at SCHED_FIFO 99: the broker admitted the tree with at most
+ * max_threads_per_reservation (32 by default) threads in all, so more
+ * processes than this were forked since, and are left where they are. */
+#define TREE_MAX 64
 
 struct Group {
         Group *next;
@@ -179,6 +181,17 @@ static void owner_mark(GroupSet *s, pid_t owner) {
                  info.start_time);
         if (mkdir(s->owner_dir, 0755) < 0)
                 s->owner_dir[0] = '\0';
+}
+
+/* Whether base (a pace.* directory) carries an owner marker at all. */
+static bool owner_marked(const char *base) {
+        DIR *d = opendir(base);
+        bool marked = false;
+        for (struct dirent *de; d && !marked && (de = readdir(d));)
+                marked = strncmp(de->d_name, "owner-", 6) == 0;
+        if (d)
+                closedir(d);
+        return marked;
 }
 
 /* Whether the instance that owns base (a pace.* directory) still lives:
@@ -1096,10 +1109,15 @@ int group_sweep_dead(const char *own_name, void (*demote)(const char *base), uns
                 return negative_errno();
         for (struct dirent *de; (de = readdir(d));) {
                 char base[PATH_MAX + 128];
-                if (strncmp(de->d_name, "pace.", 5) != 0 || strcmp(de->d_name, own_name) == 0)
+                /* Exactly our names (pace.<16 hex digits>), and only with an
+                 * owner marker naming a gone process: an administrator's
+                 * pace.slice, or an instance that could not mark its groups,
+                 * is left alone. */
+                if (strlen(de->d_name) != 21 || strncmp(de->d_name, "pace.", 5) != 0 ||
+                    strspn(de->d_name + 5, "0123456789abcdef") != 16 || strcmp(de->d_name, own_name) == 0)
                         continue;
                 snprintf(base, sizeof(base), "%s/%s", acct, de->d_name);
-                if (owner_alive(base))
+                if (!owner_marked(base) || owner_alive(base))
                         continue;
                 if (unified) {
                         if (demote)

@@ -29,6 +29,9 @@ struct RegistryEntry {
         cpu_set_t orig_affinity;
         /* The CPU it is held to now: a split reservation's pieces move it. */
         _Atomic int pinned_cpu;
+        /* A tree's other process (not the one the table names): a pidfd of
+         * it, so a pid that changes hands is never taken for it. -1 else. */
+        int proc_pidfd;
         RegistryEntry *next;
 };
 
@@ -54,6 +57,7 @@ ThreadRegistry *thread_registry_free(ThreadRegistry *reg) {
                 while (reg->buckets[b]) {
                         RegistryEntry *e = reg->buckets[b];
                         reg->buckets[b] = e->next;
+                        safe_close(e->proc_pidfd);
                         free(e);
                 }
         pthread_mutex_destroy(&reg->lock);
@@ -75,7 +79,7 @@ size_t thread_registry_size(ThreadRegistry *reg) {
  * cannot tell us its real original: take the process's main thread's, or
  * plain SCHED_OTHER, so restoring never leaves anything real-time. */
 static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const PaceSchedAttr *fallback,
-                            uint32_t rt_ceiling, int cpu, RegistryEntry **ret) {
+                            uint32_t rt_ceiling, int cpu, int *proc_pidfd, RegistryEntry **ret) {
         unsigned b = (unsigned) tid % REGISTRY_BUCKETS;
         RegistryEntry *e;
         int r = 0;
@@ -97,6 +101,7 @@ static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const Pa
         e->tid = tid;
         e->tgid = tgid;
         e->refs = 1;
+        e->proc_pidfd = -EBADF;
         r = sched_attr_get(tid, &e->orig);
         if (r < 0) {
                 free(e);
@@ -122,6 +127,10 @@ static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const Pa
                 CPU_SET(cpu, &set);
                 e->affinity_saved = sched_setaffinity(tid, sizeof(set), &set) == 0;
                 atomic_store(&e->pinned_cpu, cpu);
+        }
+        if (proc_pidfd) {
+                e->proc_pidfd = *proc_pidfd;
+                *proc_pidfd = -EBADF;
         }
         e->next = reg->buckets[b];
         reg->buckets[b] = e;
@@ -155,6 +164,7 @@ static void registry_release(ThreadRegistry *reg, RegistryEntry *e, bool restore
                 if (e->affinity_saved)
                         (void) sched_setaffinity(e->tid, sizeof(e->orig_affinity), &e->orig_affinity);
         }
+        safe_close(e->proc_pidfd);
         free(e);
 }
 
@@ -285,6 +295,8 @@ static bool held_tid_alive(const Held *h, pid_t tid, pid_t tgid) {
 }
 
 static bool held_thread_alive(const Held *h, const RegistryEntry *e) {
+        if (e->tgid != h->pid && e->proc_pidfd >= 0 && pidfd_alive(e->proc_pidfd) < 0)
+                return false;
         return held_tid_alive(h, e->tid, e->tgid);
 }
 
@@ -423,7 +435,9 @@ static void housekeeping_wanted(const HeldContext *ctx) {
 
 static void held_mark_gone(Held *h, const HeldContext *ctx) {
         held_group_leave(h, ctx);
-        held_forget_threads(h, ctx, false);
+        /* A tree's other processes may live on: theirs are restored (each
+         * id checked); the gone process's own fail the check. */
+        held_forget_threads(h, ctx, true);
         held_freezer_leave(h, ctx);
         h->gone = true;
         h->running = false;
@@ -443,7 +457,9 @@ struct linux_dirent64 {
 /* Whether a cpuset holds the members to their CPUs; if not, affinity is
  * all there is, and it is checked around every run. */
 static bool held_confined(const Held *h) {
-        return h->group && group_confined(h->group);
+        /* One CPU only: a split reservation's cpuset holds all its pieces'
+         * CPUs, and a member could run on two of them at once. */
+        return h->group && group_confined(h->group) && !strchr(h->cpus, ',');
 }
 
 /* A group that holds the members now (a delegated one may still wait for
@@ -527,10 +543,16 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
         if (*budget == 0)
                 return 0; /* found again at a later promotion */
         (*budget)--;
+        _cleanup_close_ int proc_pidfd = -EBADF;
         if (tgid != h->pid) {
-                /* Another process of the tree: its owner is checked anew. */
+                /* Another process of the tree: its owner is checked anew,
+                 * and a pidfd taken of it before the check is trusted, so
+                 * a pid that changes hands later is told from it. */
                 pid_t found = tgid_of_owned(tid, h->uid);
                 if (found <= 0 || (tgid > 0 && found != tgid))
+                        return 0;
+                if (pidfd_open_checked(found, &proc_pidfd) < 0 || tgid_of_owned(tid, h->uid) != found ||
+                    pidfd_alive(proc_pidfd) < 0)
                         return 0;
                 tgid = found;
         }
@@ -546,7 +568,8 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
                 h->n_allocated = k;
         }
         const PaceSchedAttr *fallback = h->main_orig_set ? &h->main_orig : NULL;
-        r = registry_acquire(ctx->registry, tid, tgid, fallback, h->rt_ceiling, ctx->cpu, &e);
+        r = registry_acquire(ctx->registry, tid, tgid, fallback, h->rt_ceiling, ctx->cpu,
+                             proc_pidfd >= 0 ? &proc_pidfd : NULL, &e);
         if (r < 0)
                 return 0; /* exited since the listing */
         if (tid == h->pid && !h->main_orig_set) {

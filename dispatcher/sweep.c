@@ -57,6 +57,89 @@ static uint32_t rt_ceiling_of(pid_t tid) {
         return ceiling;
 }
 
+/* Every thread of pid at a policy a dispatcher left, to SCHED_OTHER. */
+static unsigned demote_process(pid_t pid, uint32_t rt_ceiling) {
+        PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
+        char path[64];
+        unsigned n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task", pid);
+        DIR *dir = opendir(path);
+        for (struct dirent *de; dir && (de = readdir(dir));) {
+                PaceSchedAttr a;
+                char *end;
+                long tid = strtol(de->d_name, &end, 10);
+                if (*end == '\0' && tid > 1 && sched_attr_get((pid_t) tid, &a) == 0 &&
+                    left_by_a_dispatcher(&a, rt_ceiling) && sched_attr_set((pid_t) tid, &other) == 0)
+                        n++;
+        }
+        if (dir)
+                closedir(dir);
+        return n;
+}
+
+/* Strict mode under systemd: the members sit in the "pace" subgroup of a
+ * pace-*.scope, frozen between slots; thawed here, since the dead
+ * dispatcher's groups are in no base directory a sweep could list. */
+static void thaw_scope_group(pid_t pid) {
+        char path[96], buf[4096], cg[2048];
+        int fd;
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/cgroup", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        if (proc_cgroup_v2_path(buf, cg, sizeof(cg)) < 0)
+                return;
+        size_t len = strlen(cg);
+        const char *parent_end = len > 5 ? cg + len - 5 : NULL;
+        if (!parent_end || strcmp(parent_end, "/pace") != 0)
+                return;
+        const char *scope = parent_end;
+        while (scope > cg && scope[-1] != '/')
+                scope--;
+        if (strncmp(scope, "pace-", 5) != 0)
+                return;
+        char file[2200];
+        snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cgroup.freeze", cg);
+        (void) write_string_file(file, "0");
+}
+
+/* A tree's other processes (the table names only its root), owned by the
+ * same user: where no group lists them they are found under /proc. */
+static unsigned demote_descendants(const Held *h) {
+        static pid_t kids[1024];
+        size_t n = 0;
+        unsigned demoted = 0;
+
+        if (proc_list_descendants("/proc", h->pid, kids, ELEMENTSOF(kids), &n) < 0)
+                return 0;
+        for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++) {
+                char path[64], status[4096];
+                ProcOwner owner;
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", kids[i]);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                ssize_t k = read(fd, status, sizeof(status) - 1);
+                close(fd);
+                if (k <= 0)
+                        continue;
+                status[k] = '\0';
+                if (proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, h->uid))
+                        continue;
+                demoted += demote_process(kids[i], rt_ceiling_of(kids[i]));
+                thaw_scope_group(kids[i]);
+        }
+        return demoted;
+}
+
 /* The original policy is unknown here (it lived in the dead dispatcher's
  * registry); SCHED_OTHER is the safe answer. */
 unsigned sweep_demote_table(const PaceTableBuffer *t) {
@@ -87,6 +170,9 @@ unsigned sweep_demote_table(const PaceTableBuffer *t) {
                 }
                 if (dir)
                         closedir(dir);
+                thaw_scope_group(h->pid);
+                if (h->scope == PACE_TABLE_SCOPE_TREE)
+                        n += demote_descendants(h);
                 held_free(h, &none);
         }
         return n;
