@@ -929,12 +929,36 @@ static void refresh_candidates(Group *g) {
         pthread_mutex_unlock(&g->cand_lock);
 }
 
+/* Everything in the scope's own cgroup, into our subgroup: what the manager
+ * moved in, and children that a process forked there before it was moved
+ * (born beside it, in the scope). Again at every housekeeping round. */
+static void delegated_gather(GroupSet *s, Group *g, char *err, size_t err_size) {
+        char path[2 * PATH_MAX + 64], line[32];
+
+        snprintf(path, sizeof(path), "%s%s/cgroup.procs", s->root, g->orig);
+        for (int round = 0; round < 4; round++) {
+                FILE *f = fopen(path, "re");
+                bool any = false;
+                for (unsigned k = 0; f && k < 256 && fgets(line, sizeof(line), f); k++) {
+                        line[strcspn(line, "\n")] = '\0';
+                        int r = write_id(g->dir, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
+                        if (r < 0 && r != -ESRCH)
+                                snprintf(err, err_size, "cannot move pid %s into %s: %s", line, g->dir, strerror(-r));
+                        any |= r >= 0;
+                }
+                if (f)
+                        fclose(f);
+                if (!any)
+                        break;
+        }
+}
+
 /* Delegated mode: the manager moves the tree into a scope of its own
  * (make_scope, main thread, over D-Bus); then the members go into its
  * "pace" subgroup, which is ours to freeze. */
 static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *err,
                             size_t err_size) {
-        char scope[1024], path[PATH_MAX + 1200], line[32];
+        char scope[1024], path[PATH_MAX + 1200];
         int r;
 
         g->pending = false;
@@ -951,24 +975,7 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
                 g->dir[0] = '\0';
                 return;
         }
-        /* Everything the scope holds, into ours (children born meanwhile
-         * too: a few rounds). */
-        snprintf(path, sizeof(path), "%s%s/cgroup.procs", s->root, scope);
-        for (int round = 0; round < 4; round++) {
-                FILE *f = fopen(path, "re");
-                bool any = false;
-                while (f && fgets(line, sizeof(line), f)) {
-                        line[strcspn(line, "\n")] = '\0';
-                        r = write_id(g->dir, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
-                        if (r < 0)
-                                snprintf(err, err_size, "cannot move pid %s into %s: %s", line, g->dir, strerror(-r));
-                        any |= r >= 0;
-                }
-                if (f)
-                        fclose(f);
-                if (!any)
-                        break;
-        }
+        delegated_gather(s, g, err, err_size);
         g->dir_fd = open(g->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         snprintf(path, sizeof(path), "%s/cpu.stat", g->dir);
         g->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -997,6 +1004,8 @@ size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdat
         for (size_t i = 0; i < n; i++) {
                 if (held[i]->pending)
                         delegated_enter(s, held[i], make_scope, userdata, err, err_size);
+                else if (s->delegated && group_entered(held[i]))
+                        delegated_gather(s, held[i], err, err_size);
                 if (group_entered(held[i])) {
                         if (held[i]->scope == PACE_TABLE_SCOPE_TREE)
                                 refresh_candidates(held[i]);

@@ -105,14 +105,19 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size) {
         if (r < 0)
                 return r;
         r = sd_bus_call(bus, m, 5 * 1000000ULL, &error, &reply);
-        if (r < 0)
+        /* A restarted dispatcher asks again for a scope its predecessor
+         * got: the process is in it already. */
+        if (r < 0 && !sd_bus_error_has_name(&error, "org.freedesktop.systemd1.UnitExists"))
                 return r;
 
         /* The manager moves the processes as the scope starts. */
         for (int i = 0; i < 1000; i++) {
                 _cleanup_free_ char *cg = NULL;
                 if (sd_pid_get_cgroup(pid, &cg) >= 0) {
+                        /* In the scope, or already in our subgroup of it. */
                         size_t len = strlen(cg), nlen = strlen(name);
+                        if (len > 5 && strcmp(cg + len - 5, "/pace") == 0)
+                                cg[len -= 5] = '\0';
                         if (len > nlen && strcmp(cg + len - nlen, name) == 0 && cg[len - nlen - 1] == '/') {
                                 int k = snprintf(ret, size, "%s", cg);
                                 return k < 0 || (size_t) k >= size ? -ENAMETOOLONG : 0;
