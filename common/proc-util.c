@@ -18,7 +18,7 @@
 
 #define PF_KTHREAD 0x00200000UL
 
-static int read_small_file(const char *path, char *buf, size_t size) {
+int read_small_file(const char *path, char *buf, size_t size) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         ssize_t n;
 

@@ -12,6 +12,10 @@ typedef struct ProcInfo {
         bool root;           /* any of its real, effective, saved, fs uids is 0 */
 } ProcInfo;
 
+/* A small file (procfs, cgroupfs) into buf, NUL-terminated, in one read.
+ * -ESRCH if it does not exist (a process that is gone). */
+int read_small_file(const char *path, char *buf, size_t size);
+
 /* Reads what pace needs to know about a process. -ESRCH if it is gone.
  * proc_root is normally "/proc" (tests may point elsewhere). */
 int proc_info_read(const char *proc_root, pid_t pid, ProcInfo *ret);

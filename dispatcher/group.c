@@ -216,6 +216,12 @@ static bool owner_alive(const char *base) {
 
 static int read_orig(const char *proc_path, const char *controller, char *ret, size_t size);
 
+/* Whether /sys/fs/cgroup is the unified hierarchy itself. */
+static bool unified_mounted(void) {
+        struct statfs sf;
+        return statfs(UNIFIED_ROOT, &sf) == 0 && (uint64_t) sf.f_type == CGROUP2_SUPER_MAGIC_;
+}
+
 /* Every res-* group under base emptied into the root and removed, then
  * base: a dead run's leftovers on the unified hierarchy. */
 static void unified_remove(const char *base) {
@@ -257,10 +263,9 @@ static void unified_remove(const char *base) {
  * cgroup-less paths. */
 static int unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *err, size_t err_size) {
         char own[PATH_MAX];
-        struct statfs sf;
         struct stat st;
 
-        if (statfs(UNIFIED_ROOT, &sf) < 0 || (uint64_t) sf.f_type != CGROUP2_SUPER_MAGIC_) {
+        if (!unified_mounted()) {
                 snprintf(err, err_size, "no cgroup v1 cpuacct hierarchy is mounted and %s is not the unified "
                          "hierarchy", UNIFIED_ROOT);
                 return -EOPNOTSUPP;
@@ -299,9 +304,7 @@ static int unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *
 /* Whether groups may live on the unified hierarchy's root here. */
 static bool unified_usable(void) {
         char own[PATH_MAX];
-        struct statfs sf;
-        return statfs(UNIFIED_ROOT, &sf) == 0 && (uint64_t) sf.f_type == CGROUP2_SUPER_MAGIC_ &&
-               read_orig("/proc/self/cgroup", NULL, own, sizeof(own)) == 0 && strcmp(own, "/") == 0;
+        return unified_mounted() && read_orig("/proc/self/cgroup", NULL, own, sizeof(own)) == 0 && strcmp(own, "/") == 0;
 }
 
 bool group_set_unified(const GroupSet *s) {
@@ -1103,10 +1106,9 @@ int group_sweep_dead(const char *own_name, void (*demote)(const char *base), uns
         unsigned n = 0;
         DIR *d;
 
-        struct statfs sf;
         bool unified = false;
         if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct) {
-                if (statfs(UNIFIED_ROOT, &sf) < 0 || (uint64_t) sf.f_type != CGROUP2_SUPER_MAGIC_)
+                if (!unified_mounted())
                         return -EOPNOTSUPP;
                 acct = strdup(UNIFIED_ROOT);
                 if (!acct)
@@ -1146,8 +1148,7 @@ int group_set_remove(const char *name) {
 
         if (cgroup_init() != 0 || cgroup_get_subsys_mount_point("cpuacct", &acct) != 0 || !acct) {
                 char base[PATH_MAX];
-                struct statfs sf;
-                if (statfs(UNIFIED_ROOT, &sf) < 0 || (uint64_t) sf.f_type != CGROUP2_SUPER_MAGIC_)
+                if (!unified_mounted())
                         return -EOPNOTSUPP;
                 snprintf(base, sizeof(base), "%s/%s", UNIFIED_ROOT, name);
                 unified_remove(base);

@@ -34,25 +34,13 @@ static bool left_by_a_dispatcher(const PaceSchedAttr *a, uint32_t rt_ceiling) {
 static uint32_t rt_ceiling_of(pid_t tid) {
         char path[64], status[4096], limits[2048];
         uint32_t ceiling = 0;
-        int fd;
-        ssize_t n, m;
 
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", tid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+        if (read_small_file(path, status, sizeof(status)) < 0)
                 return 0;
-        n = read(fd, status, sizeof(status) - 1);
-        close(fd);
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/limits", tid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || n < 0)
-                return fd >= 0 ? (close(fd), 0) : 0;
-        m = read(fd, limits, sizeof(limits) - 1);
-        close(fd);
-        if (m < 0)
+        if (read_small_file(path, limits, sizeof(limits)) < 0)
                 return 0;
-        status[n] = '\0';
-        limits[m] = '\0';
         (void) proc_rt_priority_ceiling(status, limits, &ceiling);
         return ceiling;
 }
@@ -83,19 +71,9 @@ static unsigned demote_process(pid_t pid, uint32_t rt_ceiling) {
  * dispatcher's groups are in no base directory a sweep could list. */
 static void thaw_scope_group(pid_t pid) {
         char path[96], buf[4096], cg[2048];
-        int fd;
-        ssize_t n;
 
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/cgroup", pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return;
-        buf[n] = '\0';
-        if (proc_cgroup_v2_path(buf, cg, sizeof(cg)) < 0)
+        if (read_small_file(path, buf, sizeof(buf)) < 0 || proc_cgroup_v2_path(buf, cg, sizeof(cg)) < 0)
                 return;
         size_t len = strlen(cg);
         const char *parent_end = len > 5 ? cg + len - 5 : NULL;
@@ -124,15 +102,8 @@ static unsigned demote_descendants(const Held *h) {
                 char path[64], status[4096];
                 ProcOwner owner;
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", kids[i]);
-                int fd = open(path, O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        continue;
-                ssize_t k = read(fd, status, sizeof(status) - 1);
-                close(fd);
-                if (k <= 0)
-                        continue;
-                status[k] = '\0';
-                if (proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, h->uid))
+                if (read_small_file(path, status, sizeof(status)) < 0 ||
+                    proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, h->uid))
                         continue;
                 demoted += demote_process(kids[i], rt_ceiling_of(kids[i]));
                 thaw_scope_group(kids[i]);
