@@ -1,15 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* Reservation groups: each reservation's members live in a cgroup of its own
- * in the v1 cpuacct hierarchy (<mount>/pace.<hash>/res-<id>). Threads and
- * children the members create later are born inside, so the dispatcher
- * finds them by reading the group's task list instead of walking /proc, and
- * the group's CPU accounting says what the reservation really received.
+/* Reservation groups, the dispatcher's enforcement backends behind one
+ * interface: each reservation's members live in a cgroup of its own, on
+ * the unified hierarchy (group-unified.c) or, on a hybrid host, in v1's
+ * cpuacct (group-v1.c). Threads and children the members create later are
+ * born inside, so the dispatcher finds them by reading the group's lists
+ * instead of walking /proc, the group's CPU accounting says what the
+ * reservation really received, and where the host offers it the group
+ * confines its members to the reservation's CPUs, weighs its waiting
+ * members next to nothing, and (unified) freezes them in strict mode.
+ * Where neither hierarchy can be used there is no GroupSet: the /proc
+ * fallback (held.c, tree.c) finds members itself.
  *
- * Set-up and tear-down of the hierarchy use libcgroup (main thread only);
- * the dispatch threads touch groups only through file descriptors opened
- * once, so a promotion reads one small file and allocates nothing.
+ * Groups are set up and torn down by the main thread; the dispatch
+ * threads touch them only through file descriptors opened once, so a
+ * promotion reads one small file and allocates nothing.
  *
  * Core code: returns negative errno, never logs. */
 
@@ -21,13 +27,16 @@
 typedef struct GroupSet GroupSet;
 typedef struct Group Group;
 
-/* Finds the cpuacct hierarchy (libcgroup) and creates the dispatcher's base
- * group `name` in it, removing a crashed run's leftovers of the same name
- * first; without v1 cpuacct, the unified hierarchy's root, if this process
- * lives there (no manager owns the hierarchy). -EOPNOTSUPP with a sentence in err when groups cannot be used here
- * (no v1 cpuacct hierarchy; cpuacct mounted together with cpu under
- * RT_GROUP_SCHED, where every group would need real-time runtime of its own
- * and the kernel caps their sum). */
+/* Picks the backend and creates the dispatcher's base group `name`,
+ * removing a crashed run's leftovers of the same name first: v1's cpuacct
+ * hierarchy (libcgroup) where the host has one; else the unified
+ * hierarchy's root if this process lives there (no manager owns it), or
+ * delegated scopes under a manager. -EOPNOTSUPP with a sentence in err
+ * when groups cannot be used here (no cgroup hierarchy; cpuacct mounted
+ * together with cpu under RT_GROUP_SCHED, where every group would need
+ * real-time runtime of its own and the kernel caps their sum). A group set
+ * made with a limitation (no cpu or cpuset controller, RT_GROUP_SCHED)
+ * returns 0 and says it in err. */
 /* rt_share_ppm: what reservations may use of each CPU (the rest is the
  * non-real-time share), the real-time runtime the shared cpu group takes
  * under RT_GROUP_SCHED. owner: the process whose life marks the groups as
@@ -37,6 +46,11 @@ int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet
 GroupSet *group_set_free(GroupSet *s);
 /* The hierarchy's mount point, e.g. /sys/fs/cgroup/cpuacct. */
 const char *group_set_root(const GroupSet *s);
+/* "cgroup v1" or "unified", for messages. */
+const char *group_set_backend_name(const GroupSet *s);
+/* Whether waiting members sit in a group of the least cpu weight (v1's
+ * shared cpu group, or the unified cpu controller's cpu.weight 1). */
+bool group_set_weighs(const GroupSet *s);
 /* Groups left under the base (for tests and the exit path). */
 size_t group_set_count(GroupSet *s);
 
@@ -54,11 +68,10 @@ void group_release(GroupSet *s, Group *g);
  * cannot leave by sched_setaffinity(). NULL: not confined. */
 int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus);
 bool group_entered(const Group *g);
-/* Whether the groups are on the unified hierarchy (a cgroup-v2-only host
- * whose root cgroup is nobody's: see group_set_new()). There a group has
- * no per-CPU usage, no cpuset (affinity is checked around every run), no
- * thread-scope member (v2 moves whole processes), and it freezes itself:
- * group_freeze_fd() opens its cgroup.freeze for strict mode. */
+/* Whether the groups are on the unified hierarchy (a cgroup-v2-only host).
+ * There a group has no per-CPU usage, no thread-scope member (v2 moves
+ * whole processes), and it freezes itself: group_freeze_fd() opens its
+ * cgroup.freeze for strict mode. */
 bool group_set_unified(const GroupSet *s);
 int group_freeze_fd(Group *g);
 /* Whether the members sit in a cpuset of the reservation's CPUs. */
@@ -86,7 +99,7 @@ size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdat
  * has its scope, and a reservation waits on /proc until then. */
 bool group_set_delegated(const GroupSet *s);
 /* CPU time the members received on cpu (cpuacct.usage_percpu), in ns. */
-int group_usage_ns(Group *g, int cpu, uint64_t *ret);
+int group_usage_ns(GroupSet *s, Group *g, int cpu, uint64_t *ret);
 
 /* Where group_set_new(name) puts its base group (libcgroup finds the
  * mount): for the monitor, which sweeps and removes it after a crash. */

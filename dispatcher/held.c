@@ -779,7 +779,7 @@ int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
         uint64_t sum = 0;
 
         if (held_grouped(h))
-                return group_usage_ns(h->group, ctx->cpu, ret);
+                return group_usage_ns(ctx->groups, h->group, ctx->cpu, ret);
         for (size_t i = 0; i < h->n_threads; i++) {
                 char path[64], buf[128];
                 const RegistryEntry *e = h->threads[i].entry;

@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* What group.c shares with the enforcement backends behind it, and nothing
+ * else includes. group.c keeps what every backend does the same way (the
+ * reservation's Group, its reference count, reading its member lists at
+ * bounded cost, the main thread's housekeeping); a backend is one file
+ * that says where a group lives and how members get in, out, confined,
+ * accounted and frozen:
+ *
+ *   group-v1.c        the v1 cpuacct hierarchy, with v1 cpu and cpuset
+ *                     beside it (hybrid hosts)
+ *   group-unified.c   the unified hierarchy: groups of our own at its root
+ *                     (no manager owns it), or "pace" subgroups of the
+ *                     delegated scopes systemd makes for reserved trees
+ *
+ * Without either, there is no GroupSet at all: members are found in /proc
+ * (held.c, tree.c) and held to their CPU by affinity alone. */
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "group.h"
+
+#define GROUP_CANDIDATES_MAX 256
+/* Descendants moved with a tree-scope reservation at its first promotion,
+ * at SCHED_FIFO 99: the broker admitted the tree with at most
+ * max_threads_per_reservation (32 by default) threads in all, so more
+ * processes than this were forked since, and are left where they are. */
+#define GROUP_TREE_MAX 64
+
+enum { LIST_TASKS, LIST_PROCS };
+
+typedef struct GroupBackend GroupBackend;
+
+struct Group {
+        Group *next;
+        /* Delegated mode: waiting for the main thread to get a scope from
+         * the manager; entered is set (release) once ready. */
+        bool pending;
+        uint64_t id;
+        unsigned refs;
+        bool entered;
+        uint32_t scope;
+        pid_t pid, tid;
+        char cpus[64]; /* the reservation's CPUs (a kernel list), "" if unconfined */
+        char dir[PATH_MAX + 64];
+        /* Where the members came from, relative to the hierarchy's root. */
+        char orig[PATH_MAX];
+        /* v1 only: the same in the cpu hierarchy ("" if none); the
+         * reservation's cpuset (pace.<hash>/res-<id> in the cpuset
+         * hierarchy, "" if none) and where the members came from there. */
+        char cpu_orig[PATH_MAX];
+        char cpuset_dir[PATH_MAX + 64];
+        char cpuset_orig[PATH_MAX];
+        /* Members held to cpus by the group (a cpuset of exactly them). */
+        bool confined;
+        /* The group's directory, its usage file, and its two lists:
+         * reopened when older than LIST_REFRESH_NS (see group.c), under
+         * list_lock because a split reservation's loops share the group. */
+        int dir_fd, usage_fd;
+        pthread_mutex_t list_lock;
+        int list_fd[2];
+        uint64_t list_opened_ns[2];
+        /* A tree's threads as the main thread last listed them
+         * (group_set_housekeep()): reading a v1 list makes the kernel walk
+         * and sort every task in the group, which must never happen at
+         * SCHED_FIFO 99 on a client's say-so. */
+        pthread_mutex_t cand_lock;
+        pid_t cand[GROUP_CANDIDATES_MAX];
+        size_t n_cand;
+};
+
+struct GroupSet {
+        const GroupBackend *backend;
+        pthread_mutex_t lock;
+        /* Unified and managed (systemd): groups are "pace" subgroups of a
+         * delegated transient scope the manager creates for each reserved
+         * tree (group_set_housekeep()'s make_scope), never cgroups of
+         * ours beside its units. */
+        bool delegated;
+        char root[PATH_MAX];
+        char name[128];
+        char base[PATH_MAX];
+        /* v1: the cpu hierarchy's pace.<hash>, shared by every reservation:
+         * cpu.shares 2, so waiting members (nice 19, but many threads) take
+         * next to nothing from the free time, and under RT_GROUP_SCHED the
+         * real-time runtime SCHED_FIFO needs there. "" when not used. */
+        char cpu_root[PATH_MAX];
+        char cpu_base[PATH_MAX];
+        /* v1: the cpuset hierarchy's pace.<hash>: each reservation's
+         * members are confined to its CPUs there, so a member cannot move
+         * itself (or, through priority inheritance, a sibling) to a CPU
+         * whose frame does not account for it. "" when the host has none. */
+        char cpuset_root[PATH_MAX];
+        char cpuset_base[PATH_MAX];
+        char cpuset_mems[256];
+        /* unified: the controllers our groups get (cpu: a weight of 1 for
+         * the waiting members; cpuset: confinement), enabled down to base. */
+        bool use_cpu, use_cpuset;
+        /* What we enabled in the root's cgroup.subtree_control, given back
+         * at the end: "+cpu", "+cpuset", or "". */
+        char root_enabled[2][8];
+        char owner_dir[PATH_MAX + 96];
+        Group *groups;
+};
+
+struct GroupBackend {
+        const char *name;
+        /* The two lists' file names, by LIST_TASKS / LIST_PROCS. */
+        const char *list_file[2];
+        /* The group's directory (g->dir) made and opened (dir_fd, usage_fd);
+         * delegated groups are made later, by housekeep. */
+        int (*create)(GroupSet *s, Group *g);
+        /* Moves the members in (proc_cgroup: the member's /proc/…/cgroup). */
+        int (*enter)(GroupSet *s, Group *g, const char *proc_cgroup);
+        /* One process or thread (file: a list_file) back where the members
+         * came from, or to the root if that group is gone. */
+        void (*move_out)(const GroupSet *s, const Group *g, const char *file, pid_t id);
+        /* The emptied group's directories removed. */
+        void (*destroy)(GroupSet *s, Group *g);
+        /* The members' CPU time on cpu, in ns. */
+        int (*usage_ns)(Group *g, int cpu, uint64_t *ret);
+        /* Main thread, each housekeeping round, before the lists are read. */
+        void (*housekeep)(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *err,
+                          size_t err_size);
+        /* The set's own directories removed (every Group released). */
+        void (*set_free)(GroupSet *s);
+};
+
+extern const GroupBackend group_backend_v1;
+extern const GroupBackend group_backend_unified;
+
+/* Set construction, per backend: -EOPNOTSUPP with a sentence in err where
+ * the host does not offer it. */
+int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err,
+                     size_t err_size);
+int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *err, size_t err_size);
+
+/* Shared helpers (group.c). */
+GroupSet *group_set_alloc(const GroupBackend *backend, const char *root, const char *name);
+void group_owner_mark(GroupSet *s, pid_t owner);
+int group_write_id(const char *dir, const char *file, pid_t id);
+/* Where a task sits, from its /proc/…/cgroup file: in the v1 hierarchy of
+ * controller, or (NULL) on the unified hierarchy. */
+int group_read_orig(const char *proc_path, const char *controller, char *ret, size_t size);
+/* A tree's members, listed for group_list_threads(). */
+void group_refresh_candidates(GroupSet *s, Group *g);
+
+/* Set-less helpers for the sweeps and the monitor (no GroupSet: another
+ * instance's leftovers, or our own after a crash). */
+/* The v1 cpuacct hierarchy's mount (libcgroup); -EOPNOTSUPP without one. */
+int group_v1_root(char *ret, size_t size);
+/* Instance name's groups in every v1 hierarchy removed, tasks to the
+ * roots, the cpu group's real-time runtime given back first. */
+int group_v1_remove(const char *name);
+/* Whether /sys/fs/cgroup is the unified hierarchy, and whether our groups
+ * may live at its root (this process sits there: no manager owns it). */
+bool group_unified_mounted(void);
+bool group_unified_usable(void);
+/* Every res-* group under base thawed, emptied into the root and removed,
+ * then base. */
+void group_unified_remove(const char *base);
+
+#define GROUP_UNIFIED_ROOT "/sys/fs/cgroup"
