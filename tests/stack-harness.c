@@ -197,6 +197,22 @@ void await_reservations(const char *socket, size_t n) {
                 sleep_ms(10);
 }
 
+bool stack_find_reservation(const char *socket, uint64_t id, pace_grant *ret) {
+        pace *p = NULL;
+        pace_status_report *st = NULL;
+        bool found = false;
+        ASSERT_OK(pace_connect(socket, &p));
+        ASSERT_OK(pace_status(p, &st));
+        for (size_t i = 0; i < st->n_reservations && !found; i++)
+                if (id == 0 || st->reservations[i].id == id) {
+                        *ret = st->reservations[i];
+                        found = true;
+                }
+        pace_status_report_free(st);
+        pace_close(p);
+        return found;
+}
+
 /* Waits up to 3 s for the broker to list none (their processes died). */
 void await_no_reservations(const char *socket) {
         for (int i = 0; i < 300 && n_reservations(socket) > 0; i++)

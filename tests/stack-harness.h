@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "broker-harness.h"
+#include "pace/pace.h"
 
 /* The CPU spawn() pins its children to (the tests leave CPU 0 to the
  * system and their own samplers). */
@@ -80,6 +81,9 @@ pid_t dispatcher_child(const Stack *s);
 size_t n_reservations(const char *socket);
 /* Waits up to 3 s for the broker to list at least n reservations. */
 void await_reservations(const char *socket, size_t n);
+/* The broker's status entry of reservation id (0: the first listed), as
+ * pacectl status shows it. */
+bool stack_find_reservation(const char *socket, uint64_t id, pace_grant *ret);
 /* Waits up to 3 s for the broker to list none (their processes died). */
 void await_no_reservations(const char *socket);
 

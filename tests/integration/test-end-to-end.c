@@ -805,22 +805,6 @@ static void eight_thread_client(const void *arg) {
         busy_thread(NULL);
 }
 
-static bool find_reservation(const char *socket, uint64_t id, pace_grant *ret) {
-        pace *p = NULL;
-        pace_status_report *st = NULL;
-        bool found = false;
-        ASSERT_OK(pace_connect(socket, &p));
-        ASSERT_OK(pace_status(p, &st));
-        for (size_t i = 0; i < st->n_reservations; i++)
-                if (st->reservations[i].id == id) {
-                        *ret = st->reservations[i];
-                        found = true;
-                }
-        pace_status_report_free(st);
-        pace_close(p);
-        return found;
-}
-
 static bool tid_listed(const pid_t *list, size_t n, pid_t tid) {
         for (size_t i = 0; i < n; i++)
                 if (list[i] == tid)
@@ -921,7 +905,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         for (unsigned i = 0; i < MAX_POLLS && changes < 2; i++) {
                 poll_c[i] = share_cpu_time_ns(client);
                 poll_t[i] = now_ns();
-                ASSERT_TRUE(find_reservation(s.broker.socket, id, &g));
+                ASSERT_TRUE(stack_find_reservation(s.broker.socket, id, &g));
                 if (g.accounting.valid &&
                     (g.accounting.window_ns != last_window || g.accounting.delivered_ns != last_delivered)) {
                         last_window = g.accounting.window_ns;

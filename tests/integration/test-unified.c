@@ -88,6 +88,16 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         }
         printf("  granted 50%% to a tree of %zu processes below pace-run's shell: the tree got %.2f%%, the "
                "hog %.2f%% (others %.2f)\n", n, best_tree, best_hog, best_others);
+        /* What pacectl status says it delivered (the group's cpu.stat over
+         * whole periods, about 2 s). */
+        pace_grant g = {};
+        for (int i = 0; i < 300 && !(stack_find_reservation(stack_socket, 0, &g) && g.accounting.valid); i++)
+                sleep_ms(10);
+        double delivered = g.accounting.valid && g.accounting.window_ns > 0 ?
+                                   100.0 * (double) g.accounting.delivered_ns / (double) g.accounting.window_ns :
+                                   -1;
+        printf("  pacectl status: delivered %.2f%% over %.0f ms, %u threads\n", delivered,
+               (double) g.accounting.window_ns / 1e6, g.threads);
         reap_tree(client);
         reap(other);
         await_no_reservations(stack_socket);
@@ -103,6 +113,9 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
          * 50 = 5.2 points), plus 1 for the tick. */
         ASSERT_CMP(best_tree, >=, 48.0);
         ASSERT_CMP(best_tree, <=, 56.5);
+        /* The report counts the whole tree (the group), not the shell. */
+        ASSERT_CMP(delivered, >=, best_tree - 2.0);
+        ASSERT_CMP(delivered, <=, best_tree + 2.0);
 }
 
 /* The unified hierarchy as this host mounts it beside v1: the same
