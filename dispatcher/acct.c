@@ -29,6 +29,13 @@ void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budge
         }
 }
 
+bool acct_budget_spent(const Acct *a, uint64_t usage_ns, uint64_t budget_ns, uint64_t run_ns) {
+        if (!a->started || usage_ns < a->period_start)
+                return false;
+        uint64_t used = usage_ns - a->period_start;
+        return used >= budget_ns || budget_ns - used < run_ns / 2;
+}
+
 void acct_entry_write_begin(PaceStatsEntry *e) {
         atomic_fetch_add_explicit(&e->seq, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_release);

@@ -29,6 +29,16 @@ typedef struct Acct {
 void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budget_ns, bool runnable,
                      uint64_t window_min_ns);
 
+/* Whether a run of run_ns should be skipped because the members already
+ * had their budget_ns in the current period, counting what they took
+ * while waiting (usage_ns: their total so far). Used where nothing holds
+ * waiting members down (no cpu weight for their group): many nice-19
+ * threads otherwise take a visible part of the free time on top of their
+ * runs. A run is skipped when less than half of it is left, so the
+ * rounding errs both ways by at most half a run and does not add up.
+ * Never before the first period end (nothing to count from). */
+bool acct_budget_spent(const Acct *a, uint64_t usage_ns, uint64_t budget_ns, uint64_t run_ns);
+
 /* The stats entry's seqlock: a reader retries while seq is odd or moved. */
 void acct_entry_write_begin(PaceStatsEntry *e);
 void acct_entry_write_end(PaceStatsEntry *e);

@@ -646,8 +646,11 @@ static void loop_locate(const CpuLoop *l, uint64_t t, uint64_t *ret_frame_start,
 static void loop_active(CpuLoop *l) {
         uint64_t slot_ns = l->config->slot_ns;
         uint64_t frame_start;
-        Held *prev = NULL;
-        bool prev_closes = false;
+        /* prev: whom the last run promoted; last: whose run it was in the
+         * table, promoted or not (a run skipped by held_budget_spent()
+         * still ends its owner's period). */
+        Held *prev = NULL, *last = NULL;
+        bool last_closes = false;
         uint32_t k;
 
         /* Join the grid where it stands: the run under way is entered at
@@ -673,10 +676,10 @@ static void loop_active(CpuLoop *l) {
                                 /* Whoever owned the last run is done anyway
                                  * (runs are rotated); demote before the copy
                                  * and check so it gets no extra time. */
-                                if (prev && prev_closes)
-                                        loop_period_end(l, prev, t);
+                                if (last && last_closes)
+                                        loop_period_end(l, last, t);
                                 loop_switch(l, prev, NULL);
-                                prev = NULL;
+                                prev = last = NULL;
                                 if (loop_consider(l) > 0) {
                                         if (l->n_runs == 0)
                                                 return;
@@ -694,11 +697,16 @@ static void loop_active(CpuLoop *l) {
                 }
 
                 Held *owner = l->by_owner[l->runs[k].owner];
-                if (prev && prev_closes && prev != owner)
-                        loop_period_end(l, prev, t);
+                if (last && last_closes && last != owner)
+                        loop_period_end(l, last, t);
+                last = owner;
+                last_closes = l->runs[k].closes;
+                uint32_t run_end = k + 1 < l->n_runs ? l->runs[k + 1].start : l->frame_slots;
+                if (owner && held_budget_spent(owner, &l->ctx, (uint64_t) owner->budget_slots * slot_ns,
+                                               (uint64_t) (run_end - l->runs[k].start) * slot_ns))
+                        owner = NULL;
                 loop_switch(l, prev, owner);
                 prev = owner;
-                prev_closes = l->runs[k].closes;
                 if (++k == l->n_runs) {
                         k = 0;
                         frame_start += (uint64_t) l->frame_slots * slot_ns;

@@ -793,6 +793,20 @@ int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
         return 0;
 }
 
+bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns) {
+        uint64_t u;
+
+        /* Only a whole reservation's group counts it cheaply (one read),
+         * and only where nothing weighs its waiting members down; a split
+         * reservation's group total is every piece's. */
+        if (ctx->waiting != PACE_WAITING_NICE || !held_grouped(h) || group_set_weighs(ctx->groups) ||
+            strchr(h->cpus, ','))
+                return false;
+        if (group_usage_ns(ctx->groups, h->group, ctx->cpu, &u) < 0)
+                return false;
+        return acct_budget_spent(&h->acct, u, budget_ns, run_ns);
+}
+
 /* At most this many threads are looked at: it only tells a client that
  * blocked from one that wanted more, and runs at SCHED_FIFO 99. */
 #define RUNNABLE_PROBES 4u

@@ -138,6 +138,13 @@ int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret);
 /* Whether any held thread is runnable (state R) right now: called at the
  * end of a slot, it tells a client that wanted more from one that blocked. */
 bool held_any_runnable(Held *h);
+/* Whether the run of run_ns about to start is to be skipped: the members
+ * already had budget_ns in this period, counting what they took between
+ * their runs (acct_budget_spent()). Only for a whole reservation with a
+ * group that does not weigh its waiting members down (the unified
+ * hierarchy without the cpu controller, v1 without a cpu hierarchy apart):
+ * there 8 nice-19 spinners took 5 points of the free share. */
+bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns);
 
 /* A reservation that failed its identity check: kept (inert) so that the
  * same reservation in later tables is recognised and not reported again. */

@@ -154,4 +154,28 @@ TEST(accounting_counts_whole_periods) {
         ASSERT_EQ(e.delivered_ns, a.delivered_ns);
 }
 
+TEST(a_run_is_skipped_once_the_period_budget_is_used_up_waiting_time_included) {
+        Acct a = {};
+        const uint64_t ms = NSEC_PER_MSEC, budget = 25 * ms, run = 1 * ms;
+
+        /* Nothing to count from before the first period end. */
+        ASSERT_FALSE(acct_budget_spent(&a, 500 * ms, budget, run));
+        acct_period_end(&a, 100 * ms, 0, budget, true, 2000 * ms);
+        ASSERT_FALSE(acct_budget_spent(&a, 100 * ms, budget, run));
+        ASSERT_FALSE(acct_budget_spent(&a, 124 * ms, budget, run)); /* a whole run left */
+        ASSERT_FALSE(acct_budget_spent(&a, 124 * ms + run / 2, budget, run)); /* half of one */
+        ASSERT_TRUE(acct_budget_spent(&a, 124 * ms + run / 2 + 1, budget, run));
+        ASSERT_TRUE(acct_budget_spent(&a, 125 * ms, budget, run));
+        ASSERT_TRUE(acct_budget_spent(&a, 180 * ms, budget, run)); /* leaked far past it */
+        /* A long run is skipped only when less than half of it is left. */
+        ASSERT_FALSE(acct_budget_spent(&a, 110 * ms, budget, 20 * ms));
+        ASSERT_TRUE(acct_budget_spent(&a, 116 * ms, budget, 20 * ms));
+        /* The next period counts afresh. */
+        acct_period_end(&a, 130 * ms, 50 * ms, budget, true, 2000 * ms);
+        ASSERT_FALSE(acct_budget_spent(&a, 130 * ms, budget, run));
+        /* A usage below the period's start (a group that was replaced)
+         * never blocks a run. */
+        ASSERT_FALSE(acct_budget_spent(&a, 10 * ms, budget, run));
+}
+
 TEST_MAIN()
