@@ -1393,8 +1393,13 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                                         "no way to ask the manager for scopes: members are found in /proc");
         else if (d->groups)
                 run_log(o, d->groups_note[0] ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
-                        "reservation groups in %s/%s: members found and accounted by cgroup%s%s",
-                        group_set_root(d->groups), d->freezer_name, d->groups_note[0] ? "; " : "", d->groups_note);
+                        "reservation groups in %s/%s (%s): members found and accounted by cgroup, %s, %s%s%s",
+                        group_set_root(d->groups), d->freezer_name, group_set_backend_name(d->groups),
+                        group_set_weighs(d->groups) ? "waiting members weighed down by the cpu controller" :
+                                                      "time taken while waiting counted against the budget",
+                        group_set_confines(d->groups) ? "confined to their CPUs by a cpuset" :
+                                                        "affinity checked around every run",
+                        d->groups_note[0] ? "; " : "", d->groups_note);
         else
                 run_log(o, DISPATCHER_LOG_WARNING, "reservation groups unavailable (%s): members are found in "
                         "/proc/PID/task, a tree's descendants by walking /proc every 50 ms (one that leaves the "
