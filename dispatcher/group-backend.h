@@ -55,8 +55,9 @@ struct Group {
         char cpu_orig[PATH_MAX];
         char cpuset_dir[PATH_MAX + 64];
         char cpuset_orig[PATH_MAX];
-        /* Members held to cpus by the group (a cpuset of exactly them). */
-        bool confined;
+        /* Members held to cpus by the group (a cpuset of exactly them), and
+         * their waiting time weighed down by a cpu controller. */
+        bool confined, weighed;
         /* The group's directory, its usage file, and its two lists:
          * reopened when older than LIST_REFRESH_NS (see group.c), under
          * list_lock because a split reservation's loops share the group. */

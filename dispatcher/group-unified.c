@@ -201,11 +201,18 @@ int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *e
                 return -ENOMEM;
         if (!in_root_cgroup()) {
                 /* Nothing of ours beside the manager's units: each reserved
-                 * tree gets a delegated scope from it instead. */
+                 * tree gets a delegated scope from it instead, with every
+                 * controller the hierarchy offers, ours to enable below it
+                 * (delegated_enter(), which also asks the kernel whether
+                 * SCHED_FIFO survives the cpu controller). */
+                char path[PATH_MAX + 32];
                 s->delegated = true;
-                /* The scope is delegated with every controller its slice
-                 * has: ours to enable below it (see delegated_enter()). */
-                s->use_cpu = s->use_cpuset = true;
+                snprintf(path, sizeof(path), "%s/cgroup.controllers", s->root);
+                s->use_cpu = file_has_word(path, "cpu");
+                s->use_cpuset = file_has_word(path, "cpuset");
+                if (!s->use_cpu)
+                        snprintf(err, err_size, "the unified hierarchy offers no cpu controller: waiting members are "
+                                 "held at nice 19 only, and their time between runs counts against the budget");
                 *ret = s;
                 return 0;
         }
@@ -233,7 +240,7 @@ static void controllers_apply(GroupSet *s, Group *g) {
 
         if (s->use_cpu) {
                 snprintf(path, sizeof(path), "%s/cpu.weight", g->dir);
-                (void) write_string_file(path, "1");
+                g->weighed = write_string_file(path, "1") >= 0;
         }
         if (s->use_cpuset && g->cpus[0]) {
                 snprintf(path, sizeof(path), "%s/cpuset.cpus", g->dir);
@@ -374,8 +381,15 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
                 strcat(controllers, "+cpu ");
         if (s->use_cpuset)
                 strcat(controllers, "+cpuset");
-        if (controllers[0] && enable(scope_dir, controllers) >= 0)
+        if (controllers[0] && enable(scope_dir, controllers) >= 0) {
+                if (s->use_cpu && !fifo_works_in(g->dir)) {
+                        /* RT_GROUP_SCHED: never again, for any scope; the
+                         * run-skipping of held_budget_spent() takes over. */
+                        (void) enable(scope_dir, "-cpu");
+                        s->use_cpu = false;
+                }
                 controllers_apply(s, g);
+        }
         if (open_group(g) < 0)
                 return;
         if (g->scope == PACE_TABLE_SCOPE_TREE)

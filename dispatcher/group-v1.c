@@ -370,6 +370,7 @@ static int v1_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
                         (void) v1_move_in(s, g, "cgroup.procs", kids[i], cpu);
         }
         g->confined = g->cpuset_dir[0] != '\0';
+        g->weighed = cpu;
         return r;
 }
 

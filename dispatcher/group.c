@@ -332,6 +332,10 @@ bool group_confined(const Group *g) {
         return group_entered(g) && g->confined;
 }
 
+bool group_weighed(const Group *g) {
+        return group_entered(g) && g->weighed;
+}
+
 int group_freeze_fd(Group *g) {
         if (!group_entered(g))
                 return -EAGAIN;

@@ -76,6 +76,9 @@ bool group_set_unified(const GroupSet *s);
 int group_freeze_fd(Group *g);
 /* Whether the members sit in a cpuset of the reservation's CPUs. */
 bool group_confined(const Group *g);
+/* Whether the members' waiting time is weighed down by a cpu controller
+ * (v1's shared cpu group, or cpu.weight 1). */
+bool group_weighed(const Group *g);
 /* Whether this host lets groups confine members with a cpuset. */
 bool group_set_confines(const GroupSet *s);
 /* Moves out what was born inside but is not a member: other processes

@@ -799,7 +799,7 @@ bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint
         /* Only a whole reservation's group counts it cheaply (one read),
          * and only where nothing weighs its waiting members down; a split
          * reservation's group total is every piece's. */
-        if (ctx->waiting != PACE_WAITING_NICE || !held_grouped(h) || group_set_weighs(ctx->groups) ||
+        if (ctx->waiting != PACE_WAITING_NICE || !held_grouped(h) || group_weighed(h->group) ||
             strchr(h->cpus, ','))
                 return false;
         if (group_usage_ns(ctx->groups, h->group, ctx->cpu, &u) < 0)
