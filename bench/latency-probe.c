@@ -15,6 +15,7 @@
  *
  *   latency-probe --cpu N [--run-on M] [--period 2ms] [--util 50%]
  *                 [--threads K] [--duration 5s] [--warmup 300ms] [--out FILE]
+ *                 [--freeze-out FILE]
  *
  * --run-on M: the dispatch thread of CPU N promotes it, but it runs on CPU
  * M: after its first promotion (the dispatcher pins a thread to the
@@ -27,7 +28,16 @@
  *   samples=N missed=N offcpu=N median_ns=N p99_ns=N p999_ns=N max_ns=N
  * missed: run starts at which the client did not run at all before the next
  * one (their samples are in FILE); offcpu: samples taken on another CPU than
- * the one intended. */
+ * the one intended.
+ *
+ * --freeze-out FILE: the other edge (bench/backends). For every run end E
+ * (a slot it owns followed by one it does not) the freeze lag is its last
+ * reading before the next run start minus E: how long it still ran after
+ * its run was over. One signed value in ns per line (negative: it had
+ * stopped before E: preempted, or, in a VM, the exit that delivers the
+ * dispatcher's timer interrupt); the summary line then also has
+ *   freeze_samples=N freeze_late=N freeze_median_ns=N freeze_p99_ns=N freeze_max_ns=N
+ * (signed percentiles; late: how many were above 0). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -56,19 +66,32 @@ typedef struct Schedule {
         uint32_t frame_slots;
         uint32_t n_starts;
         uint32_t starts[MAX_RUNS]; /* frame offsets of run starts, ascending */
+        uint32_t n_ends;
+        uint32_t ends[MAX_RUNS]; /* frame offsets just after a run's last slot, ascending (up to frame_slots) */
 } Schedule;
 
-/* The first run start at or after t. */
-static uint64_t next_start(const Schedule *s, uint64_t t) {
+/* The first of the frame offsets `offs` (ascending), repeated every frame,
+ * at or after t. */
+static uint64_t next_at(const Schedule *s, const uint32_t *offs, uint32_t n, uint64_t t) {
         uint64_t g = t / s->slot_ns, base = g - g % s->frame_slots;
 
         for (int lap = 0; lap < 2; lap++, base += s->frame_slots)
-                for (uint32_t i = 0; i < s->n_starts; i++) {
-                        uint64_t at = (base + s->starts[i]) * s->slot_ns;
+                for (uint32_t i = 0; i < n; i++) {
+                        uint64_t at = (base + offs[i]) * s->slot_ns;
                         if (at >= t)
                                 return at;
                 }
-        return UINT64_MAX; /* not reached: n_starts > 0 */
+        return UINT64_MAX; /* not reached: n > 0 */
+}
+
+/* The first run start at or after t. */
+static uint64_t next_start(const Schedule *s, uint64_t t) {
+        return next_at(s, s->starts, s->n_starts, t);
+}
+
+/* The first run end at or after t. */
+static uint64_t next_end(const Schedule *s, uint64_t t) {
+        return next_at(s, s->ends, s->n_ends, t);
 }
 
 /* Finds the reservation `id` on `cpu` in the published table and lists where
@@ -106,13 +129,21 @@ static int read_schedule(const char *path, uint64_t id, int cpu, Schedule *ret) 
                 uint32_t f = tc->frame_slots;
                 ret->slot_ns = b->slot_ns;
                 ret->frame_slots = f;
-                ret->n_starts = 0;
-                for (uint32_t s = 0; s < f; s++)
+                ret->n_starts = ret->n_ends = 0;
+                for (uint32_t s = 0; s < f; s++) {
                         if (slots[s] == owner && slots[(s + f - 1) % f] != owner && ret->n_starts < MAX_RUNS)
                                 ret->starts[ret->n_starts++] = s;
-                return ret->n_starts > 0 && ret->slot_ns > 0 ? 0 : -EBADMSG;
+                        if (slots[s] == owner && slots[(s + 1) % f] != owner && ret->n_ends < MAX_RUNS)
+                                ret->ends[ret->n_ends++] = s + 1;
+                }
+                return ret->n_starts > 0 && ret->n_ends > 0 && ret->slot_ns > 0 ? 0 : -EBADMSG;
         }
         return -ENOENT;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+        int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
+        return (x > y) - (x < y);
 }
 
 static int pin_self(int cpu) {
@@ -144,15 +175,16 @@ int main(int argc, char **argv) {
                 { "warmup", required_argument, NULL, 'w' },
                 { "out", required_argument, NULL, 'o' },
                 { "table", required_argument, NULL, 'T' },
+                { "freeze-out", required_argument, NULL, 'F' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
         uint64_t period_ns = 2 * NSEC_PER_MSEC, duration_ns = 5 * NSEC_PER_SEC, warmup_ns = 300 * NSEC_PER_MSEC;
         uint32_t util_ppm = 500000, threads = 1, cpu = UINT32_MAX, run_on = UINT32_MAX;
-        const char *out_path = NULL, *table_path = NULL;
+        const char *out_path = NULL, *table_path = NULL, *freeze_path = NULL;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "c:r:p:u:t:d:w:o:T:h", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "c:r:p:u:t:d:w:o:T:F:h", options, NULL)) >= 0)
                 switch (c) {
                 case 'c':
                 case 'r':
@@ -188,9 +220,13 @@ int main(int argc, char **argv) {
                 case 'T':
                         table_path = optarg;
                         break;
+                case 'F':
+                        freeze_path = optarg;
+                        break;
                 case 'h':
                         printf("Usage: latency-probe --cpu N [--run-on M] [--period D] [--util U] [--threads K]\n"
-                               "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n");
+                               "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n"
+                               "                     [--freeze-out FILE]\n");
                         return 0;
                 default:
                         return 2;
@@ -293,12 +329,28 @@ int main(int argc, char **argv) {
         if (!lat)
                 return 1;
         size_t n = 0, missed = 0, offcpu = 0;
+        /* Freeze lags: one per run end at most, as many as run starts. */
+        _cleanup_free_ int64_t *flag = freeze_path ? calloc(cap, sizeof(int64_t)) : NULL;
+        if (freeze_path && !flag)
+                return 1;
+        size_t nf = 0;
 
         while (bench_now_ns() < begin)
                 ;
-        uint64_t next = next_start(s, bench_now_ns() + 1);
+        uint64_t prev = bench_now_ns();
+        uint64_t next = next_start(s, prev + 1);
+        /* The run end being watched, and the run start after it: the last
+         * reading before that start is the last one of the run. */
+        uint64_t fend = next_end(s, prev + 1), fnext = next_start(s, fend);
         for (;;) {
                 uint64_t t = bench_now_ns();
+                if (flag && t >= fnext) {
+                        if (nf < cap)
+                                flag[nf++] = (int64_t) (prev - fend);
+                        fend = next_end(s, t);
+                        fnext = next_start(s, fend);
+                }
+                prev = t;
                 if (t < next)
                         continue;
                 /* Every run start up to now gets its sample, even one the
@@ -336,8 +388,30 @@ int main(int argc, char **argv) {
         qsort(lat, n, sizeof(uint64_t), cmp_u64);
         printf("samples=%zu missed=%zu offcpu=%zu median_ns=%" PRIu64 " p99_ns=%" PRIu64 " p999_ns=%" PRIu64
                " max_ns=%" PRIu64 " runs_per_frame=%" PRIu32 " frame_ns=%" PRIu64 " grant_period_ns=%" PRIu64
-               " grant_budget_ns=%" PRIu64 "\n",
+               " grant_budget_ns=%" PRIu64,
                n, missed, offcpu, bench_percentile(lat, n, 0.5), bench_percentile(lat, n, 0.99), bench_percentile(lat, n, 0.999),
                n ? lat[n - 1] : 0, s->n_starts, frame_ns, g.period_ns, g.budget_ns);
+        if (flag) {
+                FILE *f = fopen(freeze_path, "we");
+                if (!f) {
+                        fprintf(stderr, "latency-probe: %s: %m\n", freeze_path);
+                        return 1;
+                }
+                size_t late = 0;
+                for (size_t i = 0; i < nf; i++) {
+                        fprintf(f, "%" PRId64 "\n", flag[i]);
+                        late += flag[i] > 0;
+                }
+                if (fclose(f) != 0)
+                        return 1;
+                qsort(flag, nf, sizeof(int64_t), cmp_i64);
+                /* bench_percentile's nearest rank, on signed values. */
+                size_t i50 = nf ? MIN((size_t) (0.5 * (double) (nf - 1) + 0.5), nf - 1) : 0;
+                size_t i99 = nf ? MIN((size_t) (0.99 * (double) (nf - 1) + 0.5), nf - 1) : 0;
+                printf(" freeze_samples=%zu freeze_late=%zu freeze_median_ns=%" PRId64 " freeze_p99_ns=%" PRId64
+                       " freeze_max_ns=%" PRId64,
+                       nf, late, nf ? flag[i50] : 0, nf ? flag[i99] : 0, nf ? flag[nf - 1] : 0);
+        }
+        printf("\n");
         return 0;
 }

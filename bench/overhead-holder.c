@@ -6,8 +6,12 @@
  *   ready N GRANTED PERIOD_NS BUDGET_NS
  * on stdout (the first child's grant), and holds until SIGTERM/SIGINT or
  * --hold expires; then it kills its children and waits for them.
+ * --scope tree: each child reserves its process tree instead of itself, and
+ * first forks one process of its own (one thread, blocked in pause(), dying
+ * with it), so the tree the dispatcher follows really has a descendant.
  *
  *   overhead-holder --count 16 --period 32ms --util 1562ppm --cpu 1 [--threads 64] [--spin] [--hold 60s]
+ *                   [--scope process|tree]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +62,21 @@ static _Noreturn void child_main(int fd, const pace_reserve_params *params, unsi
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() == 1)
                 _exit(1);
+        if (params->scope == PACE_SCOPE_TREE) {
+                pid_t me = getpid(), kid = fork();
+                if (kid == 0) {
+                        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+                        if (getppid() != me)
+                                _exit(1);
+                        for (;;)
+                                pause();
+                }
+                if (kid < 0) {
+                        reply.err = -errno;
+                        snprintf(reply.message, sizeof(reply.message), "fork: %s", strerror(errno));
+                        goto report;
+                }
+        }
         for (unsigned i = 1; i < threads; i++) {
                 pthread_t t;
                 r = -pthread_create(&t, NULL, blocked_thread, NULL);
@@ -109,6 +128,7 @@ int main(int argc, char **argv) {
                 { "threads", required_argument, NULL, 't' },
                 { "spin", no_argument, NULL, 's' },
                 { "hold", required_argument, NULL, 'H' },
+                { "scope", required_argument, NULL, 'S' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -118,7 +138,7 @@ int main(int argc, char **argv) {
         bool spin = false;
         int c;
 
-        while ((c = getopt_long(argc, argv, "n:p:u:c:t:sH:h", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "n:p:u:c:t:sH:S:h", options, NULL)) >= 0)
                 switch (c) {
                 case 'n':
                         if (parse_uint32(optarg, &count) < 0 || count == 0 || count > 1024) {
@@ -162,15 +182,27 @@ int main(int argc, char **argv) {
                                 return 2;
                         }
                         break;
+                case 'S':
+                        if (strcmp(optarg, "process") == 0)
+                                params.scope = PACE_SCOPE_PROCESS;
+                        else if (strcmp(optarg, "tree") == 0)
+                                params.scope = PACE_SCOPE_TREE;
+                        else {
+                                fprintf(stderr, "overhead-holder: --scope %s: expected process or tree\n", optarg);
+                                return 2;
+                        }
+                        break;
                 case 'h':
                         printf("Usage: overhead-holder --count N --period DUR --util-ppm PPM [--cpu N] [--threads N] "
-                               "[--spin] [--hold DUR]\n");
+                               "[--spin] [--hold DUR] [--scope process|tree]\n");
                         return 0;
                 default:
                         return 2;
                 }
 
         struct sigaction sa = { .sa_handler = on_signal };
+        if (params.scope == PACE_SCOPE_TREE)
+                (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGALRM, &sa, NULL);
@@ -232,5 +264,14 @@ int main(int argc, char **argv) {
         for (uint32_t i = 0; i < started; i++)
                 while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR)
                         ;
+        /* Tree scope: the children's own children came to us (subreaper)
+         * and die of their PR_SET_PDEATHSIG; in strict mode only once the
+         * dispatcher has thawed them, so give that a moment. */
+        if (params.scope == PACE_SCOPE_TREE) {
+                stop = 0;
+                alarm(3);
+                while (!stop && (waitpid(-1, NULL, 0) >= 0 || errno == EINTR))
+                        ;
+        }
         return ret;
 }
