@@ -144,6 +144,9 @@ int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *e
 GroupSet *group_set_alloc(const GroupBackend *backend, const char *root, const char *name);
 void group_owner_mark(GroupSet *s, pid_t owner);
 int group_write_id(const char *dir, const char *file, pid_t id);
+/* One process or thread (file: a list file) back to orig under root, or
+ * to root itself if that group is gone. */
+void group_move_back(const char *root, const char *orig, const char *file, pid_t id);
 /* Where a task sits, from its /proc/…/cgroup file: in the v1 hierarchy of
  * controller, or (NULL) on the unified hierarchy. */
 int group_read_orig(const char *proc_path, const char *controller, char *ret, size_t size);

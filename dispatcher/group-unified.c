@@ -300,10 +300,7 @@ static int unified_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
 }
 
 static void unified_move_out(const GroupSet *s, const Group *g, const char *file, pid_t id) {
-        char dir[PATH_MAX * 2];
-        int n = snprintf(dir, sizeof(dir), "%s%s", s->root, strcmp(g->orig, "/") == 0 ? "" : g->orig);
-        if (n < 0 || (size_t) n >= sizeof(dir) || group_write_id(dir, file, id) < 0)
-                (void) group_write_id(s->root, file, id);
+        group_move_back(s->root, g->orig, file, id);
 }
 
 static void unified_destroy(GroupSet *s, Group *g) {

@@ -374,20 +374,12 @@ static int v1_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
         return r;
 }
 
-/* Back to orig under root, or to root itself if that group is gone. */
-static void move_back(const char *root, const char *orig, const char *file, pid_t id) {
-        char dir[PATH_MAX * 2];
-        int n = snprintf(dir, sizeof(dir), "%s%s", root, strcmp(orig, "/") == 0 ? "" : orig);
-        if (n < 0 || (size_t) n >= sizeof(dir) || group_write_id(dir, file, id) < 0)
-                (void) group_write_id(root, file, id);
-}
-
 static void v1_move_out(const GroupSet *s, const Group *g, const char *file, pid_t id) {
-        move_back(s->root, g->orig, file, id);
+        group_move_back(s->root, g->orig, file, id);
         if (s->cpu_base[0] && g->cpu_orig[0])
-                move_back(s->cpu_root, g->cpu_orig, file, id);
+                group_move_back(s->cpu_root, g->cpu_orig, file, id);
         if (g->cpuset_dir[0])
-                move_back(s->cpuset_root, g->cpuset_orig, file, id);
+                group_move_back(s->cpuset_root, g->cpuset_orig, file, id);
 }
 
 static void v1_destroy(GroupSet *s, Group *g) {

@@ -43,6 +43,13 @@ int group_write_id(const char *dir, const char *file, pid_t id) {
         return write_string_file(path, text);
 }
 
+void group_move_back(const char *root, const char *orig, const char *file, pid_t id) {
+        char dir[PATH_MAX * 2];
+        int n = snprintf(dir, sizeof(dir), "%s%s", root, strcmp(orig, "/") == 0 ? "" : orig);
+        if (n < 0 || (size_t) n >= sizeof(dir) || group_write_id(dir, file, id) < 0)
+                (void) group_write_id(root, file, id);
+}
+
 int group_read_orig(const char *proc_path, const char *controller, char *ret, size_t size) {
         char buf[4096];
         int r = read_small_file(proc_path, buf, sizeof(buf));
