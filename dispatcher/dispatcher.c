@@ -28,6 +28,7 @@
 #include "frame.h"
 #include "group.h"
 #include "held.h"
+#include "log-ring.h"
 #include "pace-stats.h"
 #include "macro.h"
 #include "rt-check.h"
@@ -42,8 +43,6 @@
 #define LOOP_STACK_SIZE (256u * 1024u)
 /* The delivered figure covers whole periods of at least this long. */
 #define ACCT_WINDOW_NS (2 * NSEC_PER_SEC)
-#define LOG_RING_SIZE 64u
-#define LOG_MESSAGE_MAX 384u
 /* A header written through mmap raises no inotify event: after the file
  * appears, look again this often, this many times. */
 #define OPEN_RETRY_NS (10 * NSEC_PER_MSEC)
@@ -111,14 +110,6 @@ typedef struct CpuLoop {
         uint32_t rot;
 } CpuLoop;
 
-typedef struct LogRing {
-        pthread_mutex_t lock;
-        unsigned head, tail, dropped;
-        DispatcherLogLevel levels[LOG_RING_SIZE];
-        char messages[LOG_RING_SIZE][LOG_MESSAGE_MAX];
-        int efd;
-} LogRing;
-
 struct Dispatcher {
         /* As started: CPUs, waiting policy and slot never change. */
         PaceConfig config;
@@ -165,7 +156,7 @@ struct Dispatcher {
         bool *watch_probing;
         uint64_t watch_stalled_since;
 
-        LogRing log;
+        LogRing *log;
         int housekeeping_efd;
 };
 
@@ -193,53 +184,13 @@ static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
 }
 
 _printf_(3, 4) static void dlog(Dispatcher *d, DispatcherLogLevel level, const char *fmt, ...) {
-        LogRing *ring = &d->log;
         va_list ap;
 
         /* Dispatch threads must never block on the journal: they queue, the
          * main thread writes. */
-        pthread_mutex_lock(&ring->lock);
-        if (ring->head - ring->tail >= LOG_RING_SIZE) {
-                ring->dropped++;
-        } else {
-                unsigned i = ring->head++ % LOG_RING_SIZE;
-                ring->levels[i] = level;
-                va_start(ap, fmt);
-                vsnprintf(ring->messages[i], LOG_MESSAGE_MAX, fmt, ap);
-                va_end(ap);
-        }
-        pthread_mutex_unlock(&ring->lock);
-        uint64_t one = 1;
-        (void) !write(ring->efd, &one, sizeof(one));
-}
-
-static void log_drain(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
-        LogRing *ring = &d->log;
-        char message[LOG_MESSAGE_MAX];
-        uint64_t v;
-
-        (void) !read(ring->efd, &v, sizeof(v));
-        for (;;) {
-                DispatcherLogLevel level;
-                unsigned dropped;
-
-                pthread_mutex_lock(&ring->lock);
-                if (ring->tail == ring->head) {
-                        dropped = ring->dropped;
-                        ring->dropped = 0;
-                        pthread_mutex_unlock(&ring->lock);
-                        if (dropped > 0) {
-                                snprintf(message, sizeof(message), "%u log messages dropped", dropped);
-                                log_fn(DISPATCHER_LOG_WARNING, message, userdata);
-                        }
-                        return;
-                }
-                unsigned i = ring->tail++ % LOG_RING_SIZE;
-                level = ring->levels[i];
-                memcpy(message, ring->messages[i], sizeof(message));
-                pthread_mutex_unlock(&ring->lock);
-                log_fn(level, message, userdata);
-        }
+        va_start(ap, fmt);
+        (void) log_ring_pushv(d->log, level, fmt, ap);
+        va_end(ap);
 }
 
 /* The broker may truncate the file under our mapping; a read of the missing
@@ -797,8 +748,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
-        d->log.efd = d->housekeeping_efd = -EBADF;
-        pthread_mutex_init(&d->log.lock, NULL);
+        d->housekeeping_efd = -EBADF;
         d->config = *config;
         r = resolve_cpus(&d->config);
         if (r < 0) {
@@ -813,9 +763,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d->runtime_dir = strdup(runtime_dir);
         if (!d->runtime_dir || asprintf(&d->table_path, "%s/%s", runtime_dir, PACE_TABLE_NAME) < 0)
                 return -ENOMEM;
-        d->log.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (d->log.efd < 0)
-                return negative_errno();
+        r = log_ring_new(&d->log);
+        if (r < 0)
+                return r;
         d->housekeeping_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (d->housekeeping_efd < 0)
                 return negative_errno();
@@ -1434,7 +1384,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         { .fd = sfd, .events = POLLIN },
                         { .fd = ifd, .events = POLLIN },
                         { .fd = tfd, .events = POLLIN },
-                        { .fd = d->log.efd, .events = POLLIN },
+                        { .fd = log_ring_fd(d->log), .events = POLLIN },
                         { .fd = wfd, .events = POLLIN },
                         { .fd = pfd, .events = POLLIN },
                         { .fd = d->housekeeping_efd, .events = POLLIN },
@@ -1471,7 +1421,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         return negative_errno();
                 }
                 if (p[3].revents & POLLIN)
-                        log_drain(d, log_fn, userdata);
+                        (void) log_ring_drain(d->log, log_fn, userdata);
                 if (p[0].revents & POLLIN) {
                         struct signalfd_siginfo si;
                         if (read(sfd, &si, sizeof(si)) != sizeof(si))
@@ -1499,7 +1449,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                                  * demote from here, then die as asked. */
                                 atomic_store(&d->stop, true);
                                 sweep(d, o, false);
-                                log_drain(d, log_fn, userdata);
+                                (void) log_ring_drain(d->log, log_fn, userdata);
                                 signal(SIGABRT, SIG_DFL);
                                 sigemptyset(&mask);
                                 sigaddset(&mask, SIGABRT);
@@ -1585,7 +1535,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         pthread_join(d->loops[i].thread, NULL);
                         d->loops[i].created = false;
                 }
-        log_drain(d, log_fn, userdata);
+        (void) log_ring_drain(d->log, log_fn, userdata);
         return 0;
 }
 
@@ -1653,9 +1603,8 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
         for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
                 table_reader_free(d->leaked[i]);
         thread_registry_free(d->registry);
-        safe_close(d->log.efd);
+        log_ring_free(d->log);
         safe_close(d->housekeeping_efd);
-        pthread_mutex_destroy(&d->log.lock);
         free(d->runtime_dir);
         free(d->table_path);
         free(d);
