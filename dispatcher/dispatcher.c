@@ -7,7 +7,6 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -35,6 +34,7 @@
 #include "sched-util.h"
 #include "sweep.h"
 #include "table-check.h"
+#include "table-guard.h"
 #include "table-shm.h"
 
 /* The signal that interrupts a dispatch thread's sleep (futex or
@@ -160,16 +160,6 @@ struct Dispatcher {
         int housekeeping_efd;
 };
 
-static __thread sigjmp_buf *bus_guard;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc) {
-        if (bus_guard)
-                siglongjmp(*bus_guard, 1);
-        /* Not ours: die as the fault would have made us. */
-        signal(SIGBUS, SIG_DFL);
-        raise(SIGBUS);
-}
-
 static void on_kick(int sig) {
 }
 
@@ -191,45 +181,6 @@ _printf_(3, 4) static void dlog(Dispatcher *d, DispatcherLogLevel level, const c
         va_start(ap, fmt);
         (void) log_ring_pushv(d->log, level, fmt, ap);
         va_end(ap);
-}
-
-/* The broker may truncate the file under our mapping; a read of the missing
- * pages raises SIGBUS. Every read of shared memory goes through a guard. */
-static int guarded_snapshot(const TableReader *r, PaceTableBuffer *out, uint64_t *ret_gen) {
-        sigjmp_buf jb;
-        volatile int ret = -EFAULT;
-
-        if (sigsetjmp(jb, 0) == 0) {
-                bus_guard = &jb;
-                ret = table_reader_snapshot(r, out, ret_gen);
-        }
-        bus_guard = NULL;
-        return ret;
-}
-
-static int guarded_generation(const TableReader *r, uint64_t *ret) {
-        sigjmp_buf jb;
-        volatile int ret_r = -EFAULT;
-
-        if (sigsetjmp(jb, 0) == 0) {
-                bus_guard = &jb;
-                *ret = table_reader_generation(r);
-                ret_r = 0;
-        }
-        bus_guard = NULL;
-        return ret_r;
-}
-
-static int guarded_wait(const TableReader *r, uint64_t seen) {
-        sigjmp_buf jb;
-        volatile int ret = -EFAULT;
-
-        if (sigsetjmp(jb, 0) == 0) {
-                bus_guard = &jb;
-                ret = table_reader_wait(r, seen, NULL);
-        }
-        bus_guard = NULL;
-        return ret;
 }
 
 static void loop_sync_epoch(CpuLoop *l) {
@@ -474,7 +425,7 @@ static int loop_consider(CpuLoop *l) {
 
         if (!l->reader || l->reader_broken)
                 return 0;
-        if (guarded_generation(l->reader, &seen) < 0) {
+        if (table_guard_generation(l->reader, &seen) < 0) {
                 loop_reader_fault(l);
                 return 0;
         }
@@ -490,7 +441,7 @@ static int loop_consider(CpuLoop *l) {
         l->look_full_ns = MAX(l->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
         l->next_look_ns = l->look_full_ns > now + burst_ns ? l->look_full_ns - burst_ns : 0;
 
-        r = guarded_snapshot(l->reader, l->spare, &gen);
+        r = table_guard_snapshot(l->reader, l->spare, &gen);
         if (r == -EFAULT) {
                 loop_reader_fault(l);
                 return 0;
@@ -618,7 +569,7 @@ static void loop_active(CpuLoop *l) {
                         loop_sync_config(l);
                         uint64_t gen;
                         bool fresh = l->reader && !l->reader_broken &&
-                                     guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
+                                     table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
                                      now_ns() >= l->next_look_ns;
                         if (fresh) {
                                 /* Whoever owned the last run is done anyway
@@ -680,13 +631,13 @@ static bool loop_idle(CpuLoop *l) {
                         if (l->reader_broken)
                                 continue;
                         uint64_t gen;
-                        if (guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen) {
+                        if (table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen) {
                                 /* New, but too soon after the last look. */
                                 (void) loop_sleep_until(l, l->next_look_ns);
                                 continue;
                         }
                         /* -EINTR on a kick, -EFAULT if the file shrank. */
-                        if (guarded_wait(l->reader, l->seen_gen) == -EFAULT)
+                        if (table_guard_wait(l->reader, l->seen_gen) == -EFAULT)
                                 loop_reader_fault(l);
                 } else {
                         (void) futex_private(&d->epoch_word, FUTEX_WAIT, word);
@@ -824,12 +775,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         sigemptyset(&sa.sa_mask);
         if (sigaction(KICK_SIGNAL, &sa, NULL) < 0)
                 return negative_errno();
-        /* SA_NODEFER: siglongjmp(…, 0) then leaves no signal blocked, so the
-         * guard costs no sigprocmask() on the dispatch path. */
-        sa = (struct sigaction) { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER };
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(SIGBUS, &sa, NULL) < 0)
-                return negative_errno();
+        r = table_guard_install();
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(d);
         return 0;
@@ -1138,7 +1086,7 @@ static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
         }
         /* A torn copy means the broker is publishing right now: look again. */
         for (unsigned tries = 0; tries < 100; tries++) {
-                r = guarded_snapshot(reader, d->scratch, ret_gen);
+                r = table_guard_snapshot(reader, d->scratch, ret_gen);
                 if (r != -EAGAIN)
                         return r;
                 (void) usleep(1000);
