@@ -32,6 +32,7 @@
 #include "macro.h"
 #include "rt-check.h"
 #include "sched-util.h"
+#include "stats-file.h"
 #include "sweep.h"
 #include "table-check.h"
 #include "table-guard.h"
@@ -253,37 +254,9 @@ static const char *identity_problem(int r) {
         }
 }
 
-/* A free entry of the accounting file for a newly held piece; none when
- * there is no file or it is full (then the piece goes unaccounted). */
-static void stats_claim(Dispatcher *d, Held *h, int32_t cpu) {
-        if (!d->stats)
-                return;
-        for (uint32_t i = 0; i < PACE_STATS_MAX_ENTRIES; i++) {
-                PaceStatsEntry *e = &d->stats->entries[i];
-                uint32_t expected = 0;
-                if (!atomic_compare_exchange_strong(&e->claimed, &expected, 1))
-                        continue;
-                acct_entry_write_begin(e);
-                e->id = h->id;
-                e->cpu = cpu;
-                e->threads = 0;
-                e->cpu_time_ns = e->window_ns = e->delivered_ns = 0;
-                e->periods = e->periods_blocked = e->periods_wanted_more = 0;
-                e->updated_ns = now_ns();
-                acct_entry_write_end(e);
-                h->stats = e;
-                return;
-        }
-}
-
 static void loop_free_held(CpuLoop *l, Held *h) {
-        PaceStatsEntry *e = h->stats;
-        if (e) {
-                acct_entry_write_begin(e);
-                e->id = 0;
-                acct_entry_write_end(e);
-                atomic_store(&e->claimed, 0);
-        }
+        if (h->stats)
+                stats_file_release(h->stats);
         held_free(h, &l->ctx);
 }
 
@@ -299,7 +272,7 @@ static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
         acct_period_end(&h->acct, u, t, (uint64_t) h->budget_slots * l->config->slot_ns,
                         counted && held_any_runnable(h), ACCT_WINDOW_NS);
         if (counted)
-                acct_publish(&h->acct, (uint32_t) h->n_threads, u, t, h->stats);
+                stats_file_publish(h->stats, &h->acct, (uint32_t) h->n_threads, u, t);
 }
 
 /* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
@@ -367,7 +340,9 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                                 if (r < 0)
                                         return r;
                         } else {
-                                stats_claim(d, h, l->cpu);
+                                /* Full: the piece goes unaccounted. */
+                                if (d->stats)
+                                        (void) stats_file_claim(d->stats, h->id, l->cpu, &h->stats);
                                 held_cpus_of(t, res->id, h->cpus, sizeof(h->cpus));
                         }
                 }
@@ -784,43 +759,17 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
 }
 
 int dispatcher_stats_open(const char *runtime_dir, int *ret_fd) {
-        _cleanup_close_ int dfd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        _cleanup_close_ int fd = -EBADF;
-        struct stat st;
-
-        if (dfd < 0)
-                return negative_errno();
-        /* The directory is the broker's: whatever it left under the name is
-         * not ours to trust (a symlink, a file of its own, a hard link). */
-        fd = openat(dfd, PACE_STATS_NAME, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || st.st_nlink != 1))
-                fd = safe_close(fd);
-        if (fd < 0) {
-                (void) unlinkat(dfd, PACE_STATS_NAME, 0);
-                fd = openat(dfd, PACE_STATS_NAME, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-                if (fd < 0)
-                        return negative_errno();
-        }
-        if (fchmod(fd, 0644) < 0 || ftruncate(fd, 0) < 0 || ftruncate(fd, sizeof(PaceStatsFile)) < 0)
-                return negative_errno();
-        *ret_fd = TAKE_FD(fd);
-        return 0;
+        return stats_file_open(runtime_dir, ret_fd);
 }
 
 int dispatcher_use_stats(Dispatcher *d, int fd) {
-        PaceStatsFile *f = mmap(NULL, sizeof(PaceStatsFile), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        PaceStatsFile *f;
+        int r;
 
-        if (f == MAP_FAILED)
-                return negative_errno();
-        /* A restarted dispatcher starts from nothing: its Helds are new. */
-        memset(f, 0, sizeof(*f));
-        f->version = PACE_STATS_VERSION;
-        f->n_entries = PACE_STATS_MAX_ENTRIES;
-        f->dispatcher_pid = getpid();
-        atomic_thread_fence(memory_order_release);
-        f->magic = PACE_STATS_MAGIC;
-        if (d->stats)
-                munmap(d->stats, sizeof(PaceStatsFile));
+        r = stats_file_map(fd, &f);
+        if (r < 0)
+                return r;
+        stats_file_unmap(d->stats);
         d->stats = f;
         return 0;
 }
@@ -1545,8 +1494,7 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
         }
         group_set_free(d->groups);
         tree_set_free(d->trees);
-        if (d->stats)
-                munmap(d->stats, sizeof(PaceStatsFile));
+        stats_file_unmap(d->stats);
         table_reader_free((TableReader *) atomic_load(&d->reader));
         for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
                 table_reader_free(d->leaked[i]);
