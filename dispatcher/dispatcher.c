@@ -37,6 +37,7 @@
 #include "table-check.h"
 #include "table-guard.h"
 #include "table-shm.h"
+#include "watchdog.h"
 
 /* The signal that interrupts a dispatch thread's sleep (futex or
  * clock_nanosleep) so it looks at the stop flag and the reader epoch. */
@@ -74,9 +75,8 @@ typedef struct CpuLoop {
         bool created;
         _Atomic int state;
         _Atomic uint64_t acked_epoch;
-        /* Bumped when the loop enters and leaves every sleep: the watchdog
-         * pings systemd only while every loop's count moves (see
-         * dispatcher_watchdog_check()). */
+        /* Bumped when the loop enters and leaves every sleep, and on every
+         * idle pass: what the watchdog (watchdog.h) looks at. */
         _Atomic uint64_t beats;
         _Atomic uint64_t acked_config;
         _Atomic bool hang; /* test hook: wedge at the next chance */
@@ -153,9 +153,7 @@ struct Dispatcher {
         ino_t last_open_error_ino;
         TableReader *leaked[8];
         PaceTableBuffer *scratch; /* main thread: reload checks, sweeps */
-        uint64_t *watch_beats;
-        bool *watch_probing;
-        uint64_t watch_stalled_since;
+        Watchdog *watchdog;
 
         LogRing *log;
         int housekeeping_efd;
@@ -664,6 +662,22 @@ static int resolve_cpus(PaceConfig *config) {
         return 0;
 }
 
+static bool watch_beats(uint32_t i, uint64_t *ret, void *userdata) {
+        Dispatcher *d = userdata;
+        CpuLoop *l = &d->loops[i];
+
+        if (!l->created || atomic_load(&l->state) == LOOP_EXITED)
+                return false;
+        *ret = atomic_load(&l->beats);
+        return true;
+}
+
+static void watch_kick(uint32_t i, void *userdata) {
+        Dispatcher *d = userdata;
+
+        (void) pthread_kill(d->loops[i].thread, KICK_SIGNAL);
+}
+
 int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err,
                    size_t err_size) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
@@ -709,11 +723,12 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d->configs[0] = d->config;
         d->scratch = calloc(1, sizeof(PaceTableBuffer));
         d->loops = calloc(d->config.n_cpus, sizeof(*d->loops));
-        d->watch_beats = calloc(d->config.n_cpus, sizeof(*d->watch_beats));
-        d->watch_probing = calloc(d->config.n_cpus, sizeof(*d->watch_probing));
-        if (!d->loops || !d->scratch || !d->watch_beats || !d->watch_probing)
+        if (!d->loops || !d->scratch)
                 return -ENOMEM;
         d->n_loops = d->config.n_cpus;
+        r = watchdog_new(d->n_loops, watch_beats, watch_kick, d, &d->watchdog);
+        if (r < 0)
+                return r;
         uint32_t max_frame = pace_config_frame_slots(&d->config);
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];
@@ -1139,65 +1154,35 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                 "boundary");
 }
 
-/* The watchdog proves that every dispatch loop advances, not only that the
- * main thread lives. A loop counts its sleeps (beats). An active loop
- * wakes at every ownership change, so its count moves on its own; an idle
- * one sleeps on a futex without any periodic wake-up, and so does an
- * active one between runs of a long frame. A loop whose count has not
- * moved since the last check is kicked (the same signal that hands over a
- * new table): a live loop wakes, loops and sleeps again, which moves its
- * count; one wedged anywhere else does not. WATCHDOG=1 goes out only when
- * every loop has moved. */
-#define WATCH_PROBE_NS (50 * NSEC_PER_MSEC)
+/* A look (probe false) or a probe of the watchdog: the ping when every loop
+ * advances, a probe soon when one did not, the log when that lasts. */
+static void watch(Dispatcher *d, const DispatcherRunOptions *o, bool probe, int pfd) {
+        uint64_t stalled_ns;
 
-static bool watch_live(CpuLoop *l) {
-        return l->created && atomic_load(&l->state) != LOOP_EXITED;
-}
-
-/* Returns true if every loop has advanced since the last look; kicks (and
- * marks for probing) the ones that have not. */
-static bool watch_look(Dispatcher *d, bool kick) {
-        bool all = true;
-
-        for (uint32_t i = 0; i < d->n_loops; i++) {
-                CpuLoop *l = &d->loops[i];
-                if (!watch_live(l)) {
-                        d->watch_probing[i] = false;
-                        continue;
-                }
-                uint64_t b = atomic_load(&l->beats);
-                if (b != d->watch_beats[i]) {
-                        d->watch_beats[i] = b;
-                        d->watch_probing[i] = false;
-                        continue;
-                }
-                all = false;
-                d->watch_probing[i] = true;
-                if (kick)
-                        (void) pthread_kill(l->thread, KICK_SIGNAL);
-        }
-        return all;
-}
-
-static void watch_ping(Dispatcher *d, const DispatcherRunOptions *o) {
-        if (d->watch_stalled_since) {
+        switch (probe ? watchdog_probe(d->watchdog, now_ns(), &stalled_ns) :
+                        watchdog_look(d->watchdog, now_ns(), &stalled_ns)) {
+        case WATCHDOG_RECOVERED:
                 run_log(o, DISPATCHER_LOG_INFO, "every dispatch loop advances again after %" PRIu64 " ms",
-                        (uint64_t) ((now_ns() - d->watch_stalled_since) / NSEC_PER_MSEC));
-                d->watch_stalled_since = 0;
+                        (uint64_t) (stalled_ns / NSEC_PER_MSEC));
+                o->watchdog_ping(o->userdata);
+                break;
+        case WATCHDOG_PING:
+                o->watchdog_ping(o->userdata);
+                break;
+        case WATCHDOG_PROBE:
+                arm_timer(pfd, WATCHDOG_PROBE_NS);
+                break;
+        case WATCHDOG_STALLED:
+                for (uint32_t i = 0; i < d->n_loops; i++)
+                        if (watchdog_loop_stalled(d->watchdog, i))
+                                run_log(o, DISPATCHER_LOG_ERROR,
+                                        "the dispatch loop of CPU %" PRIi32 " does not advance (kicked, no answer "
+                                        "within %llu ms); withholding the watchdog ping",
+                                        d->loops[i].cpu, (unsigned long long) (WATCHDOG_PROBE_NS / NSEC_PER_MSEC));
+                break;
+        case WATCHDOG_STILL_STALLED:
+                break;
         }
-        o->watchdog_ping(o->userdata);
-}
-
-static void watch_stalled(Dispatcher *d, const DispatcherRunOptions *o) {
-        if (d->watch_stalled_since)
-                return;
-        d->watch_stalled_since = now_ns();
-        for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->watch_probing[i])
-                        run_log(o, DISPATCHER_LOG_ERROR,
-                                "the dispatch loop of CPU %" PRIi32 " does not advance (kicked, no answer within "
-                                "%llu ms); withholding the watchdog ping",
-                                d->loops[i].cpu, (unsigned long long) (WATCH_PROBE_NS / NSEC_PER_MSEC));
 }
 
 int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
@@ -1246,7 +1231,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                 run_log(o, DISPATCHER_LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
                         "shows no delivered utilization");
         if (o->watchdog_ns > 0 && o->watchdog_ping) {
-                uint64_t every = MAX(o->watchdog_ns / 4, 2 * WATCH_PROBE_NS);
+                uint64_t every = watchdog_look_interval(o->watchdog_ns);
                 struct itimerspec its = {
                         .it_value = { .tv_sec = (time_t) (every / NSEC_PER_SEC),
                                       .tv_nsec = (long) (every % NSEC_PER_SEC) },
@@ -1383,18 +1368,12 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                 if (p[4].revents & POLLIN) {
                         uint64_t v;
                         (void) !read(wfd, &v, sizeof(v));
-                        if (watch_look(d, true))
-                                watch_ping(d, o);
-                        else
-                                arm_timer(pfd, WATCH_PROBE_NS);
+                        watch(d, o, false, pfd);
                 }
                 if (p[5].revents & POLLIN) {
                         uint64_t v;
                         (void) !read(pfd, &v, sizeof(v));
-                        if (watch_look(d, false))
-                                watch_ping(d, o);
-                        else
-                                watch_stalled(d, o);
+                        watch(d, o, true, pfd);
                 }
                 if (p[6].revents & POLLIN) {
                         uint64_t v;
@@ -1486,8 +1465,7 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
         }
         free(d->loops);
         free(d->scratch);
-        free(d->watch_beats);
-        free(d->watch_probing);
+        watchdog_free(d->watchdog);
         if (d->freezer) {
                 (void) freezer_anchor(d, false);
                 (void) rmdir(d->freezer_base);
