@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-#include <dirent.h>
+/* The dispatcher's lifecycle and its main thread: creating the dispatch
+ * loops (loop.c) and starting their threads, finding and handing over the
+ * table file, reloads, sweeps, the watchdog's timers (watchdog.c) and
+ * relaying the loops' log messages (log-ring.c), until it stops. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -18,17 +19,15 @@
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dispatcher.h"
-#include "frame.h"
 #include "group.h"
 #include "held.h"
 #include "log-ring.h"
-#include "pace-stats.h"
+#include "loop.h"
 #include "macro.h"
 #include "rt-check.h"
 #include "sched-util.h"
@@ -39,86 +38,20 @@
 #include "table-shm.h"
 #include "watchdog.h"
 
-/* The signal that interrupts a dispatch thread's sleep (futex or
- * clock_nanosleep) so it looks at the stop flag and the reader epoch. */
-#define KICK_SIGNAL SIGUSR1
-#define LOOP_STACK_SIZE (256u * 1024u)
-/* The delivered figure covers whole periods of at least this long. */
-#define ACCT_WINDOW_NS (2 * NSEC_PER_SEC)
 /* A header written through mmap raises no inotify event: after the file
  * appears, look again this often, this many times. */
 #define OPEN_RETRY_NS (10 * NSEC_PER_MSEC)
-/* A new generation is copied and checked at SCHED_FIFO 99 (about 20 us for
- * a small table, hundreds for a full one). Whoever writes the table could
- * publish in a loop and make that our whole life: each loop looks through a
- * token bucket, a burst of TABLE_LOOK_BURST looks (a few grants and
- * releases in a row are adopted at once), then one per
- * TABLE_LOOK_INTERVAL_NS, whatever the generation does. */
-#define TABLE_LOOK_BURST 4u
-#define TABLE_LOOK_INTERVAL_NS (50 * NSEC_PER_MSEC)
 /* The main thread tidies the reservation groups this often while there are
  * any (group_set_housekeep()): what a tree's new members wait at most to
  * be found, and how long a stranger may sit in a group. */
 #define HOUSEKEEPING_NS (50 * NSEC_PER_MSEC)
 #define OPEN_RETRIES 300u
 
-typedef enum LoopState {
-        LOOP_STARTING,
-        LOOP_RUNNING,
-        LOOP_EXITED,
-} LoopState;
-
-typedef struct CpuLoop {
-        Dispatcher *d;
-        int32_t cpu;
-        pthread_t thread;
-        bool created;
-        _Atomic int state;
-        _Atomic uint64_t acked_epoch;
-        /* Bumped when the loop enters and leaves every sleep, and on every
-         * idle pass: what the watchdog (watchdog.h) looks at. */
-        _Atomic uint64_t beats;
-        _Atomic uint64_t acked_config;
-        _Atomic bool hang; /* test hook: wedge at the next chance */
-
-        /* Everything below belongs to the dispatch thread. */
-        HeldContext ctx;
-        const PaceConfig *config; /* the one in force on this CPU */
-        uint64_t config_gen;
-        const TableReader *reader;
-        bool reader_broken;
-        uint64_t epoch;
-        uint64_t seen_gen;  /* last generation looked at, accepted or not */
-        /* The look bucket: full (TABLE_LOOK_BURST) at look_full_ns; the next
-         * look may happen at next_look_ns. */
-        uint64_t look_full_ns, next_look_ns;
-        uint64_t table_gen; /* generation in force */
-        PaceTableBuffer *cur, *spare;
-        Held **held, **next_held;
-        size_t n_held;
-        /* Slot value (table index + 1) → Held, for the runs in force and
-         * for the ones being built; and frame_compile()'s inputs. */
-        Held **by_owner, **next_by_owner;
-        bool *owner_live;
-        uint32_t *owner_period;
-        FrameScratch *owner_scratch;
-        FrameRun *runs, *next_runs;
-        uint32_t n_runs, frame_slots;
-        /* The table slot the rotated frame begins at. Every CPU keeps one
-         * global grid: table slot = (CLOCK_MONOTONIC / slot) mod frame, so
-         * the pieces of a split reservation line up across CPUs and a
-         * table swap never shifts anyone's slots in time. */
-        uint32_t rot;
-} CpuLoop;
-
 struct Dispatcher {
         /* As started: CPUs, waiting policy and slot never change. */
         PaceConfig config;
-        /* What the loops validate tables against: configs[config_live],
-         * switched at each CPU's next frame boundary after a reload. */
-        PaceConfig configs[2];
-        _Atomic unsigned config_live;
-        _Atomic uint64_t config_gen;
+        /* What the loops see of us, and only that. */
+        LoopShared shared;
         char *runtime_dir;
         char *table_path;
         ThreadRegistry *registry;
@@ -126,24 +59,14 @@ struct Dispatcher {
         char freezer_root[512];
         char freezer_base[PATH_MAX];
         bool freezer;
-        /* Reservation groups (NULL: not usable here, groups_note says why)
-         * and the accounting file the broker reads (NULL: none). */
+        /* Reservation groups (NULL: not usable here, groups_note says why). */
         GroupSet *groups;
         TreeSet *trees;
         char groups_note[512];
         unsigned dead_instances; /* whose leftovers the start removed */
-        PaceStatsFile *stats;
 
         CpuLoop *loops;
         uint32_t n_loops;
-
-        _Atomic(const TableReader *) reader;
-        _Atomic uint64_t epoch;
-        _Atomic uint32_t epoch_word; /* futex for threads without a reader */
-        _Atomic bool stop;
-        _Atomic uint32_t hang_word; /* never woken: where a wedged loop waits */
-        _Atomic uint64_t broken_epoch;
-        _Atomic uint64_t refused_gen;
 
         /* main thread */
         bool have_table_file;
@@ -155,489 +78,13 @@ struct Dispatcher {
         PaceTableBuffer *scratch; /* main thread: reload checks, sweeps */
         Watchdog *watchdog;
 
-        LogRing *log;
         int housekeeping_efd;
 };
-
-static void on_kick(int sig) {
-}
 
 static uint64_t now_ns(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
-        return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
-}
-
-_printf_(3, 4) static void dlog(Dispatcher *d, DispatcherLogLevel level, const char *fmt, ...) {
-        va_list ap;
-
-        /* Dispatch threads must never block on the journal: they queue, the
-         * main thread writes. */
-        va_start(ap, fmt);
-        (void) log_ring_pushv(d->log, level, fmt, ap);
-        va_end(ap);
-}
-
-static void loop_sync_epoch(CpuLoop *l) {
-        Dispatcher *d = l->d;
-        uint64_t e = atomic_load(&d->epoch);
-
-        if (e == l->epoch)
-                return;
-        l->reader = atomic_load(&d->reader);
-        l->epoch = e;
-        l->reader_broken = false;
-        /* A new file counts its generations from 1 again. */
-        l->seen_gen = 0;
-        atomic_store(&l->acked_epoch, e);
-}
-
-/* Called where a new configuration may take over: at a frame boundary or
- * while idle, so no window is validated against two configurations. */
-static void loop_sync_config(CpuLoop *l) {
-        Dispatcher *d = l->d;
-        uint64_t gen = atomic_load(&d->config_gen);
-
-        if (gen == l->config_gen)
-                return;
-        l->config = &d->configs[atomic_load(&d->config_live)];
-        l->ctx.max_threads = l->config->max_threads_per_reservation;
-        l->config_gen = gen;
-        atomic_store(&l->acked_config, gen);
-}
-
-/* Test hook (SIGUSR2 with test hooks on): blocks forever in place without
- * spinning, like a deadlocked loop, and without ever bumping beats. Taken
- * right after a promotion (or while idle), so the owner of the slot stays
- * at SCHED_FIFO 98: the case the watchdog exists for. */
-static void loop_maybe_hang(CpuLoop *l) {
-        if (!atomic_load_explicit(&l->hang, memory_order_relaxed))
-                return;
-        for (;;)
-                (void) futex_private(&l->d->hang_word, FUTEX_WAIT, atomic_load(&l->d->hang_word));
-}
-
-static void loop_reader_fault(CpuLoop *l) {
-        Dispatcher *d = l->d;
-
-        l->reader_broken = true;
-        if (atomic_exchange(&d->broken_epoch, l->epoch) != l->epoch)
-                dlog(d, DISPATCHER_LOG_WARNING,
-                     "CPU %" PRIi32 ": the table file shrank under its mapping (SIGBUS while reading it); "
-                     "keeping generation %" PRIu64 " until a new table file appears",
-                     l->cpu, l->table_gen);
-}
-
-static const char *identity_problem(int r) {
-        switch (r) {
-        case -ESRCH:
-                return "the process does not exist";
-        case -ESTALE:
-                return "the pid now belongs to another process (start time differs)";
-        case -EPERM:
-                return "pid 1, kernel threads and the dispatcher itself are never promoted";
-        case -EACCES:
-                return "the process belongs to another user than the one the table names";
-        case -EDQUOT:
-                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
-                       "\"reserve_root_processes\" is off";
-        case -EBADMSG:
-                return "its /proc status or limits cannot be read";
-        default:
-                return strerror(-r);
-        }
-}
-
-static void loop_free_held(CpuLoop *l, Held *h) {
-        if (h->stats)
-                stats_file_release(h->stats);
-        held_free(h, &l->ctx);
-}
-
-/* The end of the owner's period (its closing run just ended, it is not yet
- * demoted): what it used in the period, whether it still wanted the CPU,
- * and every second or so a delivered figure over whole periods. */
-static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
-        uint64_t u;
-
-        if (h->gone || !h->stats || held_usage_ns(h, &l->ctx, &u) < 0)
-                return;
-        bool counted = h->acct.started;
-        acct_period_end(&h->acct, u, t, (uint64_t) h->budget_slots * l->config->slot_ns,
-                        counted && held_any_runnable(h), ACCT_WINDOW_NS);
-        if (counted)
-                stats_file_publish(h->stats, &h->acct, (uint32_t) h->n_threads, u, t);
-}
-
-/* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
- * members may run there and nowhere else. */
-static void held_cpus_of(const PaceTableBuffer *t, uint64_t id, char *ret, size_t size) {
-        bool on[PACE_MAX_CPUS] = {};
-        size_t n = 0;
-
-        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++)
-                if (t->reservations[i].id == id && t->reservations[i].cpu >= 0 &&
-                    t->reservations[i].cpu < (int32_t) PACE_MAX_CPUS)
-                        on[t->reservations[i].cpu] = true;
-        ret[0] = '\0';
-        for (int32_t c = 0; c < (int32_t) PACE_MAX_CPUS; c++)
-                if (on[c]) {
-                        int k = snprintf(ret + n, size - n, "%s%" PRIi32, n ? "," : "", c);
-                        if (k < 0 || (size_t) k >= size - n)
-                                break;
-                        n += (size_t) k;
-                }
-}
-
-static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
-        for (size_t i = 0; i < l->n_held; i++) {
-                Held *h = l->held[i];
-                if (h->id == res->id && h->pid == res->pid && h->start_time == res->start_time)
-                        return h;
-        }
-        return NULL;
-}
-
-/* Adopts l->spare (validated) as the table in force: carries over the
- * processes both tables name, identifies new ones, restores the ones that
- * left, and lays out this CPU's frame as runs of one owner each. */
-static int loop_adopt(CpuLoop *l, uint64_t gen) {
-        Dispatcher *d = l->d;
-        const PaceTableBuffer *t = l->spare;
-        const PaceTableCpu *tc = NULL;
-        size_t n_next = 0;
-        int r;
-
-        for (uint32_t c = 0; c < t->n_cpus; c++)
-                if (t->cpus[c].cpu == l->cpu)
-                        tc = &t->cpus[c];
-
-        for (size_t i = 0; i < l->n_held; i++)
-                l->held[i]->mark = false;
-
-        for (uint32_t i = 0; i < t->n_reservations; i++) {
-                const PaceTableReservation *res = &t->reservations[i];
-                Held *h;
-
-                l->next_by_owner[i + 1] = NULL;
-                l->owner_live[i + 1] = false;
-                if (res->cpu != l->cpu)
-                        continue;
-                h = loop_find_held(l, res);
-                if (!h) {
-                        r = held_new(res, l->config->reserve_root_processes, &h);
-                        if (r < 0) {
-                                dlog(d, DISPATCHER_LOG_WARNING,
-                                     "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s",
-                                     l->cpu, res->id, res->pid, identity_problem(r));
-                                r = held_new_inert(res, &h);
-                                if (r < 0)
-                                        return r;
-                        } else {
-                                /* Full: the piece goes unaccounted. */
-                                if (d->stats)
-                                        (void) stats_file_claim(d->stats, h->id, l->cpu, &h->stats);
-                                held_cpus_of(t, res->id, h->cpus, sizeof(h->cpus));
-                        }
-                }
-                h->period_slots = res->period_slots;
-                h->budget_slots = res->budget_slots;
-                h->mark = true;
-                l->next_by_owner[i + 1] = h;
-                l->owner_live[i + 1] = !h->gone;
-                l->owner_period[i + 1] = h->period_slots;
-                l->next_held[n_next++] = h;
-        }
-
-        for (size_t i = 0; i < l->n_held; i++)
-                if (!l->held[i]->mark)
-                        loop_free_held(l, l->held[i]);
-
-        Held **swap = l->held;
-        l->held = l->next_held;
-        l->next_held = swap;
-        l->n_held = n_next;
-
-        uint32_t frame = tc ? tc->frame_slots : 0, n = 0, rot = 0;
-        if (tc)
-                frame_compile(&t->slots[tc->first_slot], frame, l->owner_live, l->owner_period, l->owner_scratch,
-                              l->next_runs, &n, &rot);
-        FrameRun *runs = l->runs;
-        l->runs = l->next_runs;
-        l->next_runs = runs;
-        Held **owners = l->by_owner;
-        l->by_owner = l->next_by_owner;
-        l->next_by_owner = owners;
-        l->n_runs = n;
-        l->frame_slots = frame;
-        l->rot = rot;
-
-        PaceTableBuffer *b = l->cur;
-        l->cur = l->spare;
-        l->spare = b;
-        l->table_gen = gen;
-
-        dlog(d, DISPATCHER_LOG_INFO,
-             "CPU %" PRIi32 ": table generation %" PRIu64 " in force: %zu reservation(s), frame of %" PRIu32
-             " slots, %" PRIu32 " wake-ups per frame",
-             l->cpu, gen, l->n_held, frame, n);
-        return 0;
-}
-
-/* Looks at the published table if its generation is new. Returns 1 if a
- * new table is now in force, 0 if not. */
-static int loop_consider(CpuLoop *l) {
-        Dispatcher *d = l->d;
-        char err[256];
-        uint64_t gen = 0, seen;
-        int r;
-
-        if (!l->reader || l->reader_broken)
-                return 0;
-        if (table_guard_generation(l->reader, &seen) < 0) {
-                loop_reader_fault(l);
-                return 0;
-        }
-        if (seen == l->seen_gen)
-                return 0;
-        uint64_t now = now_ns();
-        if (now < l->next_look_ns)
-                return 0; /* looked at later: the generation stays unseen */
-        /* One token spent: the bucket is full again one interval later
-         * than it would have been, and empty while that is more than a
-         * burst away. */
-        uint64_t burst_ns = (uint64_t) (TABLE_LOOK_BURST - 1) * TABLE_LOOK_INTERVAL_NS;
-        l->look_full_ns = MAX(l->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
-        l->next_look_ns = l->look_full_ns > now + burst_ns ? l->look_full_ns - burst_ns : 0;
-
-        r = table_guard_snapshot(l->reader, l->spare, &gen);
-        if (r == -EFAULT) {
-                loop_reader_fault(l);
-                return 0;
-        }
-        if (r < 0) {
-                /* Nothing yet, or torn: the writer bumps the generation when
-                 * done, which is what we wait for next. */
-                l->seen_gen = seen;
-                return 0;
-        }
-        l->seen_gen = gen;
-
-        r = table_check(l->spare, l->config, err, sizeof(err));
-        if (r < 0) {
-                if (atomic_exchange(&d->refused_gen, gen) != gen)
-                        dlog(d, DISPATCHER_LOG_ERROR,
-                             "refusing table generation %" PRIu64 ": %s; generation %" PRIu64 " stays in force",
-                             gen, err, l->table_gen);
-                return 0;
-        }
-        r = loop_adopt(l, gen);
-        if (r < 0) {
-                dlog(d, DISPATCHER_LOG_ERROR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
-                     l->cpu, gen, strerror(-r));
-                return 0;
-        }
-        return 1;
-}
-
-static bool loop_stopping(CpuLoop *l) {
-        return atomic_load_explicit(&l->d->stop, memory_order_relaxed);
-}
-
-/* Absolute deadlines: a late wake-up never shifts the slots after it. */
-static int loop_sleep_until(CpuLoop *l, uint64_t t) {
-        struct timespec ts = { .tv_sec = (time_t) (t / NSEC_PER_SEC), .tv_nsec = (long) (t % NSEC_PER_SEC) };
-
-        for (;;) {
-                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
-                int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
-                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
-                if (r == 0)
-                        return 0;
-                if (r != EINTR)
-                        return -r;
-                if (loop_stopping(l))
-                        return -ECANCELED;
-                loop_sync_epoch(l);
-        }
-}
-
-static void loop_switch(CpuLoop *l, Held *from, Held *to) {
-        /* Dying (SIGABRT, SIGTERM): promote no one any more, whatever the
-         * table says; the main thread may be demoting everyone right now. */
-        if (to && loop_stopping(l))
-                to = NULL;
-        if (from == to)
-                return;
-        if (from)
-                (void) held_demote(from, &l->ctx);
-        if (to) {
-                int r = held_promote(to, &l->ctx);
-                /* -EAGAIN: strict mode waits for its group (a scope the main
-                 * thread is asking the manager for): not an error yet. */
-                if (r < 0 && r != -EAGAIN && !to->logged) {
-                        to->logged = true;
-                        if (r == -ESRCH)
-                                dlog(l->d, DISPATCHER_LOG_INFO,
-                                     "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
-                                     ") exited; its slots stay idle until the table drops it",
-                                     l->cpu, to->pid, to->id);
-                        else if (r == -EPERM && to->revoked)
-                                dlog(l->d, DISPATCHER_LOG_WARNING,
-                                     "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
-                                     ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
-                                     "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
-                        else
-                                dlog(l->d, DISPATCHER_LOG_ERROR,
-                                     "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64 "): %s",
-                                     l->cpu, to->pid, to->id, strerror(-r));
-                }
-                if (to->threads_skipped > 0 && !to->limit_logged) {
-                        to->limit_logged = true;
-                        dlog(l->d, DISPATCHER_LOG_WARNING,
-                             "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") has %" PRIu32
-                             " threads past max_threads_per_reservation (%" PRIu32 "); they are not moved",
-                             l->cpu, to->pid, to->id, to->threads_skipped, l->ctx.max_threads);
-                }
-                loop_maybe_hang(l);
-        }
-}
-
-/* Where the global grid stands at time t for the frame in force: when the
- * current rotated frame began, and which run covers t. */
-static void loop_locate(const CpuLoop *l, uint64_t t, uint64_t *ret_frame_start, uint32_t *ret_k) {
-        uint64_t slot_ns = l->config->slot_ns, g = t / slot_ns;
-        uint32_t off;
-
-        frame_locate(l->runs, l->n_runs, l->frame_slots, l->rot, g, &off, ret_k);
-        *ret_frame_start = (g - off) * slot_ns;
-}
-
-/* Runs the frame in force until the table empties this CPU or we stop. */
-static void loop_active(CpuLoop *l) {
-        uint64_t slot_ns = l->config->slot_ns;
-        uint64_t frame_start;
-        Held *prev = NULL;
-        bool prev_closes = false;
-        uint32_t k;
-
-        /* Join the grid where it stands: the run under way is entered at
-         * once, not a frame later. */
-        loop_locate(l, now_ns(), &frame_start, &k);
-        for (;;) {
-                uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
-
-                if (loop_sleep_until(l, t) < 0)
-                        break;
-
-                if (k == 0) {
-                        /* Frame boundary: the only place a new table may take
-                         * over, so no reservation loses slots of a window
-                         * that straddles the swap. */
-                        loop_sync_epoch(l);
-                        loop_sync_config(l);
-                        uint64_t gen;
-                        bool fresh = l->reader && !l->reader_broken &&
-                                     table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
-                                     now_ns() >= l->next_look_ns;
-                        if (fresh) {
-                                /* Whoever owned the last run is done anyway
-                                 * (runs are rotated); demote before the copy
-                                 * and check so it gets no extra time. */
-                                if (prev && prev_closes)
-                                        loop_period_end(l, prev, t);
-                                loop_switch(l, prev, NULL);
-                                prev = NULL;
-                                if (loop_consider(l) > 0) {
-                                        if (l->n_runs == 0)
-                                                return;
-                                        /* Same grid, new frame: carry on
-                                         * wherever it stands now. */
-                                        loop_locate(l, t, &frame_start, &k);
-                                }
-                        }
-                        uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = now_ns();
-                        if (now > t + frame_ns) {
-                                /* Stalled (a VM pause): rejoin the grid now
-                                 * rather than replay the missed slots. */
-                                loop_locate(l, now, &frame_start, &k);
-                        }
-                }
-
-                Held *owner = l->by_owner[l->runs[k].owner];
-                if (prev && prev_closes && prev != owner)
-                        loop_period_end(l, prev, t);
-                loop_switch(l, prev, owner);
-                prev = owner;
-                prev_closes = l->runs[k].closes;
-                if (++k == l->n_runs) {
-                        k = 0;
-                        frame_start += (uint64_t) l->frame_slots * slot_ns;
-                }
-        }
-        loop_switch(l, prev, NULL);
-}
-
-/* Sleeps, without any periodic wake-up, until a table gives this CPU a
- * frame. Returns false when stopping. */
-static bool loop_idle(CpuLoop *l) {
-        Dispatcher *d = l->d;
-
-        for (;;) {
-                /* Read before looking: a change after this bumps the word
-                 * and the futex wait below returns at once. */
-                uint32_t word = atomic_load(&d->epoch_word);
-
-                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
-                loop_maybe_hang(l);
-                if (loop_stopping(l))
-                        return false;
-                loop_sync_epoch(l);
-                loop_sync_config(l);
-                if (l->reader && !l->reader_broken) {
-                        if (loop_consider(l) > 0 && l->n_runs > 0)
-                                return true;
-                        if (l->reader_broken)
-                                continue;
-                        uint64_t gen;
-                        if (table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen) {
-                                /* New, but too soon after the last look. */
-                                (void) loop_sleep_until(l, l->next_look_ns);
-                                continue;
-                        }
-                        /* -EINTR on a kick, -EFAULT if the file shrank. */
-                        if (table_guard_wait(l->reader, l->seen_gen) == -EFAULT)
-                                loop_reader_fault(l);
-                } else {
-                        (void) futex_private(&d->epoch_word, FUTEX_WAIT, word);
-                }
-        }
-}
-
-static void *loop_main(void *userdata) {
-        CpuLoop *l = userdata;
-        sigset_t kick;
-
-        sigemptyset(&kick);
-        sigaddset(&kick, KICK_SIGNAL);
-        pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
-        atomic_store(&l->state, LOOP_RUNNING);
-
-        while (loop_idle(l)) {
-                loop_active(l);
-                if (loop_stopping(l))
-                        break;
-        }
-
-        for (size_t i = 0; i < l->n_held; i++)
-                loop_free_held(l, l->held[i]);
-        l->n_held = 0;
-        atomic_store(&l->state, LOOP_EXITED);
-        return NULL;
 }
 
 static int resolve_cpus(PaceConfig *config) {
@@ -664,24 +111,22 @@ static int resolve_cpus(PaceConfig *config) {
 
 static bool watch_beats(uint32_t i, uint64_t *ret, void *userdata) {
         Dispatcher *d = userdata;
-        CpuLoop *l = &d->loops[i];
 
-        if (!l->created || atomic_load(&l->state) == LOOP_EXITED)
+        if (!loop_running(&d->loops[i]))
                 return false;
-        *ret = atomic_load(&l->beats);
+        *ret = loop_beats(&d->loops[i]);
         return true;
 }
 
 static void watch_kick(uint32_t i, void *userdata) {
         Dispatcher *d = userdata;
 
-        (void) pthread_kill(d->loops[i].thread, KICK_SIGNAL);
+        loop_kick(&d->loops[i]);
 }
 
 int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err,
                    size_t err_size) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
-        struct sigaction sa = {};
         sigset_t mask;
         int r;
 
@@ -703,7 +148,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d->runtime_dir = strdup(runtime_dir);
         if (!d->runtime_dir || asprintf(&d->table_path, "%s/%s", runtime_dir, PACE_TABLE_NAME) < 0)
                 return -ENOMEM;
-        r = log_ring_new(&d->log);
+        r = log_ring_new(&d->shared.log);
         if (r < 0)
                 return r;
         d->housekeeping_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -720,7 +165,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
          * instance never touches the system's. */
         sweep_freezer_name(runtime_dir, d->freezer_name, sizeof(d->freezer_name));
 
-        d->configs[0] = d->config;
+        d->shared.configs[0] = d->config;
         d->scratch = calloc(1, sizeof(PaceTableBuffer));
         d->loops = calloc(d->config.n_cpus, sizeof(*d->loops));
         if (!d->loops || !d->scratch)
@@ -731,24 +176,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
                 return r;
         uint32_t max_frame = pace_config_frame_slots(&d->config);
         for (uint32_t i = 0; i < d->n_loops; i++) {
-                CpuLoop *l = &d->loops[i];
-                l->d = d;
-                l->cpu = d->config.cpus[i];
-                l->config = &d->configs[0];
-                l->cur = calloc(1, sizeof(PaceTableBuffer));
-                l->spare = calloc(1, sizeof(PaceTableBuffer));
-                l->held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-                l->next_held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-                l->by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
-                l->next_by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
-                l->owner_live = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(bool));
-                l->owner_period = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(uint32_t));
-                l->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
-                l->runs = calloc(max_frame + 1, sizeof(FrameRun));
-                l->next_runs = calloc(max_frame + 1, sizeof(FrameRun));
-                if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_owner || !l->next_by_owner ||
-                    !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs)
-                        return -ENOMEM;
+                r = loop_init(&d->loops[i], &d->shared, d->config.cpus[i], max_frame);
+                if (r < 0)
+                        return r;
         }
 
         sigemptyset(&mask);
@@ -757,14 +187,12 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         sigaddset(&mask, SIGHUP);
         sigaddset(&mask, SIGABRT);
         sigaddset(&mask, SIGUSR2);
-        sigaddset(&mask, KICK_SIGNAL);
+        sigaddset(&mask, LOOP_KICK_SIGNAL);
         pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
-        /* No SA_RESTART: a kick must end the futex wait or nanosleep. */
-        sa.sa_handler = on_kick;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(KICK_SIGNAL, &sa, NULL) < 0)
-                return negative_errno();
+        r = loop_setup_kick();
+        if (r < 0)
+                return r;
         r = table_guard_install();
         if (r < 0)
                 return r;
@@ -784,8 +212,8 @@ int dispatcher_use_stats(Dispatcher *d, int fd) {
         r = stats_file_map(fd, &f);
         if (r < 0)
                 return r;
-        stats_file_unmap(d->stats);
-        d->stats = f;
+        stats_file_unmap(d->shared.stats);
+        d->shared.stats = f;
         return 0;
 }
 
@@ -793,22 +221,22 @@ const PaceConfig *dispatcher_config(const Dispatcher *d) {
         return &d->config;
 }
 
-static void kick_until(Dispatcher *d, bool (*done)(CpuLoop *l, uint64_t arg), uint64_t arg, uint64_t timeout_ns) {
+static void kick_until(Dispatcher *d, bool (*done)(const CpuLoop *l, uint64_t arg), uint64_t arg,
+                       uint64_t timeout_ns) {
         uint64_t deadline = now_ns() + timeout_ns;
 
         for (;;) {
                 bool all = true;
 
-                atomic_fetch_add(&d->epoch_word, 1);
-                (void) futex_private(&d->epoch_word, FUTEX_WAKE, INT_MAX);
+                loop_shared_wake_idle(&d->shared);
                 for (uint32_t i = 0; i < d->n_loops; i++) {
                         CpuLoop *l = &d->loops[i];
-                        if (!l->created || atomic_load(&l->state) == LOOP_EXITED || done(l, arg))
+                        if (!loop_running(l) || done(l, arg))
                                 continue;
                         all = false;
                         /* The kick can land just before the thread enters
                          * its wait, so repeat it until acknowledged. */
-                        (void) pthread_kill(l->thread, KICK_SIGNAL);
+                        loop_kick(l);
                 }
                 if (all || now_ns() > deadline)
                         return;
@@ -816,12 +244,8 @@ static void kick_until(Dispatcher *d, bool (*done)(CpuLoop *l, uint64_t arg), ui
         }
 }
 
-static bool loop_acked(CpuLoop *l, uint64_t epoch) {
-        return atomic_load(&l->acked_epoch) >= epoch;
-}
-
-static bool loop_exited(CpuLoop *l, uint64_t unused) {
-        return atomic_load(&l->state) == LOOP_EXITED;
+static bool loop_gone(const CpuLoop *l, uint64_t unused) {
+        return loop_exited(l);
 }
 
 /* The v1 freezer flips a static key (kernel text patching, IPIs to every
@@ -922,11 +346,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
 
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];
-                pthread_attr_t attr;
-                struct sched_param sp = { .sched_priority = PACE_DISPATCHER_PRIORITY };
-                cpu_set_t set;
-
-                l->ctx = (HeldContext) {
+                HeldContext ctx = {
                         .registry = d->registry,
                         .waiting = d->config.waiting,
                         .cpu = l->cpu,
@@ -937,16 +357,8 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                         .trees = d->trees,
                         .housekeeping_fd = d->housekeeping_efd,
                 };
-                CPU_ZERO(&set);
-                CPU_SET(l->cpu, &set);
-                pthread_attr_init(&attr);
-                pthread_attr_setstacksize(&attr, LOOP_STACK_SIZE);
-                pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-                pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
-                pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
-                pthread_attr_setschedparam(&attr, &sp);
-                r = -pthread_create(&l->thread, &attr, loop_main, l);
-                pthread_attr_destroy(&attr);
+
+                r = loop_start(l, &ctx);
                 if (r == -EPERM) {
                         rt_explain_eperm("/proc", "/sys/fs/cgroup", err, err_size);
                         return r;
@@ -961,7 +373,6 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                                  strerror(-r));
                         return r;
                 }
-                l->created = true;
         }
         return 0;
 }
@@ -977,7 +388,7 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
         if (stat(d->table_path, &st) < 0)
                 return negative_errno();
         if (d->have_table_file && st.st_dev == d->table_dev && st.st_ino == d->table_ino &&
-            atomic_load(&d->broken_epoch) != atomic_load(&d->epoch))
+            atomic_load(&d->shared.broken_epoch) != atomic_load(&d->shared.epoch))
                 return 0;
 
         r = table_reader_open(d->table_path, &reader);
@@ -988,19 +399,18 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
                 return -EAGAIN; /* replaced while we opened it: look again */
         }
 
-        const TableReader *old = atomic_load(&d->reader);
-        atomic_store(&d->reader, reader);
-        uint64_t epoch = atomic_fetch_add(&d->epoch, 1) + 1;
+        const TableReader *old = atomic_load(&d->shared.reader);
+        atomic_store(&d->shared.reader, reader);
+        uint64_t epoch = atomic_fetch_add(&d->shared.epoch, 1) + 1;
         d->have_table_file = true;
         d->table_dev = st.st_dev;
         d->table_ino = st.st_ino;
         d->last_open_error = 0;
 
-        kick_until(d, loop_acked, epoch, 2 * NSEC_PER_SEC);
+        kick_until(d, loop_acked_epoch, epoch, 2 * NSEC_PER_SEC);
         bool all = true;
         for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->loops[i].created && atomic_load(&d->loops[i].state) != LOOP_EXITED &&
-                    !loop_acked(&d->loops[i], epoch))
+                if (loop_running(&d->loops[i]) && !loop_acked_epoch(&d->loops[i], epoch))
                         all = false;
         if (all) {
                 table_reader_free((TableReader *) old);
@@ -1039,7 +449,7 @@ _printf_(3, 4) static void run_log(const DispatcherRunOptions *o, DispatcherLogL
  * before there is one, from the file. */
 static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
         _cleanup_(table_reader_freep) TableReader *own = NULL;
-        const TableReader *reader = atomic_load(&d->reader);
+        const TableReader *reader = atomic_load(&d->shared.reader);
         int r;
 
         if (!reader) {
@@ -1079,10 +489,6 @@ static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
                         at_start ? "start-up sweep (a previous dispatcher died without restoring)" :
                                    "dying on SIGABRT",
                         demoted, PACE_RUNNING_PRIORITY, ", ", groups);
-}
-
-static bool loop_config_acked(CpuLoop *l, uint64_t gen) {
-        return atomic_load(&l->acked_config) >= gen;
 }
 
 static bool same_cpus(const PaceConfig *a, const PaceConfig *b) {
@@ -1127,10 +533,9 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                         "force stays", fixed);
                 return;
         }
-        uint64_t cur = atomic_load(&d->config_gen);
+        uint64_t cur = atomic_load(&d->shared.config_gen);
         for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->loops[i].created && atomic_load(&d->loops[i].state) != LOOP_EXITED &&
-                    !loop_config_acked(&d->loops[i], cur)) {
+                if (loop_running(&d->loops[i]) && !loop_acked_config(&d->loops[i], cur)) {
                         run_log(o, DISPATCHER_LOG_ERROR,
                                 "reload refused: the previous reload is not in force on CPU %" PRIi32
                                 " yet (it waits for a frame boundary); send SIGHUP again", d->loops[i].cpu);
@@ -1144,12 +549,12 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                 return;
         }
 
-        unsigned live = atomic_load(&d->config_live);
-        d->configs[!live] = next;
-        atomic_store(&d->config_live, !live);
-        uint64_t ngen = atomic_fetch_add(&d->config_gen, 1) + 1;
+        unsigned live = atomic_load(&d->shared.config_live);
+        d->shared.configs[!live] = next;
+        atomic_store(&d->shared.config_live, !live);
+        uint64_t ngen = atomic_fetch_add(&d->shared.config_gen, 1) + 1;
         /* Idle loops take it at once; active ones at their frame boundary. */
-        kick_until(d, loop_config_acked, ngen, 0);
+        kick_until(d, loop_acked_config, ngen, 0);
         run_log(o, DISPATCHER_LOG_INFO, "reloaded the configuration; in force on each CPU from its next frame "
                 "boundary");
 }
@@ -1227,7 +632,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         if (d->dead_instances > 0)
                 run_log(o, DISPATCHER_LOG_WARNING, "removed the cgroups of %u dispatcher instance(s) that died "
                         "without cleaning up", d->dead_instances);
-        if (!d->stats)
+        if (!d->shared.stats)
                 run_log(o, DISPATCHER_LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
                         "shows no delivered utilization");
         if (o->watchdog_ns > 0 && o->watchdog_ping) {
@@ -1266,7 +671,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         { .fd = sfd, .events = POLLIN },
                         { .fd = ifd, .events = POLLIN },
                         { .fd = tfd, .events = POLLIN },
-                        { .fd = log_ring_fd(d->log), .events = POLLIN },
+                        { .fd = log_ring_fd(d->shared.log), .events = POLLIN },
                         { .fd = wfd, .events = POLLIN },
                         { .fd = pfd, .events = POLLIN },
                         { .fd = d->housekeeping_efd, .events = POLLIN },
@@ -1303,7 +708,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         return negative_errno();
                 }
                 if (p[3].revents & POLLIN)
-                        (void) log_ring_drain(d->log, log_fn, userdata);
+                        (void) log_ring_drain(d->shared.log, log_fn, userdata);
                 if (p[0].revents & POLLIN) {
                         struct signalfd_siginfo si;
                         if (read(sfd, &si, sizeof(si)) != sizeof(si))
@@ -1321,17 +726,17 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                                         "test hook (SIGUSR2): wedging every dispatch loop at its next promotion "
                                         "or wake-up; the watchdog should kill this process");
                                 for (uint32_t i = 0; i < d->n_loops; i++)
-                                        atomic_store(&d->loops[i].hang, true);
-                                kick_until(d, loop_exited, 0, 0);
+                                        loop_hang(&d->loops[i]);
+                                kick_until(d, loop_gone, 0, 0);
                                 continue;
                         }
                         if (si.ssi_signo == SIGABRT) {
                                 /* systemd's watchdog (or an admin): a loop may
                                  * be wedged with a slot owner promoted, so
                                  * demote from here, then die as asked. */
-                                atomic_store(&d->stop, true);
+                                atomic_store(&d->shared.stop, true);
                                 sweep(d, o, false);
-                                (void) log_ring_drain(d->log, log_fn, userdata);
+                                (void) log_ring_drain(d->shared.log, log_fn, userdata);
                                 signal(SIGABRT, SIG_DFL);
                                 sigemptyset(&mask);
                                 sigaddset(&mask, SIGABRT);
@@ -1404,25 +809,17 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
 
         /* Stop here, not in dispatcher_free(), so the restore messages are
          * still written. */
-        atomic_store(&d->stop, true);
-        kick_until(d, loop_exited, 0, 5 * NSEC_PER_SEC);
+        atomic_store(&d->shared.stop, true);
+        kick_until(d, loop_gone, 0, 5 * NSEC_PER_SEC);
         for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->loops[i].created && atomic_load(&d->loops[i].state) == LOOP_EXITED) {
-                        pthread_join(d->loops[i].thread, NULL);
-                        d->loops[i].created = false;
-                }
-        (void) log_ring_drain(d->log, log_fn, userdata);
+                (void) loop_join(&d->loops[i]);
+        (void) log_ring_drain(d->shared.log, log_fn, userdata);
         return 0;
 }
 
 void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files,
                                uint64_t *ret_threads) {
-        uint64_t per_loop = 2 * sizeof(PaceTableBuffer) +
-                            2 * ((uint64_t) pace_config_frame_slots(&d->config) + 1) * sizeof(FrameRun) +
-                            4 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
-                            ((uint64_t) PACE_MAX_RESERVATIONS + 1) *
-                                    (sizeof(bool) + sizeof(uint32_t) + sizeof(FrameScratch)) +
-                            LOOP_STACK_SIZE + 2 * 4096;
+        uint64_t per_loop = loop_memory_needs(pace_config_frame_slots(&d->config));
         /* The mapping in use, one being handed over, the ones kept while a
          * thread might still read them, and the main thread's scratch copy. */
         uint64_t tables = (2 + ELEMENTSOF(d->leaked)) * PACE_TABLE_FILE_SIZE + sizeof(PaceTableBuffer);
@@ -1443,26 +840,12 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
         if (!d)
                 return NULL;
 
-        atomic_store(&d->stop, true);
-        kick_until(d, loop_exited, 0, 5 * NSEC_PER_SEC);
-        for (uint32_t i = 0; i < d->n_loops; i++) {
-                CpuLoop *l = &d->loops[i];
-                if (l->created && atomic_load(&l->state) == LOOP_EXITED)
-                        pthread_join(l->thread, NULL);
-                else if (l->created)
-                        continue; /* wedged: leave its memory alone */
-                free(l->cur);
-                free(l->spare);
-                free(l->held);
-                free(l->next_held);
-                free(l->by_owner);
-                free(l->next_by_owner);
-                free(l->owner_live);
-                free(l->owner_period);
-                free(l->owner_scratch);
-                free(l->runs);
-                free(l->next_runs);
-        }
+        atomic_store(&d->shared.stop, true);
+        kick_until(d, loop_gone, 0, 5 * NSEC_PER_SEC);
+        /* A wedged loop may still touch its buffers: they stay. */
+        for (uint32_t i = 0; i < d->n_loops; i++)
+                if (loop_join(&d->loops[i]) == 0)
+                        loop_done(&d->loops[i]);
         free(d->loops);
         free(d->scratch);
         watchdog_free(d->watchdog);
@@ -1472,12 +855,12 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
         }
         group_set_free(d->groups);
         tree_set_free(d->trees);
-        stats_file_unmap(d->stats);
-        table_reader_free((TableReader *) atomic_load(&d->reader));
+        stats_file_unmap(d->shared.stats);
+        table_reader_free((TableReader *) atomic_load(&d->shared.reader));
         for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
                 table_reader_free(d->leaked[i]);
         thread_registry_free(d->registry);
-        log_ring_free(d->log);
+        log_ring_free(d->shared.log);
         safe_close(d->housekeeping_efd);
         free(d->runtime_dir);
         free(d->table_path);
