@@ -7,7 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -17,11 +17,11 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <systemd/sd-event.h>
 
 #include "dispatcher.h"
 #include "group.h"
@@ -428,13 +428,6 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
         return 0;
 }
 
-static void arm_timer(int tfd, uint64_t ns) {
-        struct itimerspec its = {
-                .it_value = { .tv_sec = (time_t) (ns / NSEC_PER_SEC), .tv_nsec = (long) (ns % NSEC_PER_SEC) },
-        };
-        (void) timerfd_settime(tfd, 0, &its, NULL);
-}
-
 _printf_(3, 4) static void run_log(const DispatcherRunOptions *o, DispatcherLogLevel level, const char *fmt, ...) {
         char message[LOG_MESSAGE_MAX];
         va_list ap;
@@ -559,9 +552,106 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                 "boundary");
 }
 
+/* The main thread's events while dispatcher_run() runs. */
+typedef struct MainLoop {
+        Dispatcher *d;
+        const DispatcherRunOptions *o;
+        sd_event *event;
+        /* Armed from the handlers; the others are the event's own. */
+        sd_event_source *log, *check, *retry, *look, *probe, *housekeeping;
+        int inotify_fd;
+        unsigned retries;
+        uint64_t look_every_ns;
+} MainLoop;
+
+static void main_loop_done(MainLoop *m) {
+        sd_event_source_disable_unref(m->log);
+        sd_event_source_disable_unref(m->check);
+        sd_event_source_disable_unref(m->retry);
+        sd_event_source_disable_unref(m->look);
+        sd_event_source_disable_unref(m->probe);
+        sd_event_source_disable_unref(m->housekeeping);
+        sd_event_unref(m->event);
+        safe_close(m->inotify_fd);
+}
+
+/* From now, not from the start of this event loop iteration (what
+ * sd_event_source_set_time_relative() counts from): a round of
+ * housekeeping waits 50 times what the last one took after it ended. */
+static void arm(sd_event_source *s, uint64_t ns) {
+        (void) sd_event_source_set_time(s, (now_ns() + ns) / NSEC_PER_USEC);
+        (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static int on_log(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MainLoop *m = userdata;
+
+        (void) log_ring_drain(m->d->shared.log, m->o->log, m->o->userdata);
+        return 0;
+}
+
+/* Runs after the other events of an iteration, so a burst of inotify
+ * events and a retry that fire together open the file once. */
+static int on_check(sd_event_source *s, void *userdata) {
+        MainLoop *m = userdata;
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+        int r;
+
+        r = dispatcher_open_table(d, o->log, o->userdata);
+        if (r == 0 || r == -ENOENT) {
+                m->retries = 0;
+        } else if (r != -EMEDIUMTYPE && ++m->retries < OPEN_RETRIES) {
+                /* (A FIFO or a directory never turns into a table: said at
+                 * once, below.) Probably a broker still writing the header. */
+                arm(m->retry, OPEN_RETRY_NS);
+        } else if (r != d->last_open_error || d->last_open_error_ino != d->table_ino) {
+                d->last_open_error = r;
+                d->last_open_error_ino = d->table_ino;
+                run_log(o, DISPATCHER_LOG_WARNING, "cannot use table %s: %s; waiting for a new one", d->table_path,
+                        r == -EBADMSG ? "not a pace table (size or magic)" :
+                        r == -EMEDIUMTYPE ? "not a regular file" :
+                        r == -EPROTO ? "table version or layout differs from this dispatcher's" :
+                        strerror(-r));
+                m->retries = 0;
+        }
+        return 0;
+}
+
+static void check_soon(MainLoop *m) {
+        (void) sd_event_source_set_enabled(m->check, SD_EVENT_ONESHOT);
+}
+
+static int on_inotify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MainLoop *m = userdata;
+        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+        bool table = false;
+        ssize_t n;
+
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+                for (char *q = buf; q < buf + n;) {
+                        struct inotify_event *ev = (struct inotify_event *) q;
+                        q += sizeof(*ev) + ev->len;
+                        if (ev->mask & IN_Q_OVERFLOW || (ev->len > 0 && strcmp(ev->name, PACE_TABLE_NAME) == 0))
+                                table = true;
+                }
+        if (table) {
+                m->retries = 0;
+                check_soon(m);
+        }
+        return 0;
+}
+
+static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        check_soon(userdata);
+        return 0;
+}
+
 /* A look (probe false) or a probe of the watchdog: the ping when every loop
  * advances, a probe soon when one did not, the log when that lasts. */
-static void watch(Dispatcher *d, const DispatcherRunOptions *o, bool probe, int pfd) {
+static void watch(MainLoop *m, bool probe) {
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
         uint64_t stalled_ns;
 
         switch (probe ? watchdog_probe(d->watchdog, now_ns(), &stalled_ns) :
@@ -575,7 +665,7 @@ static void watch(Dispatcher *d, const DispatcherRunOptions *o, bool probe, int 
                 o->watchdog_ping(o->userdata);
                 break;
         case WATCHDOG_PROBE:
-                arm_timer(pfd, WATCHDOG_PROBE_NS);
+                arm(m->probe, WATCHDOG_PROBE_NS);
                 break;
         case WATCHDOG_STALLED:
                 for (uint32_t i = 0; i < d->n_loops; i++)
@@ -590,28 +680,161 @@ static void watch(Dispatcher *d, const DispatcherRunOptions *o, bool probe, int 
         }
 }
 
-int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
-        _cleanup_close_ int sfd = -EBADF, ifd = -EBADF, tfd = -EBADF, wfd = -EBADF, pfd = -EBADF, hfd = -EBADF;
-        DispatcherLogFn log_fn = o->log;
-        void *userdata = o->userdata;
-        char message[LOG_MESSAGE_MAX];
-        unsigned retries = 0;
+static int on_look(sd_event_source *s, uint64_t usec, void *userdata) {
+        MainLoop *m = userdata;
+        uint64_t every_usec = m->look_every_ns / NSEC_PER_USEC, next = usec + every_usec, now = now_ns() / NSEC_PER_USEC;
+
+        /* On a fixed grid, as an interval timer: a late look does not
+         * delay the ones after it, and missed ones are not made up. */
+        while (next <= now)
+                next += every_usec;
+        (void) sd_event_source_set_time(s, next);
+        (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        watch(m, false);
+        return 0;
+}
+
+static int on_probe(sd_event_source *s, uint64_t usec, void *userdata) {
+        watch(userdata, true);
+        return 0;
+}
+
+/* A group came into use: housekeeping runs periodically from now on. */
+static int on_housekeeping_wanted(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MainLoop *m = userdata;
+        uint64_t v;
+
+        (void) !read(fd, &v, sizeof(v));
+        arm(m->housekeeping, HOUSEKEEPING_NS);
+        return 0;
+}
+
+static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
+        MainLoop *m = userdata;
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+
+        /* Periodic only while there are groups: an idle dispatcher wakes
+         * for nothing. A v1 list costs the kernel every task in the group,
+         * so a client with thousands of threads stretches the interval: the
+         * work stays under 2% of a CPU (the next round waits 50 times what
+         * this one took). */
+        uint64_t started = now_ns();
+        char why[512] = "";
+        size_t watched = (d->groups ? group_set_housekeep(d->groups, o->make_scope, o->userdata, why, sizeof(why)) :
+                                      0) +
+                         tree_set_housekeep(d->trees);
+        if (why[0])
+                run_log(o, DISPATCHER_LOG_WARNING, "%s; the reservation's members are found in /proc", why);
+        if (watched > 0)
+                arm(s, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
+        return 0;
+}
+
+static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        MainLoop *m = userdata;
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
         sigset_t mask;
+
+        switch (si->ssi_signo) {
+        case SIGHUP:
+                reload(d, o);
+                return 0;
+        case SIGUSR2:
+                if (!o->test_hooks) {
+                        run_log(o, DISPATCHER_LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
+                        return 0;
+                }
+                run_log(o, DISPATCHER_LOG_WARNING,
+                        "test hook (SIGUSR2): wedging every dispatch loop at its next promotion or wake-up; the "
+                        "watchdog should kill this process");
+                for (uint32_t i = 0; i < d->n_loops; i++)
+                        loop_hang(&d->loops[i]);
+                kick_until(d, loop_gone, 0, 0);
+                return 0;
+        case SIGABRT:
+                /* systemd's watchdog (or an admin): a loop may be wedged with
+                 * a slot owner promoted, so demote from here, then die as
+                 * asked. */
+                atomic_store(&d->shared.stop, true);
+                sweep(d, o, false);
+                (void) log_ring_drain(d->shared.log, o->log, o->userdata);
+                signal(SIGABRT, SIG_DFL);
+                sigemptyset(&mask);
+                sigaddset(&mask, SIGABRT);
+                pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
+                raise(SIGABRT);
+                _exit(EXIT_FAILURE);
+        default:
+                if (o->stopping)
+                        o->stopping(o->userdata);
+                run_log(o, DISPATCHER_LOG_INFO, "%s received, restoring every thread and exiting",
+                        strsignal((int) si->ssi_signo));
+                return sd_event_exit(sd_event_source_get_event(s), 0);
+        }
+}
+
+/* The signals, the runtime directory, the log ring, the table retries,
+ * the watchdog and the housekeeping, on one sd-event loop. */
+static int main_loop_setup(MainLoop *m) {
+        static const int signals[] = { SIGTERM, SIGINT, SIGHUP, SIGABRT, SIGUSR2 };
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
         int r;
 
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
-        sigaddset(&mask, SIGABRT);
-        sigaddset(&mask, SIGUSR2);
-        sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sfd < 0)
-                return negative_errno();
-        tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        hfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (tfd < 0 || hfd < 0)
-                return negative_errno();
+        r = sd_event_new(&m->event);
+        if (r < 0)
+                return r;
+        /* sd-event takes only blocked signals: these are, since
+         * dispatcher_new(), in every thread. */
+        for (size_t i = 0; i < ELEMENTSOF(signals); i++) {
+                r = sd_event_add_signal(m->event, NULL, signals[i], on_signal, m);
+                if (r < 0)
+                        return r;
+        }
+        /* The loops' messages go out before whatever the main thread says
+         * next, as they were queued first. */
+        r = sd_event_add_io(m->event, &m->log, log_ring_fd(d->shared.log), EPOLLIN, on_log, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_priority(m->log, SD_EVENT_PRIORITY_IMPORTANT);
+        r = sd_event_add_io(m->event, NULL, d->housekeeping_efd, EPOLLIN, on_housekeeping_wanted, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_io(m->event, NULL, m->inotify_fd, EPOLLIN, on_inotify, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_defer(m->event, &m->check, on_check, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_priority(m->check, SD_EVENT_PRIORITY_IDLE);
+        (void) sd_event_source_set_enabled(m->check, SD_EVENT_OFF);
+        /* Timers to the microsecond: sd-event's default accuracy (250 ms)
+         * would stretch a 10 ms retry or the 50 ms probe. */
+        r = sd_event_add_time(m->event, &m->retry, CLOCK_MONOTONIC, UINT64_MAX, 1, on_retry, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_time(m->event, &m->housekeeping, CLOCK_MONOTONIC, UINT64_MAX, 1, on_housekeeping, m);
+        if (r < 0)
+                return r;
+        if (o->watchdog_ns > 0 && o->watchdog_ping) {
+                m->look_every_ns = watchdog_look_interval(o->watchdog_ns);
+                r = sd_event_add_time(m->event, &m->look, CLOCK_MONOTONIC,
+                                      (now_ns() + m->look_every_ns) / NSEC_PER_USEC, 1, on_look, m);
+                if (r < 0)
+                        return r;
+                r = sd_event_add_time(m->event, &m->probe, CLOCK_MONOTONIC, UINT64_MAX, 1, on_probe, m);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
+        _cleanup_(main_loop_done) MainLoop m = { .d = d, .o = o, .inotify_fd = -EBADF };
+        int r;
+
         if (d->groups && group_set_delegated(d->groups))
                 run_log(o, o->make_scope ? DISPATCHER_LOG_INFO : DISPATCHER_LOG_WARNING,
                         "on the unified hierarchy under a manager: %s",
@@ -635,177 +858,31 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         if (!d->shared.stats)
                 run_log(o, DISPATCHER_LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
                         "shows no delivered utilization");
-        if (o->watchdog_ns > 0 && o->watchdog_ping) {
-                uint64_t every = watchdog_look_interval(o->watchdog_ns);
-                struct itimerspec its = {
-                        .it_value = { .tv_sec = (time_t) (every / NSEC_PER_SEC),
-                                      .tv_nsec = (long) (every % NSEC_PER_SEC) },
-                        .it_interval = { .tv_sec = (time_t) (every / NSEC_PER_SEC),
-                                         .tv_nsec = (long) (every % NSEC_PER_SEC) },
-                };
-                wfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                pfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                if (wfd < 0 || pfd < 0 || timerfd_settime(wfd, 0, &its, NULL) < 0)
-                        return negative_errno();
+        if (o->watchdog_ns > 0 && o->watchdog_ping)
                 run_log(o, DISPATCHER_LOG_INFO, "watchdog: every %" PRIu64 " ms, WATCHDOG=1 only when every "
-                        "dispatch loop has advanced", (uint64_t) (every / NSEC_PER_MSEC));
-        }
-        ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-        if (ifd < 0)
+                        "dispatch loop has advanced", (uint64_t) (watchdog_look_interval(o->watchdog_ns) /
+                                                                   NSEC_PER_MSEC));
+        m.inotify_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+        if (m.inotify_fd < 0)
                 return negative_errno();
-        if (inotify_add_watch(ifd, d->runtime_dir,
+        if (inotify_add_watch(m.inotify_fd, d->runtime_dir,
                               IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB | IN_ONLYDIR) < 0) {
                 r = negative_errno();
-                snprintf(message, sizeof(message), "cannot watch the runtime directory %s: %s", d->runtime_dir,
-                         strerror(-r));
-                log_fn(DISPATCHER_LOG_ERROR, message, userdata);
+                run_log(o, DISPATCHER_LOG_ERROR, "cannot watch the runtime directory %s: %s", d->runtime_dir,
+                        strerror(-r));
                 return r;
         }
+        r = main_loop_setup(&m);
+        if (r < 0)
+                return r;
 
         /* Before the loops see any table: nothing of ours is running yet. */
         sweep(d, o, true);
 
-        bool check = true;
-        for (;;) {
-                struct pollfd p[] = {
-                        { .fd = sfd, .events = POLLIN },
-                        { .fd = ifd, .events = POLLIN },
-                        { .fd = tfd, .events = POLLIN },
-                        { .fd = log_ring_fd(d->shared.log), .events = POLLIN },
-                        { .fd = wfd, .events = POLLIN },
-                        { .fd = pfd, .events = POLLIN },
-                        { .fd = d->housekeeping_efd, .events = POLLIN },
-                        { .fd = hfd, .events = POLLIN },
-                };
-
-                if (check) {
-                        check = false;
-                        r = dispatcher_open_table(d, log_fn, userdata);
-                        if (r == 0 || r == -ENOENT) {
-                                retries = 0;
-                        } else if (r != -EMEDIUMTYPE && ++retries < OPEN_RETRIES) {
-                                /* (A FIFO or a directory never turns into a
-                                 * table: said at once, below.) */
-                                /* Probably a broker still writing the header. */
-                                arm_timer(tfd, OPEN_RETRY_NS);
-                        } else if (r != d->last_open_error || d->last_open_error_ino != d->table_ino) {
-                                d->last_open_error = r;
-                                d->last_open_error_ino = d->table_ino;
-                                snprintf(message, sizeof(message), "cannot use table %s: %s; waiting for a new one",
-                                         d->table_path,
-                                         r == -EBADMSG ? "not a pace table (size or magic)" :
-                                         r == -EMEDIUMTYPE ? "not a regular file" :
-                                         r == -EPROTO ? "table version or layout differs from this dispatcher's" :
-                                         strerror(-r));
-                                log_fn(DISPATCHER_LOG_WARNING, message, userdata);
-                                retries = 0;
-                        }
-                }
-
-                if (poll(p, ELEMENTSOF(p), -1) < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return negative_errno();
-                }
-                if (p[3].revents & POLLIN)
-                        (void) log_ring_drain(d->shared.log, log_fn, userdata);
-                if (p[0].revents & POLLIN) {
-                        struct signalfd_siginfo si;
-                        if (read(sfd, &si, sizeof(si)) != sizeof(si))
-                                continue;
-                        if (si.ssi_signo == SIGHUP) {
-                                reload(d, o);
-                                continue;
-                        }
-                        if (si.ssi_signo == SIGUSR2) {
-                                if (!o->test_hooks) {
-                                        run_log(o, DISPATCHER_LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
-                                        continue;
-                                }
-                                run_log(o, DISPATCHER_LOG_WARNING,
-                                        "test hook (SIGUSR2): wedging every dispatch loop at its next promotion "
-                                        "or wake-up; the watchdog should kill this process");
-                                for (uint32_t i = 0; i < d->n_loops; i++)
-                                        loop_hang(&d->loops[i]);
-                                kick_until(d, loop_gone, 0, 0);
-                                continue;
-                        }
-                        if (si.ssi_signo == SIGABRT) {
-                                /* systemd's watchdog (or an admin): a loop may
-                                 * be wedged with a slot owner promoted, so
-                                 * demote from here, then die as asked. */
-                                atomic_store(&d->shared.stop, true);
-                                sweep(d, o, false);
-                                (void) log_ring_drain(d->shared.log, log_fn, userdata);
-                                signal(SIGABRT, SIG_DFL);
-                                sigemptyset(&mask);
-                                sigaddset(&mask, SIGABRT);
-                                pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
-                                raise(SIGABRT);
-                                _exit(EXIT_FAILURE);
-                        }
-                        if (o->stopping)
-                                o->stopping(userdata);
-                        snprintf(message, sizeof(message), "%s received, restoring every thread and exiting",
-                                 strsignal((int) si.ssi_signo));
-                        log_fn(DISPATCHER_LOG_INFO, message, userdata);
-                        break;
-                }
-                if (p[1].revents & POLLIN) {
-                        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-                        ssize_t n;
-                        while ((n = read(ifd, buf, sizeof(buf))) > 0)
-                                for (char *q = buf; q < buf + n;) {
-                                        struct inotify_event *ev = (struct inotify_event *) q;
-                                        q += sizeof(*ev) + ev->len;
-                                        if (ev->mask & IN_Q_OVERFLOW ||
-                                            (ev->len > 0 && strcmp(ev->name, PACE_TABLE_NAME) == 0))
-                                                check = true;
-                                }
-                        if (check)
-                                retries = 0;
-                }
-                if (p[2].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(tfd, &v, sizeof(v));
-                        check = true;
-                }
-                if (p[4].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(wfd, &v, sizeof(v));
-                        watch(d, o, false, pfd);
-                }
-                if (p[5].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(pfd, &v, sizeof(v));
-                        watch(d, o, true, pfd);
-                }
-                if (p[6].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(d->housekeeping_efd, &v, sizeof(v));
-                        arm_timer(hfd, HOUSEKEEPING_NS);
-                }
-                if (p[7].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(hfd, &v, sizeof(v));
-                        /* Periodic only while there are groups: an idle
-                         * dispatcher wakes for nothing. A v1 list costs the
-                         * kernel every task in the group, so a client with
-                         * thousands of threads stretches the interval: the
-                         * work stays under 2% of a CPU (the next round waits
-                         * 50 times what this one took). */
-                        uint64_t started = now_ns();
-                        char why[512] = "";
-                        size_t watched = (d->groups ? group_set_housekeep(d->groups, o->make_scope, o->userdata, why,
-                                                                          sizeof(why)) : 0) +
-                                         tree_set_housekeep(d->trees);
-                        if (why[0])
-                                run_log(o, DISPATCHER_LOG_WARNING, "%s; the reservation's members are found in "
-                                        "/proc", why);
-                        if (watched > 0)
-                                arm_timer(hfd, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
-                }
-        }
+        check_soon(&m);
+        r = sd_event_loop(m.event);
+        if (r < 0)
+                return r;
 
         /* Stop here, not in dispatcher_free(), so the restore messages are
          * still written. */
@@ -813,7 +890,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         kick_until(d, loop_gone, 0, 5 * NSEC_PER_SEC);
         for (uint32_t i = 0; i < d->n_loops; i++)
                 (void) loop_join(&d->loops[i]);
-        (void) log_ring_drain(d->shared.log, log_fn, userdata);
+        (void) log_ring_drain(d->shared.log, o->log, o->userdata);
         return 0;
 }
 
@@ -831,7 +908,7 @@ void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint6
         *ret_memlock = base + tables + d->n_loops * per_loop;
         /* Per reserved process a pidfd, a /proc directory, (strict) a
          * freezer.state and its group's tasks, cgroup.procs and usage; per loop a few transient ones; the main thread's
-         * signalfd, inotify, timers, eventfd, stdio, notify socket. */
+         * event loop (epoll, signalfd, timerfd), inotify, eventfds, stdio, notify socket. */
         *ret_files = 6ULL * PACE_MAX_RESERVATIONS + 4ULL * d->n_loops + 32;
         *ret_threads = d->n_loops + 1;
 }
