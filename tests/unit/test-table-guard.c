@@ -17,10 +17,7 @@ typedef struct Table {
 } Table;
 
 static void table_make(Table *t) {
-        snprintf(t->dir, sizeof(t->dir), "/tmp/pace-test-guard-XXXXXX");
-        ASSERT_TRUE(mkdtemp(t->dir));
-        t->dfd = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        ASSERT_TRUE(t->dfd >= 0);
+        t->dfd = test_temp_dir("guard", t->dir, sizeof(t->dir));
         ASSERT_OK(table_writer_new(t->dfd, &t->writer));
         (void) table_writer_begin(t->writer);
         ASSERT_EQ(table_writer_publish(t->writer), 1u);
