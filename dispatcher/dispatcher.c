@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-#include <dirent.h>
+/* The dispatcher's lifecycle and its main thread: creating the dispatch
+ * loops (loop.c) and starting their threads, finding and handing over the
+ * table file, reloads, sweeps, the watchdog's timers (watchdog.c) and
+ * relaying the loops' log messages (log-ring.c), until it stops. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <linux/futex.h>
-#include <poll.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -17,116 +17,41 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-event.h>
+
 #include "dispatcher.h"
-#include "frame.h"
 #include "group.h"
 #include "held.h"
-#include "pace-stats.h"
+#include "log-ring.h"
+#include "loop.h"
 #include "macro.h"
 #include "rt-check.h"
 #include "sched-util.h"
+#include "stats-file.h"
 #include "sweep.h"
 #include "table-check.h"
+#include "table-guard.h"
 #include "table-shm.h"
+#include "watchdog.h"
 
-/* The signal that interrupts a dispatch thread's sleep (futex or
- * clock_nanosleep) so it looks at the stop flag and the reader epoch. */
-#define KICK_SIGNAL SIGUSR1
-#define LOOP_STACK_SIZE (256u * 1024u)
-/* The delivered figure covers whole periods of at least this long. */
-#define ACCT_WINDOW_NS (2 * NSEC_PER_SEC)
-#define LOG_RING_SIZE 64u
-#define LOG_MESSAGE_MAX 384u
 /* A header written through mmap raises no inotify event: after the file
  * appears, look again this often, this many times. */
 #define OPEN_RETRY_NS (10 * NSEC_PER_MSEC)
-/* A new generation is copied and checked at SCHED_FIFO 99 (about 20 us for
- * a small table, hundreds for a full one). Whoever writes the table could
- * publish in a loop and make that our whole life: each loop looks through a
- * token bucket, a burst of TABLE_LOOK_BURST looks (a few grants and
- * releases in a row are adopted at once), then one per
- * TABLE_LOOK_INTERVAL_NS, whatever the generation does. */
-#define TABLE_LOOK_BURST 4u
-#define TABLE_LOOK_INTERVAL_NS (50 * NSEC_PER_MSEC)
 /* The main thread tidies the reservation groups this often while there are
  * any (group_set_housekeep()): what a tree's new members wait at most to
  * be found, and how long a stranger may sit in a group. */
 #define HOUSEKEEPING_NS (50 * NSEC_PER_MSEC)
 #define OPEN_RETRIES 300u
 
-typedef enum LoopState {
-        LOOP_STARTING,
-        LOOP_RUNNING,
-        LOOP_EXITED,
-} LoopState;
-
-typedef struct CpuLoop {
-        Dispatcher *d;
-        int32_t cpu;
-        pthread_t thread;
-        bool created;
-        _Atomic int state;
-        _Atomic uint64_t acked_epoch;
-        /* Bumped when the loop enters and leaves every sleep: the watchdog
-         * pings systemd only while every loop's count moves (see
-         * dispatcher_watchdog_check()). */
-        _Atomic uint64_t beats;
-        _Atomic uint64_t acked_config;
-        _Atomic bool hang; /* test hook: wedge at the next chance */
-
-        /* Everything below belongs to the dispatch thread. */
-        HeldContext ctx;
-        const PaceConfig *config; /* the one in force on this CPU */
-        uint64_t config_gen;
-        const TableReader *reader;
-        bool reader_broken;
-        uint64_t epoch;
-        uint64_t seen_gen;  /* last generation looked at, accepted or not */
-        /* The look bucket: full (TABLE_LOOK_BURST) at look_full_ns; the next
-         * look may happen at next_look_ns. */
-        uint64_t look_full_ns, next_look_ns;
-        uint64_t table_gen; /* generation in force */
-        PaceTableBuffer *cur, *spare;
-        Held **held, **next_held;
-        size_t n_held;
-        /* Slot value (table index + 1) → Held, for the runs in force and
-         * for the ones being built; and frame_compile()'s inputs. */
-        Held **by_owner, **next_by_owner;
-        bool *owner_live;
-        uint32_t *owner_period;
-        FrameScratch *owner_scratch;
-        FrameRun *runs, *next_runs;
-        uint32_t n_runs, frame_slots;
-        /* The table slot the rotated frame begins at. Every CPU keeps one
-         * global grid: table slot = (CLOCK_MONOTONIC / slot) mod frame, so
-         * the pieces of a split reservation line up across CPUs and a
-         * table swap never shifts anyone's slots in time. */
-        uint32_t rot;
-} CpuLoop;
-
-typedef struct LogRing {
-        pthread_mutex_t lock;
-        unsigned head, tail, dropped;
-        DispatcherLogLevel levels[LOG_RING_SIZE];
-        char messages[LOG_RING_SIZE][LOG_MESSAGE_MAX];
-        int efd;
-} LogRing;
-
 struct Dispatcher {
         /* As started: CPUs, waiting policy and slot never change. */
         PaceConfig config;
-        /* What the loops validate tables against: configs[config_live],
-         * switched at each CPU's next frame boundary after a reload. */
-        PaceConfig configs[2];
-        _Atomic unsigned config_live;
-        _Atomic uint64_t config_gen;
+        /* What the loops see of us, and only that. */
+        LoopShared shared;
         char *runtime_dir;
         char *table_path;
         ThreadRegistry *registry;
@@ -134,24 +59,14 @@ struct Dispatcher {
         char freezer_root[512];
         char freezer_base[PATH_MAX];
         bool freezer;
-        /* Reservation groups (NULL: not usable here, groups_note says why)
-         * and the accounting file the broker reads (NULL: none). */
+        /* Reservation groups (NULL: not usable here, groups_note says why). */
         GroupSet *groups;
         TreeSet *trees;
         char groups_note[512];
         unsigned dead_instances; /* whose leftovers the start removed */
-        PaceStatsFile *stats;
 
         CpuLoop *loops;
         uint32_t n_loops;
-
-        _Atomic(const TableReader *) reader;
-        _Atomic uint64_t epoch;
-        _Atomic uint32_t epoch_word; /* futex for threads without a reader */
-        _Atomic bool stop;
-        _Atomic uint32_t hang_word; /* never woken: where a wedged loop waits */
-        _Atomic uint64_t broken_epoch;
-        _Atomic uint64_t refused_gen;
 
         /* main thread */
         bool have_table_file;
@@ -161,616 +76,15 @@ struct Dispatcher {
         ino_t last_open_error_ino;
         TableReader *leaked[8];
         PaceTableBuffer *scratch; /* main thread: reload checks, sweeps */
-        uint64_t *watch_beats;
-        bool *watch_probing;
-        uint64_t watch_stalled_since;
+        Watchdog *watchdog;
 
-        LogRing log;
         int housekeeping_efd;
 };
-
-static __thread sigjmp_buf *bus_guard;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc) {
-        if (bus_guard)
-                siglongjmp(*bus_guard, 1);
-        /* Not ours: die as the fault would have made us. */
-        signal(SIGBUS, SIG_DFL);
-        raise(SIGBUS);
-}
-
-static void on_kick(int sig) {
-}
 
 static uint64_t now_ns(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
-        return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
-}
-
-_printf_(3, 4) static void dlog(Dispatcher *d, DispatcherLogLevel level, const char *fmt, ...) {
-        LogRing *ring = &d->log;
-        va_list ap;
-
-        /* Dispatch threads must never block on the journal: they queue, the
-         * main thread writes. */
-        pthread_mutex_lock(&ring->lock);
-        if (ring->head - ring->tail >= LOG_RING_SIZE) {
-                ring->dropped++;
-        } else {
-                unsigned i = ring->head++ % LOG_RING_SIZE;
-                ring->levels[i] = level;
-                va_start(ap, fmt);
-                vsnprintf(ring->messages[i], LOG_MESSAGE_MAX, fmt, ap);
-                va_end(ap);
-        }
-        pthread_mutex_unlock(&ring->lock);
-        uint64_t one = 1;
-        (void) !write(ring->efd, &one, sizeof(one));
-}
-
-static void log_drain(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
-        LogRing *ring = &d->log;
-        char message[LOG_MESSAGE_MAX];
-        uint64_t v;
-
-        (void) !read(ring->efd, &v, sizeof(v));
-        for (;;) {
-                DispatcherLogLevel level;
-                unsigned dropped;
-
-                pthread_mutex_lock(&ring->lock);
-                if (ring->tail == ring->head) {
-                        dropped = ring->dropped;
-                        ring->dropped = 0;
-                        pthread_mutex_unlock(&ring->lock);
-                        if (dropped > 0) {
-                                snprintf(message, sizeof(message), "%u log messages dropped", dropped);
-                                log_fn(DISPATCHER_LOG_WARNING, message, userdata);
-                        }
-                        return;
-                }
-                unsigned i = ring->tail++ % LOG_RING_SIZE;
-                level = ring->levels[i];
-                memcpy(message, ring->messages[i], sizeof(message));
-                pthread_mutex_unlock(&ring->lock);
-                log_fn(level, message, userdata);
-        }
-}
-
-/* The broker may truncate the file under our mapping; a read of the missing
- * pages raises SIGBUS. Every read of shared memory goes through a guard. */
-static int guarded_snapshot(const TableReader *r, PaceTableBuffer *out, uint64_t *ret_gen) {
-        sigjmp_buf jb;
-        volatile int ret = -EFAULT;
-
-        if (sigsetjmp(jb, 0) == 0) {
-                bus_guard = &jb;
-                ret = table_reader_snapshot(r, out, ret_gen);
-        }
-        bus_guard = NULL;
-        return ret;
-}
-
-static int guarded_generation(const TableReader *r, uint64_t *ret) {
-        sigjmp_buf jb;
-        volatile int ret_r = -EFAULT;
-
-        if (sigsetjmp(jb, 0) == 0) {
-                bus_guard = &jb;
-                *ret = table_reader_generation(r);
-                ret_r = 0;
-        }
-        bus_guard = NULL;
-        return ret_r;
-}
-
-static int guarded_wait(const TableReader *r, uint64_t seen) {
-        sigjmp_buf jb;
-        volatile int ret = -EFAULT;
-
-        if (sigsetjmp(jb, 0) == 0) {
-                bus_guard = &jb;
-                ret = table_reader_wait(r, seen, NULL);
-        }
-        bus_guard = NULL;
-        return ret;
-}
-
-static void loop_sync_epoch(CpuLoop *l) {
-        Dispatcher *d = l->d;
-        uint64_t e = atomic_load(&d->epoch);
-
-        if (e == l->epoch)
-                return;
-        l->reader = atomic_load(&d->reader);
-        l->epoch = e;
-        l->reader_broken = false;
-        /* A new file counts its generations from 1 again. */
-        l->seen_gen = 0;
-        atomic_store(&l->acked_epoch, e);
-}
-
-/* Called where a new configuration may take over: at a frame boundary or
- * while idle, so no window is validated against two configurations. */
-static void loop_sync_config(CpuLoop *l) {
-        Dispatcher *d = l->d;
-        uint64_t gen = atomic_load(&d->config_gen);
-
-        if (gen == l->config_gen)
-                return;
-        l->config = &d->configs[atomic_load(&d->config_live)];
-        l->ctx.max_threads = l->config->max_threads_per_reservation;
-        l->config_gen = gen;
-        atomic_store(&l->acked_config, gen);
-}
-
-/* Test hook (SIGUSR2 with test hooks on): blocks forever in place without
- * spinning, like a deadlocked loop, and without ever bumping beats. Taken
- * right after a promotion (or while idle), so the owner of the slot stays
- * at SCHED_FIFO 98: the case the watchdog exists for. */
-static void loop_maybe_hang(CpuLoop *l) {
-        if (!atomic_load_explicit(&l->hang, memory_order_relaxed))
-                return;
-        for (;;)
-                (void) futex_private(&l->d->hang_word, FUTEX_WAIT, atomic_load(&l->d->hang_word));
-}
-
-static void loop_reader_fault(CpuLoop *l) {
-        Dispatcher *d = l->d;
-
-        l->reader_broken = true;
-        if (atomic_exchange(&d->broken_epoch, l->epoch) != l->epoch)
-                dlog(d, DISPATCHER_LOG_WARNING,
-                     "CPU %" PRIi32 ": the table file shrank under its mapping (SIGBUS while reading it); "
-                     "keeping generation %" PRIu64 " until a new table file appears",
-                     l->cpu, l->table_gen);
-}
-
-static const char *identity_problem(int r) {
-        switch (r) {
-        case -ESRCH:
-                return "the process does not exist";
-        case -ESTALE:
-                return "the pid now belongs to another process (start time differs)";
-        case -EPERM:
-                return "pid 1, kernel threads and the dispatcher itself are never promoted";
-        case -EACCES:
-                return "the process belongs to another user than the one the table names";
-        case -EDQUOT:
-                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
-                       "\"reserve_root_processes\" is off";
-        case -EBADMSG:
-                return "its /proc status or limits cannot be read";
-        default:
-                return strerror(-r);
-        }
-}
-
-/* A free entry of the accounting file for a newly held piece; none when
- * there is no file or it is full (then the piece goes unaccounted). */
-static void stats_claim(Dispatcher *d, Held *h, int32_t cpu) {
-        if (!d->stats)
-                return;
-        for (uint32_t i = 0; i < PACE_STATS_MAX_ENTRIES; i++) {
-                PaceStatsEntry *e = &d->stats->entries[i];
-                uint32_t expected = 0;
-                if (!atomic_compare_exchange_strong(&e->claimed, &expected, 1))
-                        continue;
-                acct_entry_write_begin(e);
-                e->id = h->id;
-                e->cpu = cpu;
-                e->threads = 0;
-                e->cpu_time_ns = e->window_ns = e->delivered_ns = 0;
-                e->periods = e->periods_blocked = e->periods_wanted_more = 0;
-                e->updated_ns = now_ns();
-                acct_entry_write_end(e);
-                h->stats = e;
-                return;
-        }
-}
-
-static void loop_free_held(CpuLoop *l, Held *h) {
-        PaceStatsEntry *e = h->stats;
-        if (e) {
-                acct_entry_write_begin(e);
-                e->id = 0;
-                acct_entry_write_end(e);
-                atomic_store(&e->claimed, 0);
-        }
-        held_free(h, &l->ctx);
-}
-
-/* The end of the owner's period (its closing run just ended, it is not yet
- * demoted): what it used in the period, whether it still wanted the CPU,
- * and every second or so a delivered figure over whole periods. */
-static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
-        uint64_t u;
-
-        if (h->gone || !h->stats || held_usage_ns(h, &l->ctx, &u) < 0)
-                return;
-        bool counted = h->acct.started;
-        acct_period_end(&h->acct, u, t, (uint64_t) h->budget_slots * l->config->slot_ns,
-                        counted && held_any_runnable(h), ACCT_WINDOW_NS);
-        if (counted)
-                acct_publish(&h->acct, (uint32_t) h->n_threads, u, t, h->stats);
-}
-
-/* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
- * members may run there and nowhere else. */
-static void held_cpus_of(const PaceTableBuffer *t, uint64_t id, char *ret, size_t size) {
-        bool on[PACE_MAX_CPUS] = {};
-        size_t n = 0;
-
-        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++)
-                if (t->reservations[i].id == id && t->reservations[i].cpu >= 0 &&
-                    t->reservations[i].cpu < (int32_t) PACE_MAX_CPUS)
-                        on[t->reservations[i].cpu] = true;
-        ret[0] = '\0';
-        for (int32_t c = 0; c < (int32_t) PACE_MAX_CPUS; c++)
-                if (on[c]) {
-                        int k = snprintf(ret + n, size - n, "%s%" PRIi32, n ? "," : "", c);
-                        if (k < 0 || (size_t) k >= size - n)
-                                break;
-                        n += (size_t) k;
-                }
-}
-
-static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
-        for (size_t i = 0; i < l->n_held; i++) {
-                Held *h = l->held[i];
-                if (h->id == res->id && h->pid == res->pid && h->start_time == res->start_time)
-                        return h;
-        }
-        return NULL;
-}
-
-/* Adopts l->spare (validated) as the table in force: carries over the
- * processes both tables name, identifies new ones, restores the ones that
- * left, and lays out this CPU's frame as runs of one owner each. */
-static int loop_adopt(CpuLoop *l, uint64_t gen) {
-        Dispatcher *d = l->d;
-        const PaceTableBuffer *t = l->spare;
-        const PaceTableCpu *tc = NULL;
-        size_t n_next = 0;
-        int r;
-
-        for (uint32_t c = 0; c < t->n_cpus; c++)
-                if (t->cpus[c].cpu == l->cpu)
-                        tc = &t->cpus[c];
-
-        for (size_t i = 0; i < l->n_held; i++)
-                l->held[i]->mark = false;
-
-        for (uint32_t i = 0; i < t->n_reservations; i++) {
-                const PaceTableReservation *res = &t->reservations[i];
-                Held *h;
-
-                l->next_by_owner[i + 1] = NULL;
-                l->owner_live[i + 1] = false;
-                if (res->cpu != l->cpu)
-                        continue;
-                h = loop_find_held(l, res);
-                if (!h) {
-                        r = held_new(res, l->config->reserve_root_processes, &h);
-                        if (r < 0) {
-                                dlog(d, DISPATCHER_LOG_WARNING,
-                                     "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s",
-                                     l->cpu, res->id, res->pid, identity_problem(r));
-                                r = held_new_inert(res, &h);
-                                if (r < 0)
-                                        return r;
-                        } else {
-                                stats_claim(d, h, l->cpu);
-                                held_cpus_of(t, res->id, h->cpus, sizeof(h->cpus));
-                        }
-                }
-                h->period_slots = res->period_slots;
-                h->budget_slots = res->budget_slots;
-                h->mark = true;
-                l->next_by_owner[i + 1] = h;
-                l->owner_live[i + 1] = !h->gone;
-                l->owner_period[i + 1] = h->period_slots;
-                l->next_held[n_next++] = h;
-        }
-
-        for (size_t i = 0; i < l->n_held; i++)
-                if (!l->held[i]->mark)
-                        loop_free_held(l, l->held[i]);
-
-        Held **swap = l->held;
-        l->held = l->next_held;
-        l->next_held = swap;
-        l->n_held = n_next;
-
-        uint32_t frame = tc ? tc->frame_slots : 0, n = 0, rot = 0;
-        if (tc)
-                frame_compile(&t->slots[tc->first_slot], frame, l->owner_live, l->owner_period, l->owner_scratch,
-                              l->next_runs, &n, &rot);
-        FrameRun *runs = l->runs;
-        l->runs = l->next_runs;
-        l->next_runs = runs;
-        Held **owners = l->by_owner;
-        l->by_owner = l->next_by_owner;
-        l->next_by_owner = owners;
-        l->n_runs = n;
-        l->frame_slots = frame;
-        l->rot = rot;
-
-        PaceTableBuffer *b = l->cur;
-        l->cur = l->spare;
-        l->spare = b;
-        l->table_gen = gen;
-
-        dlog(d, DISPATCHER_LOG_INFO,
-             "CPU %" PRIi32 ": table generation %" PRIu64 " in force: %zu reservation(s), frame of %" PRIu32
-             " slots, %" PRIu32 " wake-ups per frame",
-             l->cpu, gen, l->n_held, frame, n);
-        return 0;
-}
-
-/* Looks at the published table if its generation is new. Returns 1 if a
- * new table is now in force, 0 if not. */
-static int loop_consider(CpuLoop *l) {
-        Dispatcher *d = l->d;
-        char err[256];
-        uint64_t gen = 0, seen;
-        int r;
-
-        if (!l->reader || l->reader_broken)
-                return 0;
-        if (guarded_generation(l->reader, &seen) < 0) {
-                loop_reader_fault(l);
-                return 0;
-        }
-        if (seen == l->seen_gen)
-                return 0;
-        uint64_t now = now_ns();
-        if (now < l->next_look_ns)
-                return 0; /* looked at later: the generation stays unseen */
-        /* One token spent: the bucket is full again one interval later
-         * than it would have been, and empty while that is more than a
-         * burst away. */
-        uint64_t burst_ns = (uint64_t) (TABLE_LOOK_BURST - 1) * TABLE_LOOK_INTERVAL_NS;
-        l->look_full_ns = MAX(l->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
-        l->next_look_ns = l->look_full_ns > now + burst_ns ? l->look_full_ns - burst_ns : 0;
-
-        r = guarded_snapshot(l->reader, l->spare, &gen);
-        if (r == -EFAULT) {
-                loop_reader_fault(l);
-                return 0;
-        }
-        if (r < 0) {
-                /* Nothing yet, or torn: the writer bumps the generation when
-                 * done, which is what we wait for next. */
-                l->seen_gen = seen;
-                return 0;
-        }
-        l->seen_gen = gen;
-
-        r = table_check(l->spare, l->config, err, sizeof(err));
-        if (r < 0) {
-                if (atomic_exchange(&d->refused_gen, gen) != gen)
-                        dlog(d, DISPATCHER_LOG_ERROR,
-                             "refusing table generation %" PRIu64 ": %s; generation %" PRIu64 " stays in force",
-                             gen, err, l->table_gen);
-                return 0;
-        }
-        r = loop_adopt(l, gen);
-        if (r < 0) {
-                dlog(d, DISPATCHER_LOG_ERROR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
-                     l->cpu, gen, strerror(-r));
-                return 0;
-        }
-        return 1;
-}
-
-static bool loop_stopping(CpuLoop *l) {
-        return atomic_load_explicit(&l->d->stop, memory_order_relaxed);
-}
-
-/* Absolute deadlines: a late wake-up never shifts the slots after it. */
-static int loop_sleep_until(CpuLoop *l, uint64_t t) {
-        struct timespec ts = { .tv_sec = (time_t) (t / NSEC_PER_SEC), .tv_nsec = (long) (t % NSEC_PER_SEC) };
-
-        for (;;) {
-                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
-                int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
-                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
-                if (r == 0)
-                        return 0;
-                if (r != EINTR)
-                        return -r;
-                if (loop_stopping(l))
-                        return -ECANCELED;
-                loop_sync_epoch(l);
-        }
-}
-
-static void loop_switch(CpuLoop *l, Held *from, Held *to) {
-        /* Dying (SIGABRT, SIGTERM): promote no one any more, whatever the
-         * table says; the main thread may be demoting everyone right now. */
-        if (to && loop_stopping(l))
-                to = NULL;
-        if (from == to)
-                return;
-        if (from)
-                (void) held_demote(from, &l->ctx);
-        if (to) {
-                int r = held_promote(to, &l->ctx);
-                /* -EAGAIN: strict mode waits for its group (a scope the main
-                 * thread is asking the manager for): not an error yet. */
-                if (r < 0 && r != -EAGAIN && !to->logged) {
-                        to->logged = true;
-                        if (r == -ESRCH)
-                                dlog(l->d, DISPATCHER_LOG_INFO,
-                                     "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
-                                     ") exited; its slots stay idle until the table drops it",
-                                     l->cpu, to->pid, to->id);
-                        else if (r == -EPERM && to->revoked)
-                                dlog(l->d, DISPATCHER_LOG_WARNING,
-                                     "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
-                                     ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
-                                     "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
-                        else
-                                dlog(l->d, DISPATCHER_LOG_ERROR,
-                                     "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64 "): %s",
-                                     l->cpu, to->pid, to->id, strerror(-r));
-                }
-                if (to->threads_skipped > 0 && !to->limit_logged) {
-                        to->limit_logged = true;
-                        dlog(l->d, DISPATCHER_LOG_WARNING,
-                             "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") has %" PRIu32
-                             " threads past max_threads_per_reservation (%" PRIu32 "); they are not moved",
-                             l->cpu, to->pid, to->id, to->threads_skipped, l->ctx.max_threads);
-                }
-                loop_maybe_hang(l);
-        }
-}
-
-/* Where the global grid stands at time t for the frame in force: when the
- * current rotated frame began, and which run covers t. */
-static void loop_locate(const CpuLoop *l, uint64_t t, uint64_t *ret_frame_start, uint32_t *ret_k) {
-        uint64_t slot_ns = l->config->slot_ns, g = t / slot_ns;
-        uint32_t off;
-
-        frame_locate(l->runs, l->n_runs, l->frame_slots, l->rot, g, &off, ret_k);
-        *ret_frame_start = (g - off) * slot_ns;
-}
-
-/* Runs the frame in force until the table empties this CPU or we stop. */
-static void loop_active(CpuLoop *l) {
-        uint64_t slot_ns = l->config->slot_ns;
-        uint64_t frame_start;
-        /* prev: whom the last run promoted; last: whose run it was in the
-         * table, promoted or not (a run skipped by held_budget_spent()
-         * still ends its owner's period). */
-        Held *prev = NULL, *last = NULL;
-        bool last_closes = false;
-        uint32_t k;
-
-        /* Join the grid where it stands: the run under way is entered at
-         * once, not a frame later. */
-        loop_locate(l, now_ns(), &frame_start, &k);
-        for (;;) {
-                uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
-
-                if (loop_sleep_until(l, t) < 0)
-                        break;
-
-                if (k == 0) {
-                        /* Frame boundary: the only place a new table may take
-                         * over, so no reservation loses slots of a window
-                         * that straddles the swap. */
-                        loop_sync_epoch(l);
-                        loop_sync_config(l);
-                        uint64_t gen;
-                        bool fresh = l->reader && !l->reader_broken &&
-                                     guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
-                                     now_ns() >= l->next_look_ns;
-                        if (fresh) {
-                                /* Whoever owned the last run is done anyway
-                                 * (runs are rotated); demote before the copy
-                                 * and check so it gets no extra time. */
-                                if (last && last_closes)
-                                        loop_period_end(l, last, t);
-                                loop_switch(l, prev, NULL);
-                                prev = last = NULL;
-                                if (loop_consider(l) > 0) {
-                                        if (l->n_runs == 0)
-                                                return;
-                                        /* Same grid, new frame: carry on
-                                         * wherever it stands now. */
-                                        loop_locate(l, t, &frame_start, &k);
-                                }
-                        }
-                        uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = now_ns();
-                        if (now > t + frame_ns) {
-                                /* Stalled (a VM pause): rejoin the grid now
-                                 * rather than replay the missed slots. */
-                                loop_locate(l, now, &frame_start, &k);
-                        }
-                }
-
-                Held *owner = l->by_owner[l->runs[k].owner];
-                if (last && last_closes && last != owner)
-                        loop_period_end(l, last, t);
-                last = owner;
-                last_closes = l->runs[k].closes;
-                uint32_t run_end = k + 1 < l->n_runs ? l->runs[k + 1].start : l->frame_slots;
-                if (owner && held_budget_spent(owner, &l->ctx, (uint64_t) owner->budget_slots * slot_ns,
-                                               (uint64_t) (run_end - l->runs[k].start) * slot_ns))
-                        owner = NULL;
-                loop_switch(l, prev, owner);
-                prev = owner;
-                if (++k == l->n_runs) {
-                        k = 0;
-                        frame_start += (uint64_t) l->frame_slots * slot_ns;
-                }
-        }
-        loop_switch(l, prev, NULL);
-}
-
-/* Sleeps, without any periodic wake-up, until a table gives this CPU a
- * frame. Returns false when stopping. */
-static bool loop_idle(CpuLoop *l) {
-        Dispatcher *d = l->d;
-
-        for (;;) {
-                /* Read before looking: a change after this bumps the word
-                 * and the futex wait below returns at once. */
-                uint32_t word = atomic_load(&d->epoch_word);
-
-                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
-                loop_maybe_hang(l);
-                if (loop_stopping(l))
-                        return false;
-                loop_sync_epoch(l);
-                loop_sync_config(l);
-                if (l->reader && !l->reader_broken) {
-                        if (loop_consider(l) > 0 && l->n_runs > 0)
-                                return true;
-                        if (l->reader_broken)
-                                continue;
-                        uint64_t gen;
-                        if (guarded_generation(l->reader, &gen) == 0 && gen != l->seen_gen) {
-                                /* New, but too soon after the last look. */
-                                (void) loop_sleep_until(l, l->next_look_ns);
-                                continue;
-                        }
-                        /* -EINTR on a kick, -EFAULT if the file shrank. */
-                        if (guarded_wait(l->reader, l->seen_gen) == -EFAULT)
-                                loop_reader_fault(l);
-                } else {
-                        (void) futex_private(&d->epoch_word, FUTEX_WAIT, word);
-                }
-        }
-}
-
-static void *loop_main(void *userdata) {
-        CpuLoop *l = userdata;
-        sigset_t kick;
-
-        sigemptyset(&kick);
-        sigaddset(&kick, KICK_SIGNAL);
-        pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
-        atomic_store(&l->state, LOOP_RUNNING);
-
-        while (loop_idle(l)) {
-                loop_active(l);
-                if (loop_stopping(l))
-                        break;
-        }
-
-        for (size_t i = 0; i < l->n_held; i++)
-                loop_free_held(l, l->held[i]);
-        l->n_held = 0;
-        atomic_store(&l->state, LOOP_EXITED);
-        return NULL;
 }
 
 static int resolve_cpus(PaceConfig *config) {
@@ -795,18 +109,31 @@ static int resolve_cpus(PaceConfig *config) {
         return 0;
 }
 
+static bool watch_beats(uint32_t i, uint64_t *ret, void *userdata) {
+        Dispatcher *d = userdata;
+
+        if (!loop_running(&d->loops[i]))
+                return false;
+        *ret = loop_beats(&d->loops[i]);
+        return true;
+}
+
+static void watch_kick(uint32_t i, void *userdata) {
+        Dispatcher *d = userdata;
+
+        loop_kick(&d->loops[i]);
+}
+
 int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err,
                    size_t err_size) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
-        struct sigaction sa = {};
         sigset_t mask;
         int r;
 
         d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
-        d->log.efd = d->housekeeping_efd = -EBADF;
-        pthread_mutex_init(&d->log.lock, NULL);
+        d->housekeeping_efd = -EBADF;
         d->config = *config;
         r = resolve_cpus(&d->config);
         if (r < 0) {
@@ -821,9 +148,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d->runtime_dir = strdup(runtime_dir);
         if (!d->runtime_dir || asprintf(&d->table_path, "%s/%s", runtime_dir, PACE_TABLE_NAME) < 0)
                 return -ENOMEM;
-        d->log.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (d->log.efd < 0)
-                return negative_errno();
+        r = log_ring_new(&d->shared.log);
+        if (r < 0)
+                return r;
         d->housekeeping_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (d->housekeeping_efd < 0)
                 return negative_errno();
@@ -838,34 +165,20 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
          * instance never touches the system's. */
         sweep_freezer_name(runtime_dir, d->freezer_name, sizeof(d->freezer_name));
 
-        d->configs[0] = d->config;
+        d->shared.configs[0] = d->config;
         d->scratch = calloc(1, sizeof(PaceTableBuffer));
         d->loops = calloc(d->config.n_cpus, sizeof(*d->loops));
-        d->watch_beats = calloc(d->config.n_cpus, sizeof(*d->watch_beats));
-        d->watch_probing = calloc(d->config.n_cpus, sizeof(*d->watch_probing));
-        if (!d->loops || !d->scratch || !d->watch_beats || !d->watch_probing)
+        if (!d->loops || !d->scratch)
                 return -ENOMEM;
         d->n_loops = d->config.n_cpus;
+        r = watchdog_new(d->n_loops, watch_beats, watch_kick, d, &d->watchdog);
+        if (r < 0)
+                return r;
         uint32_t max_frame = pace_config_frame_slots(&d->config);
         for (uint32_t i = 0; i < d->n_loops; i++) {
-                CpuLoop *l = &d->loops[i];
-                l->d = d;
-                l->cpu = d->config.cpus[i];
-                l->config = &d->configs[0];
-                l->cur = calloc(1, sizeof(PaceTableBuffer));
-                l->spare = calloc(1, sizeof(PaceTableBuffer));
-                l->held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-                l->next_held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-                l->by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
-                l->next_by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
-                l->owner_live = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(bool));
-                l->owner_period = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(uint32_t));
-                l->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
-                l->runs = calloc(max_frame + 1, sizeof(FrameRun));
-                l->next_runs = calloc(max_frame + 1, sizeof(FrameRun));
-                if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_owner || !l->next_by_owner ||
-                    !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs)
-                        return -ENOMEM;
+                r = loop_init(&d->loops[i], &d->shared, d->config.cpus[i], max_frame);
+                if (r < 0)
+                        return r;
         }
 
         sigemptyset(&mask);
@@ -874,64 +187,33 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         sigaddset(&mask, SIGHUP);
         sigaddset(&mask, SIGABRT);
         sigaddset(&mask, SIGUSR2);
-        sigaddset(&mask, KICK_SIGNAL);
+        sigaddset(&mask, LOOP_KICK_SIGNAL);
         pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
-        /* No SA_RESTART: a kick must end the futex wait or nanosleep. */
-        sa.sa_handler = on_kick;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(KICK_SIGNAL, &sa, NULL) < 0)
-                return negative_errno();
-        /* SA_NODEFER: siglongjmp(…, 0) then leaves no signal blocked, so the
-         * guard costs no sigprocmask() on the dispatch path. */
-        sa = (struct sigaction) { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER };
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(SIGBUS, &sa, NULL) < 0)
-                return negative_errno();
+        r = loop_setup_kick();
+        if (r < 0)
+                return r;
+        r = table_guard_install();
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(d);
         return 0;
 }
 
 int dispatcher_stats_open(const char *runtime_dir, int *ret_fd) {
-        _cleanup_close_ int dfd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        _cleanup_close_ int fd = -EBADF;
-        struct stat st;
-
-        if (dfd < 0)
-                return negative_errno();
-        /* The directory is the broker's: whatever it left under the name is
-         * not ours to trust (a symlink, a file of its own, a hard link). */
-        fd = openat(dfd, PACE_STATS_NAME, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || st.st_nlink != 1))
-                fd = safe_close(fd);
-        if (fd < 0) {
-                (void) unlinkat(dfd, PACE_STATS_NAME, 0);
-                fd = openat(dfd, PACE_STATS_NAME, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-                if (fd < 0)
-                        return negative_errno();
-        }
-        if (fchmod(fd, 0644) < 0 || ftruncate(fd, 0) < 0 || ftruncate(fd, sizeof(PaceStatsFile)) < 0)
-                return negative_errno();
-        *ret_fd = TAKE_FD(fd);
-        return 0;
+        return stats_file_open(runtime_dir, ret_fd);
 }
 
 int dispatcher_use_stats(Dispatcher *d, int fd) {
-        PaceStatsFile *f = mmap(NULL, sizeof(PaceStatsFile), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        PaceStatsFile *f;
+        int r;
 
-        if (f == MAP_FAILED)
-                return negative_errno();
-        /* A restarted dispatcher starts from nothing: its Helds are new. */
-        memset(f, 0, sizeof(*f));
-        f->version = PACE_STATS_VERSION;
-        f->n_entries = PACE_STATS_MAX_ENTRIES;
-        f->dispatcher_pid = getpid();
-        atomic_thread_fence(memory_order_release);
-        f->magic = PACE_STATS_MAGIC;
-        if (d->stats)
-                munmap(d->stats, sizeof(PaceStatsFile));
-        d->stats = f;
+        r = stats_file_map(fd, &f);
+        if (r < 0)
+                return r;
+        stats_file_unmap(d->shared.stats);
+        d->shared.stats = f;
         return 0;
 }
 
@@ -939,22 +221,22 @@ const PaceConfig *dispatcher_config(const Dispatcher *d) {
         return &d->config;
 }
 
-static void kick_until(Dispatcher *d, bool (*done)(CpuLoop *l, uint64_t arg), uint64_t arg, uint64_t timeout_ns) {
+static void kick_until(Dispatcher *d, bool (*done)(const CpuLoop *l, uint64_t arg), uint64_t arg,
+                       uint64_t timeout_ns) {
         uint64_t deadline = now_ns() + timeout_ns;
 
         for (;;) {
                 bool all = true;
 
-                atomic_fetch_add(&d->epoch_word, 1);
-                (void) futex_private(&d->epoch_word, FUTEX_WAKE, INT_MAX);
+                loop_shared_wake_idle(&d->shared);
                 for (uint32_t i = 0; i < d->n_loops; i++) {
                         CpuLoop *l = &d->loops[i];
-                        if (!l->created || atomic_load(&l->state) == LOOP_EXITED || done(l, arg))
+                        if (!loop_running(l) || done(l, arg))
                                 continue;
                         all = false;
                         /* The kick can land just before the thread enters
                          * its wait, so repeat it until acknowledged. */
-                        (void) pthread_kill(l->thread, KICK_SIGNAL);
+                        loop_kick(l);
                 }
                 if (all || now_ns() > deadline)
                         return;
@@ -962,12 +244,8 @@ static void kick_until(Dispatcher *d, bool (*done)(CpuLoop *l, uint64_t arg), ui
         }
 }
 
-static bool loop_acked(CpuLoop *l, uint64_t epoch) {
-        return atomic_load(&l->acked_epoch) >= epoch;
-}
-
-static bool loop_exited(CpuLoop *l, uint64_t unused) {
-        return atomic_load(&l->state) == LOOP_EXITED;
+static bool loop_gone(const CpuLoop *l, uint64_t unused) {
+        return loop_exited(l);
 }
 
 /* The v1 freezer flips a static key (kernel text patching, IPIs to every
@@ -1068,11 +346,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
 
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];
-                pthread_attr_t attr;
-                struct sched_param sp = { .sched_priority = PACE_DISPATCHER_PRIORITY };
-                cpu_set_t set;
-
-                l->ctx = (HeldContext) {
+                HeldContext ctx = {
                         .registry = d->registry,
                         .waiting = d->config.waiting,
                         .cpu = l->cpu,
@@ -1083,16 +357,8 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                         .trees = d->trees,
                         .housekeeping_fd = d->housekeeping_efd,
                 };
-                CPU_ZERO(&set);
-                CPU_SET(l->cpu, &set);
-                pthread_attr_init(&attr);
-                pthread_attr_setstacksize(&attr, LOOP_STACK_SIZE);
-                pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-                pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
-                pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
-                pthread_attr_setschedparam(&attr, &sp);
-                r = -pthread_create(&l->thread, &attr, loop_main, l);
-                pthread_attr_destroy(&attr);
+
+                r = loop_start(l, &ctx);
                 if (r == -EPERM) {
                         rt_explain_eperm("/proc", "/sys/fs/cgroup", err, err_size);
                         return r;
@@ -1107,7 +373,6 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                                  strerror(-r));
                         return r;
                 }
-                l->created = true;
         }
         return 0;
 }
@@ -1123,7 +388,7 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
         if (stat(d->table_path, &st) < 0)
                 return negative_errno();
         if (d->have_table_file && st.st_dev == d->table_dev && st.st_ino == d->table_ino &&
-            atomic_load(&d->broken_epoch) != atomic_load(&d->epoch))
+            atomic_load(&d->shared.broken_epoch) != atomic_load(&d->shared.epoch))
                 return 0;
 
         r = table_reader_open(d->table_path, &reader);
@@ -1134,19 +399,18 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
                 return -EAGAIN; /* replaced while we opened it: look again */
         }
 
-        const TableReader *old = atomic_load(&d->reader);
-        atomic_store(&d->reader, reader);
-        uint64_t epoch = atomic_fetch_add(&d->epoch, 1) + 1;
+        const TableReader *old = atomic_load(&d->shared.reader);
+        atomic_store(&d->shared.reader, reader);
+        uint64_t epoch = atomic_fetch_add(&d->shared.epoch, 1) + 1;
         d->have_table_file = true;
         d->table_dev = st.st_dev;
         d->table_ino = st.st_ino;
         d->last_open_error = 0;
 
-        kick_until(d, loop_acked, epoch, 2 * NSEC_PER_SEC);
+        kick_until(d, loop_acked_epoch, epoch, 2 * NSEC_PER_SEC);
         bool all = true;
         for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->loops[i].created && atomic_load(&d->loops[i].state) != LOOP_EXITED &&
-                    !loop_acked(&d->loops[i], epoch))
+                if (loop_running(&d->loops[i]) && !loop_acked_epoch(&d->loops[i], epoch))
                         all = false;
         if (all) {
                 table_reader_free((TableReader *) old);
@@ -1164,13 +428,6 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
         return 0;
 }
 
-static void arm_timer(int tfd, uint64_t ns) {
-        struct itimerspec its = {
-                .it_value = { .tv_sec = (time_t) (ns / NSEC_PER_SEC), .tv_nsec = (long) (ns % NSEC_PER_SEC) },
-        };
-        (void) timerfd_settime(tfd, 0, &its, NULL);
-}
-
 _printf_(3, 4) static void run_log(const DispatcherRunOptions *o, DispatcherLogLevel level, const char *fmt, ...) {
         char message[LOG_MESSAGE_MAX];
         va_list ap;
@@ -1185,7 +442,7 @@ _printf_(3, 4) static void run_log(const DispatcherRunOptions *o, DispatcherLogL
  * before there is one, from the file. */
 static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
         _cleanup_(table_reader_freep) TableReader *own = NULL;
-        const TableReader *reader = atomic_load(&d->reader);
+        const TableReader *reader = atomic_load(&d->shared.reader);
         int r;
 
         if (!reader) {
@@ -1196,7 +453,7 @@ static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
         }
         /* A torn copy means the broker is publishing right now: look again. */
         for (unsigned tries = 0; tries < 100; tries++) {
-                r = guarded_snapshot(reader, d->scratch, ret_gen);
+                r = table_guard_snapshot(reader, d->scratch, ret_gen);
                 if (r != -EAGAIN)
                         return r;
                 (void) usleep(1000);
@@ -1225,10 +482,6 @@ static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
                         at_start ? "start-up sweep (a previous dispatcher died without restoring)" :
                                    "dying on SIGABRT",
                         demoted, PACE_RUNNING_PRIORITY, ", ", groups);
-}
-
-static bool loop_config_acked(CpuLoop *l, uint64_t gen) {
-        return atomic_load(&l->acked_config) >= gen;
 }
 
 static bool same_cpus(const PaceConfig *a, const PaceConfig *b) {
@@ -1273,10 +526,9 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                         "force stays", fixed);
                 return;
         }
-        uint64_t cur = atomic_load(&d->config_gen);
+        uint64_t cur = atomic_load(&d->shared.config_gen);
         for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->loops[i].created && atomic_load(&d->loops[i].state) != LOOP_EXITED &&
-                    !loop_config_acked(&d->loops[i], cur)) {
+                if (loop_running(&d->loops[i]) && !loop_acked_config(&d->loops[i], cur)) {
                         run_log(o, DISPATCHER_LOG_ERROR,
                                 "reload refused: the previous reload is not in force on CPU %" PRIi32
                                 " yet (it waits for a frame boundary); send SIGHUP again", d->loops[i].cpu);
@@ -1290,99 +542,299 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                 return;
         }
 
-        unsigned live = atomic_load(&d->config_live);
-        d->configs[!live] = next;
-        atomic_store(&d->config_live, !live);
-        uint64_t ngen = atomic_fetch_add(&d->config_gen, 1) + 1;
+        unsigned live = atomic_load(&d->shared.config_live);
+        d->shared.configs[!live] = next;
+        atomic_store(&d->shared.config_live, !live);
+        uint64_t ngen = atomic_fetch_add(&d->shared.config_gen, 1) + 1;
         /* Idle loops take it at once; active ones at their frame boundary. */
-        kick_until(d, loop_config_acked, ngen, 0);
+        kick_until(d, loop_acked_config, ngen, 0);
         run_log(o, DISPATCHER_LOG_INFO, "reloaded the configuration; in force on each CPU from its next frame "
                 "boundary");
 }
 
-/* The watchdog proves that every dispatch loop advances, not only that the
- * main thread lives. A loop counts its sleeps (beats). An active loop
- * wakes at every ownership change, so its count moves on its own; an idle
- * one sleeps on a futex without any periodic wake-up, and so does an
- * active one between runs of a long frame. A loop whose count has not
- * moved since the last check is kicked (the same signal that hands over a
- * new table): a live loop wakes, loops and sleeps again, which moves its
- * count; one wedged anywhere else does not. WATCHDOG=1 goes out only when
- * every loop has moved. */
-#define WATCH_PROBE_NS (50 * NSEC_PER_MSEC)
+/* The main thread's events while dispatcher_run() runs. */
+typedef struct MainLoop {
+        Dispatcher *d;
+        const DispatcherRunOptions *o;
+        sd_event *event;
+        /* Armed from the handlers; the others are the event's own. */
+        sd_event_source *log, *check, *retry, *look, *probe, *housekeeping;
+        int inotify_fd;
+        unsigned retries;
+        uint64_t look_every_ns;
+} MainLoop;
 
-static bool watch_live(CpuLoop *l) {
-        return l->created && atomic_load(&l->state) != LOOP_EXITED;
+static void main_loop_done(MainLoop *m) {
+        sd_event_source_disable_unref(m->log);
+        sd_event_source_disable_unref(m->check);
+        sd_event_source_disable_unref(m->retry);
+        sd_event_source_disable_unref(m->look);
+        sd_event_source_disable_unref(m->probe);
+        sd_event_source_disable_unref(m->housekeeping);
+        sd_event_unref(m->event);
+        safe_close(m->inotify_fd);
 }
 
-/* Returns true if every loop has advanced since the last look; kicks (and
- * marks for probing) the ones that have not. */
-static bool watch_look(Dispatcher *d, bool kick) {
-        bool all = true;
+/* From now, not from the start of this event loop iteration (what
+ * sd_event_source_set_time_relative() counts from): a round of
+ * housekeeping waits 50 times what the last one took after it ended. */
+static void arm(sd_event_source *s, uint64_t ns) {
+        (void) sd_event_source_set_time(s, (now_ns() + ns) / NSEC_PER_USEC);
+        (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
 
-        for (uint32_t i = 0; i < d->n_loops; i++) {
-                CpuLoop *l = &d->loops[i];
-                if (!watch_live(l)) {
-                        d->watch_probing[i] = false;
-                        continue;
-                }
-                uint64_t b = atomic_load(&l->beats);
-                if (b != d->watch_beats[i]) {
-                        d->watch_beats[i] = b;
-                        d->watch_probing[i] = false;
-                        continue;
-                }
-                all = false;
-                d->watch_probing[i] = true;
-                if (kick)
-                        (void) pthread_kill(l->thread, KICK_SIGNAL);
+static int on_log(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MainLoop *m = userdata;
+
+        (void) log_ring_drain(m->d->shared.log, m->o->log, m->o->userdata);
+        return 0;
+}
+
+/* Runs after the other events of an iteration, so a burst of inotify
+ * events and a retry that fire together open the file once. */
+static int on_check(sd_event_source *s, void *userdata) {
+        MainLoop *m = userdata;
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+        int r;
+
+        r = dispatcher_open_table(d, o->log, o->userdata);
+        if (r == 0 || r == -ENOENT) {
+                m->retries = 0;
+        } else if (r != -EMEDIUMTYPE && ++m->retries < OPEN_RETRIES) {
+                /* (A FIFO or a directory never turns into a table: said at
+                 * once, below.) Probably a broker still writing the header. */
+                arm(m->retry, OPEN_RETRY_NS);
+        } else if (r != d->last_open_error || d->last_open_error_ino != d->table_ino) {
+                d->last_open_error = r;
+                d->last_open_error_ino = d->table_ino;
+                run_log(o, DISPATCHER_LOG_WARNING, "cannot use table %s: %s; waiting for a new one", d->table_path,
+                        r == -EBADMSG ? "not a pace table (size or magic)" :
+                        r == -EMEDIUMTYPE ? "not a regular file" :
+                        r == -EPROTO ? "table version or layout differs from this dispatcher's" :
+                        strerror(-r));
+                m->retries = 0;
         }
-        return all;
+        return 0;
 }
 
-static void watch_ping(Dispatcher *d, const DispatcherRunOptions *o) {
-        if (d->watch_stalled_since) {
+static void check_soon(MainLoop *m) {
+        (void) sd_event_source_set_enabled(m->check, SD_EVENT_ONESHOT);
+}
+
+static int on_inotify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MainLoop *m = userdata;
+        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+        bool table = false;
+        ssize_t n;
+
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+                for (char *q = buf; q < buf + n;) {
+                        struct inotify_event *ev = (struct inotify_event *) q;
+                        q += sizeof(*ev) + ev->len;
+                        if (ev->mask & IN_Q_OVERFLOW || (ev->len > 0 && strcmp(ev->name, PACE_TABLE_NAME) == 0))
+                                table = true;
+                }
+        if (table) {
+                m->retries = 0;
+                check_soon(m);
+        }
+        return 0;
+}
+
+static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        check_soon(userdata);
+        return 0;
+}
+
+/* A look (probe false) or a probe of the watchdog: the ping when every loop
+ * advances, a probe soon when one did not, the log when that lasts. */
+static void watch(MainLoop *m, bool probe) {
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+        uint64_t stalled_ns;
+
+        switch (probe ? watchdog_probe(d->watchdog, now_ns(), &stalled_ns) :
+                        watchdog_look(d->watchdog, now_ns(), &stalled_ns)) {
+        case WATCHDOG_RECOVERED:
                 run_log(o, DISPATCHER_LOG_INFO, "every dispatch loop advances again after %" PRIu64 " ms",
-                        (uint64_t) ((now_ns() - d->watch_stalled_since) / NSEC_PER_MSEC));
-                d->watch_stalled_since = 0;
+                        (uint64_t) (stalled_ns / NSEC_PER_MSEC));
+                o->watchdog_ping(o->userdata);
+                break;
+        case WATCHDOG_PING:
+                o->watchdog_ping(o->userdata);
+                break;
+        case WATCHDOG_PROBE:
+                arm(m->probe, WATCHDOG_PROBE_NS);
+                break;
+        case WATCHDOG_STALLED:
+                for (uint32_t i = 0; i < d->n_loops; i++)
+                        if (watchdog_loop_stalled(d->watchdog, i))
+                                run_log(o, DISPATCHER_LOG_ERROR,
+                                        "the dispatch loop of CPU %" PRIi32 " does not advance (kicked, no answer "
+                                        "within %llu ms); withholding the watchdog ping",
+                                        d->loops[i].cpu, (unsigned long long) (WATCHDOG_PROBE_NS / NSEC_PER_MSEC));
+                break;
+        case WATCHDOG_STILL_STALLED:
+                break;
         }
-        o->watchdog_ping(o->userdata);
 }
 
-static void watch_stalled(Dispatcher *d, const DispatcherRunOptions *o) {
-        if (d->watch_stalled_since)
-                return;
-        d->watch_stalled_since = now_ns();
-        for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->watch_probing[i])
-                        run_log(o, DISPATCHER_LOG_ERROR,
-                                "the dispatch loop of CPU %" PRIi32 " does not advance (kicked, no answer within "
-                                "%llu ms); withholding the watchdog ping",
-                                d->loops[i].cpu, (unsigned long long) (WATCH_PROBE_NS / NSEC_PER_MSEC));
+static int on_look(sd_event_source *s, uint64_t usec, void *userdata) {
+        MainLoop *m = userdata;
+        uint64_t every_usec = m->look_every_ns / NSEC_PER_USEC, next = usec + every_usec, now = now_ns() / NSEC_PER_USEC;
+
+        /* On a fixed grid, as an interval timer: a late look does not
+         * delay the ones after it, and missed ones are not made up. */
+        while (next <= now)
+                next += every_usec;
+        (void) sd_event_source_set_time(s, next);
+        (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        watch(m, false);
+        return 0;
+}
+
+static int on_probe(sd_event_source *s, uint64_t usec, void *userdata) {
+        watch(userdata, true);
+        return 0;
+}
+
+/* A group came into use: housekeeping runs periodically from now on. */
+static int on_housekeeping_wanted(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MainLoop *m = userdata;
+        uint64_t v;
+
+        (void) !read(fd, &v, sizeof(v));
+        arm(m->housekeeping, HOUSEKEEPING_NS);
+        return 0;
+}
+
+static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
+        MainLoop *m = userdata;
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+
+        /* Periodic only while there are groups: an idle dispatcher wakes
+         * for nothing. A v1 list costs the kernel every task in the group,
+         * so a client with thousands of threads stretches the interval: the
+         * work stays under 2% of a CPU (the next round waits 50 times what
+         * this one took). */
+        uint64_t started = now_ns();
+        char why[512] = "";
+        size_t watched = (d->groups ? group_set_housekeep(d->groups, o->make_scope, o->userdata, why, sizeof(why)) :
+                                      0) +
+                         tree_set_housekeep(d->trees);
+        if (why[0])
+                run_log(o, DISPATCHER_LOG_WARNING, "%s; the reservation's members are found in /proc", why);
+        if (watched > 0)
+                arm(s, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
+        return 0;
+}
+
+static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        MainLoop *m = userdata;
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+        sigset_t mask;
+
+        switch (si->ssi_signo) {
+        case SIGHUP:
+                reload(d, o);
+                return 0;
+        case SIGUSR2:
+                if (!o->test_hooks) {
+                        run_log(o, DISPATCHER_LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
+                        return 0;
+                }
+                run_log(o, DISPATCHER_LOG_WARNING,
+                        "test hook (SIGUSR2): wedging every dispatch loop at its next promotion or wake-up; the "
+                        "watchdog should kill this process");
+                for (uint32_t i = 0; i < d->n_loops; i++)
+                        loop_hang(&d->loops[i]);
+                kick_until(d, loop_gone, 0, 0);
+                return 0;
+        case SIGABRT:
+                /* systemd's watchdog (or an admin): a loop may be wedged with
+                 * a slot owner promoted, so demote from here, then die as
+                 * asked. */
+                atomic_store(&d->shared.stop, true);
+                sweep(d, o, false);
+                (void) log_ring_drain(d->shared.log, o->log, o->userdata);
+                signal(SIGABRT, SIG_DFL);
+                sigemptyset(&mask);
+                sigaddset(&mask, SIGABRT);
+                pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
+                raise(SIGABRT);
+                _exit(EXIT_FAILURE);
+        default:
+                if (o->stopping)
+                        o->stopping(o->userdata);
+                run_log(o, DISPATCHER_LOG_INFO, "%s received, restoring every thread and exiting",
+                        strsignal((int) si->ssi_signo));
+                return sd_event_exit(sd_event_source_get_event(s), 0);
+        }
+}
+
+/* The signals, the runtime directory, the log ring, the table retries,
+ * the watchdog and the housekeeping, on one sd-event loop. */
+static int main_loop_setup(MainLoop *m) {
+        static const int signals[] = { SIGTERM, SIGINT, SIGHUP, SIGABRT, SIGUSR2 };
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+        int r;
+
+        r = sd_event_new(&m->event);
+        if (r < 0)
+                return r;
+        /* sd-event takes only blocked signals: these are, since
+         * dispatcher_new(), in every thread. */
+        for (size_t i = 0; i < ELEMENTSOF(signals); i++) {
+                r = sd_event_add_signal(m->event, NULL, signals[i], on_signal, m);
+                if (r < 0)
+                        return r;
+        }
+        /* The loops' messages go out before whatever the main thread says
+         * next, as they were queued first. */
+        r = sd_event_add_io(m->event, &m->log, log_ring_fd(d->shared.log), EPOLLIN, on_log, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_priority(m->log, SD_EVENT_PRIORITY_IMPORTANT);
+        r = sd_event_add_io(m->event, NULL, d->housekeeping_efd, EPOLLIN, on_housekeeping_wanted, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_io(m->event, NULL, m->inotify_fd, EPOLLIN, on_inotify, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_defer(m->event, &m->check, on_check, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_priority(m->check, SD_EVENT_PRIORITY_IDLE);
+        (void) sd_event_source_set_enabled(m->check, SD_EVENT_OFF);
+        /* Timers to the microsecond: sd-event's default accuracy (250 ms)
+         * would stretch a 10 ms retry or the 50 ms probe. */
+        r = sd_event_add_time(m->event, &m->retry, CLOCK_MONOTONIC, UINT64_MAX, 1, on_retry, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_time(m->event, &m->housekeeping, CLOCK_MONOTONIC, UINT64_MAX, 1, on_housekeeping, m);
+        if (r < 0)
+                return r;
+        if (o->watchdog_ns > 0 && o->watchdog_ping) {
+                m->look_every_ns = watchdog_look_interval(o->watchdog_ns);
+                r = sd_event_add_time(m->event, &m->look, CLOCK_MONOTONIC,
+                                      (now_ns() + m->look_every_ns) / NSEC_PER_USEC, 1, on_look, m);
+                if (r < 0)
+                        return r;
+                r = sd_event_add_time(m->event, &m->probe, CLOCK_MONOTONIC, UINT64_MAX, 1, on_probe, m);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
 }
 
 int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
-        _cleanup_close_ int sfd = -EBADF, ifd = -EBADF, tfd = -EBADF, wfd = -EBADF, pfd = -EBADF, hfd = -EBADF;
-        DispatcherLogFn log_fn = o->log;
-        void *userdata = o->userdata;
-        char message[LOG_MESSAGE_MAX];
-        unsigned retries = 0;
-        sigset_t mask;
+        _cleanup_(main_loop_done) MainLoop m = { .d = d, .o = o, .inotify_fd = -EBADF };
         int r;
 
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
-        sigaddset(&mask, SIGABRT);
-        sigaddset(&mask, SIGUSR2);
-        sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sfd < 0)
-                return negative_errno();
-        tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        hfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (tfd < 0 || hfd < 0)
-                return negative_errno();
         if (d->groups && group_set_delegated(d->groups))
                 run_log(o, o->make_scope ? DISPATCHER_LOG_INFO : DISPATCHER_LOG_WARNING,
                         "on the unified hierarchy under a manager: %s",
@@ -1408,208 +860,48 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         if (d->dead_instances > 0)
                 run_log(o, DISPATCHER_LOG_WARNING, "removed the cgroups of %u dispatcher instance(s) that died "
                         "without cleaning up", d->dead_instances);
-        if (!d->stats)
+        if (!d->shared.stats)
                 run_log(o, DISPATCHER_LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
                         "shows no delivered utilization");
-        if (o->watchdog_ns > 0 && o->watchdog_ping) {
-                uint64_t every = MAX(o->watchdog_ns / 4, 2 * WATCH_PROBE_NS);
-                struct itimerspec its = {
-                        .it_value = { .tv_sec = (time_t) (every / NSEC_PER_SEC),
-                                      .tv_nsec = (long) (every % NSEC_PER_SEC) },
-                        .it_interval = { .tv_sec = (time_t) (every / NSEC_PER_SEC),
-                                         .tv_nsec = (long) (every % NSEC_PER_SEC) },
-                };
-                wfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                pfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-                if (wfd < 0 || pfd < 0 || timerfd_settime(wfd, 0, &its, NULL) < 0)
-                        return negative_errno();
+        if (o->watchdog_ns > 0 && o->watchdog_ping)
                 run_log(o, DISPATCHER_LOG_INFO, "watchdog: every %" PRIu64 " ms, WATCHDOG=1 only when every "
-                        "dispatch loop has advanced", (uint64_t) (every / NSEC_PER_MSEC));
-        }
-        ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-        if (ifd < 0)
+                        "dispatch loop has advanced", (uint64_t) (watchdog_look_interval(o->watchdog_ns) /
+                                                                   NSEC_PER_MSEC));
+        m.inotify_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+        if (m.inotify_fd < 0)
                 return negative_errno();
-        if (inotify_add_watch(ifd, d->runtime_dir,
+        if (inotify_add_watch(m.inotify_fd, d->runtime_dir,
                               IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB | IN_ONLYDIR) < 0) {
                 r = negative_errno();
-                snprintf(message, sizeof(message), "cannot watch the runtime directory %s: %s", d->runtime_dir,
-                         strerror(-r));
-                log_fn(DISPATCHER_LOG_ERROR, message, userdata);
+                run_log(o, DISPATCHER_LOG_ERROR, "cannot watch the runtime directory %s: %s", d->runtime_dir,
+                        strerror(-r));
                 return r;
         }
+        r = main_loop_setup(&m);
+        if (r < 0)
+                return r;
 
         /* Before the loops see any table: nothing of ours is running yet. */
         sweep(d, o, true);
 
-        bool check = true;
-        for (;;) {
-                struct pollfd p[] = {
-                        { .fd = sfd, .events = POLLIN },
-                        { .fd = ifd, .events = POLLIN },
-                        { .fd = tfd, .events = POLLIN },
-                        { .fd = d->log.efd, .events = POLLIN },
-                        { .fd = wfd, .events = POLLIN },
-                        { .fd = pfd, .events = POLLIN },
-                        { .fd = d->housekeeping_efd, .events = POLLIN },
-                        { .fd = hfd, .events = POLLIN },
-                };
-
-                if (check) {
-                        check = false;
-                        r = dispatcher_open_table(d, log_fn, userdata);
-                        if (r == 0 || r == -ENOENT) {
-                                retries = 0;
-                        } else if (r != -EMEDIUMTYPE && ++retries < OPEN_RETRIES) {
-                                /* (A FIFO or a directory never turns into a
-                                 * table: said at once, below.) */
-                                /* Probably a broker still writing the header. */
-                                arm_timer(tfd, OPEN_RETRY_NS);
-                        } else if (r != d->last_open_error || d->last_open_error_ino != d->table_ino) {
-                                d->last_open_error = r;
-                                d->last_open_error_ino = d->table_ino;
-                                snprintf(message, sizeof(message), "cannot use table %s: %s; waiting for a new one",
-                                         d->table_path,
-                                         r == -EBADMSG ? "not a pace table (size or magic)" :
-                                         r == -EMEDIUMTYPE ? "not a regular file" :
-                                         r == -EPROTO ? "table version or layout differs from this dispatcher's" :
-                                         strerror(-r));
-                                log_fn(DISPATCHER_LOG_WARNING, message, userdata);
-                                retries = 0;
-                        }
-                }
-
-                if (poll(p, ELEMENTSOF(p), -1) < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return negative_errno();
-                }
-                if (p[3].revents & POLLIN)
-                        log_drain(d, log_fn, userdata);
-                if (p[0].revents & POLLIN) {
-                        struct signalfd_siginfo si;
-                        if (read(sfd, &si, sizeof(si)) != sizeof(si))
-                                continue;
-                        if (si.ssi_signo == SIGHUP) {
-                                reload(d, o);
-                                continue;
-                        }
-                        if (si.ssi_signo == SIGUSR2) {
-                                if (!o->test_hooks) {
-                                        run_log(o, DISPATCHER_LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
-                                        continue;
-                                }
-                                run_log(o, DISPATCHER_LOG_WARNING,
-                                        "test hook (SIGUSR2): wedging every dispatch loop at its next promotion "
-                                        "or wake-up; the watchdog should kill this process");
-                                for (uint32_t i = 0; i < d->n_loops; i++)
-                                        atomic_store(&d->loops[i].hang, true);
-                                kick_until(d, loop_exited, 0, 0);
-                                continue;
-                        }
-                        if (si.ssi_signo == SIGABRT) {
-                                /* systemd's watchdog (or an admin): a loop may
-                                 * be wedged with a slot owner promoted, so
-                                 * demote from here, then die as asked. */
-                                atomic_store(&d->stop, true);
-                                sweep(d, o, false);
-                                log_drain(d, log_fn, userdata);
-                                signal(SIGABRT, SIG_DFL);
-                                sigemptyset(&mask);
-                                sigaddset(&mask, SIGABRT);
-                                pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
-                                raise(SIGABRT);
-                                _exit(EXIT_FAILURE);
-                        }
-                        if (o->stopping)
-                                o->stopping(userdata);
-                        snprintf(message, sizeof(message), "%s received, restoring every thread and exiting",
-                                 strsignal((int) si.ssi_signo));
-                        log_fn(DISPATCHER_LOG_INFO, message, userdata);
-                        break;
-                }
-                if (p[1].revents & POLLIN) {
-                        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-                        ssize_t n;
-                        while ((n = read(ifd, buf, sizeof(buf))) > 0)
-                                for (char *q = buf; q < buf + n;) {
-                                        struct inotify_event *ev = (struct inotify_event *) q;
-                                        q += sizeof(*ev) + ev->len;
-                                        if (ev->mask & IN_Q_OVERFLOW ||
-                                            (ev->len > 0 && strcmp(ev->name, PACE_TABLE_NAME) == 0))
-                                                check = true;
-                                }
-                        if (check)
-                                retries = 0;
-                }
-                if (p[2].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(tfd, &v, sizeof(v));
-                        check = true;
-                }
-                if (p[4].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(wfd, &v, sizeof(v));
-                        if (watch_look(d, true))
-                                watch_ping(d, o);
-                        else
-                                arm_timer(pfd, WATCH_PROBE_NS);
-                }
-                if (p[5].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(pfd, &v, sizeof(v));
-                        if (watch_look(d, false))
-                                watch_ping(d, o);
-                        else
-                                watch_stalled(d, o);
-                }
-                if (p[6].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(d->housekeeping_efd, &v, sizeof(v));
-                        arm_timer(hfd, HOUSEKEEPING_NS);
-                }
-                if (p[7].revents & POLLIN) {
-                        uint64_t v;
-                        (void) !read(hfd, &v, sizeof(v));
-                        /* Periodic only while there are groups: an idle
-                         * dispatcher wakes for nothing. A v1 list costs the
-                         * kernel every task in the group, so a client with
-                         * thousands of threads stretches the interval: the
-                         * work stays under 2% of a CPU (the next round waits
-                         * 50 times what this one took). */
-                        uint64_t started = now_ns();
-                        char why[512] = "";
-                        size_t watched = (d->groups ? group_set_housekeep(d->groups, o->make_scope, o->userdata, why,
-                                                                          sizeof(why)) : 0) +
-                                         tree_set_housekeep(d->trees);
-                        if (why[0])
-                                run_log(o, DISPATCHER_LOG_WARNING, "%s; the reservation's members are found in "
-                                        "/proc", why);
-                        if (watched > 0)
-                                arm_timer(hfd, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
-                }
-        }
+        check_soon(&m);
+        r = sd_event_loop(m.event);
+        if (r < 0)
+                return r;
 
         /* Stop here, not in dispatcher_free(), so the restore messages are
          * still written. */
-        atomic_store(&d->stop, true);
-        kick_until(d, loop_exited, 0, 5 * NSEC_PER_SEC);
+        atomic_store(&d->shared.stop, true);
+        kick_until(d, loop_gone, 0, 5 * NSEC_PER_SEC);
         for (uint32_t i = 0; i < d->n_loops; i++)
-                if (d->loops[i].created && atomic_load(&d->loops[i].state) == LOOP_EXITED) {
-                        pthread_join(d->loops[i].thread, NULL);
-                        d->loops[i].created = false;
-                }
-        log_drain(d, log_fn, userdata);
+                (void) loop_join(&d->loops[i]);
+        (void) log_ring_drain(d->shared.log, o->log, o->userdata);
         return 0;
 }
 
 void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files,
                                uint64_t *ret_threads) {
-        uint64_t per_loop = 2 * sizeof(PaceTableBuffer) +
-                            2 * ((uint64_t) pace_config_frame_slots(&d->config) + 1) * sizeof(FrameRun) +
-                            4 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
-                            ((uint64_t) PACE_MAX_RESERVATIONS + 1) *
-                                    (sizeof(bool) + sizeof(uint32_t) + sizeof(FrameScratch)) +
-                            LOOP_STACK_SIZE + 2 * 4096;
+        uint64_t per_loop = loop_memory_needs(pace_config_frame_slots(&d->config));
         /* The mapping in use, one being handed over, the ones kept while a
          * thread might still read them, and the main thread's scratch copy. */
         uint64_t tables = (2 + ELEMENTSOF(d->leaked)) * PACE_TABLE_FILE_SIZE + sizeof(PaceTableBuffer);
@@ -1621,7 +913,7 @@ void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint6
         *ret_memlock = base + tables + d->n_loops * per_loop;
         /* Per reserved process a pidfd, a /proc directory, (strict) a
          * freezer.state and its group's tasks, cgroup.procs and usage; per loop a few transient ones; the main thread's
-         * signalfd, inotify, timers, eventfd, stdio, notify socket. */
+         * event loop (epoll, signalfd, timerfd), inotify, eventfds, stdio, notify socket. */
         *ret_files = 6ULL * PACE_MAX_RESERVATIONS + 4ULL * d->n_loops + 32;
         *ret_threads = d->n_loops + 1;
 }
@@ -1630,45 +922,28 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
         if (!d)
                 return NULL;
 
-        atomic_store(&d->stop, true);
-        kick_until(d, loop_exited, 0, 5 * NSEC_PER_SEC);
-        for (uint32_t i = 0; i < d->n_loops; i++) {
-                CpuLoop *l = &d->loops[i];
-                if (l->created && atomic_load(&l->state) == LOOP_EXITED)
-                        pthread_join(l->thread, NULL);
-                else if (l->created)
-                        continue; /* wedged: leave its memory alone */
-                free(l->cur);
-                free(l->spare);
-                free(l->held);
-                free(l->next_held);
-                free(l->by_owner);
-                free(l->next_by_owner);
-                free(l->owner_live);
-                free(l->owner_period);
-                free(l->owner_scratch);
-                free(l->runs);
-                free(l->next_runs);
-        }
+        atomic_store(&d->shared.stop, true);
+        kick_until(d, loop_gone, 0, 5 * NSEC_PER_SEC);
+        /* A wedged loop may still touch its buffers: they stay. */
+        for (uint32_t i = 0; i < d->n_loops; i++)
+                if (loop_join(&d->loops[i]) == 0)
+                        loop_done(&d->loops[i]);
         free(d->loops);
         free(d->scratch);
-        free(d->watch_beats);
-        free(d->watch_probing);
+        watchdog_free(d->watchdog);
         if (d->freezer) {
                 (void) freezer_anchor(d, false);
                 (void) rmdir(d->freezer_base);
         }
         group_set_free(d->groups);
         tree_set_free(d->trees);
-        if (d->stats)
-                munmap(d->stats, sizeof(PaceStatsFile));
-        table_reader_free((TableReader *) atomic_load(&d->reader));
+        stats_file_unmap(d->shared.stats);
+        table_reader_free((TableReader *) atomic_load(&d->shared.reader));
         for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
                 table_reader_free(d->leaked[i]);
         thread_registry_free(d->registry);
-        safe_close(d->log.efd);
+        log_ring_free(d->shared.log);
         safe_close(d->housekeeping_efd);
-        pthread_mutex_destroy(&d->log.lock);
         free(d->runtime_dir);
         free(d->table_path);
         free(d);

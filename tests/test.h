@@ -6,6 +6,7 @@
  * first failed assertion, or 77 (meson's "skipped") if every case skipped. */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -119,6 +120,18 @@ static inline void test_register_(const char *name, void (*fn)(void)) {
                         TEST_FAIL_("%s contains \"%s\": \"%s\"", #haystack, n_,            \
                                    h_ ? h_ : "(null)");                                   \
         } while (0)
+
+/* A new empty directory /tmp/pace-test-NAME-XXXXXX (its path in ret_path)
+ * and an fd on it; fails the test if there is none. */
+static inline int test_temp_dir(const char *name, char *ret_path, size_t size) {
+        snprintf(ret_path, size, "/tmp/pace-test-%s-XXXXXX", name);
+        if (!mkdtemp(ret_path))
+                TEST_FAIL_("mkdtemp(%s): %s", ret_path, strerror(errno));
+        int fd = open(ret_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                TEST_FAIL_("open(%s): %s", ret_path, strerror(errno));
+        return fd;
+}
 
 #define TEST_MAIN()                                                                       \
         int main(int argc, char **argv) {                                                 \

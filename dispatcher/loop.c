@@ -1,0 +1,638 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loop.h"
+#include "macro.h"
+#include "pace-limits.h"
+#include "sched-util.h"
+#include "stats-file.h"
+#include "table-check.h"
+#include "table-guard.h"
+
+/* The delivered figure covers whole periods of at least this long. */
+#define ACCT_WINDOW_NS (2 * NSEC_PER_SEC)
+/* A new generation is copied and checked at SCHED_FIFO 99 (about 20 us for
+ * a small table, hundreds for a full one). Whoever writes the table could
+ * publish in a loop and make that our whole life: each loop looks through a
+ * token bucket, a burst of TABLE_LOOK_BURST looks (a few grants and
+ * releases in a row are adopted at once), then one per
+ * TABLE_LOOK_INTERVAL_NS, whatever the generation does. */
+#define TABLE_LOOK_BURST 4u
+#define TABLE_LOOK_INTERVAL_NS (50 * NSEC_PER_MSEC)
+
+static void on_kick(int sig) {
+}
+
+/* A dispatch thread never writes to the log itself (log-ring.h). */
+_printf_(3, 4) static void loop_log(CpuLoop *l, DispatcherLogLevel level, const char *fmt, ...) {
+        va_list ap;
+
+        va_start(ap, fmt);
+        (void) log_ring_pushv(l->shared->log, level, fmt, ap);
+        va_end(ap);
+}
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
+        return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
+}
+
+static void loop_sync_epoch(CpuLoop *l) {
+        LoopShared *s = l->shared;
+        uint64_t e = atomic_load(&s->epoch);
+
+        if (e == l->epoch)
+                return;
+        l->reader = atomic_load(&s->reader);
+        l->epoch = e;
+        l->reader_broken = false;
+        /* A new file counts its generations from 1 again. */
+        l->seen_gen = 0;
+        atomic_store(&l->acked_epoch, e);
+}
+
+/* Called where a new configuration may take over: at a frame boundary or
+ * while idle, so no window is validated against two configurations. */
+static void loop_sync_config(CpuLoop *l) {
+        LoopShared *s = l->shared;
+        uint64_t gen = atomic_load(&s->config_gen);
+
+        if (gen == l->config_gen)
+                return;
+        l->config = &s->configs[atomic_load(&s->config_live)];
+        l->ctx.max_threads = l->config->max_threads_per_reservation;
+        l->config_gen = gen;
+        atomic_store(&l->acked_config, gen);
+}
+
+/* Test hook (SIGUSR2 with test hooks on): blocks forever in place without
+ * spinning, like a deadlocked loop, and without ever bumping beats. Taken
+ * right after a promotion (or while idle), so the owner of the slot stays
+ * at SCHED_FIFO 98: the case the watchdog exists for. */
+static void loop_maybe_hang(CpuLoop *l) {
+        if (!atomic_load_explicit(&l->hang, memory_order_relaxed))
+                return;
+        for (;;)
+                (void) futex_private(&l->shared->hang_word, FUTEX_WAIT, atomic_load(&l->shared->hang_word));
+}
+
+static void loop_reader_fault(CpuLoop *l) {
+        LoopShared *s = l->shared;
+
+        l->reader_broken = true;
+        if (atomic_exchange(&s->broken_epoch, l->epoch) != l->epoch)
+                loop_log(l, DISPATCHER_LOG_WARNING,
+                         "CPU %" PRIi32 ": the table file shrank under its mapping (SIGBUS while reading it); "
+                         "keeping generation %" PRIu64 " until a new table file appears",
+                         l->cpu, l->table_gen);
+}
+
+static const char *identity_problem(int r) {
+        switch (r) {
+        case -ESRCH:
+                return "the process does not exist";
+        case -ESTALE:
+                return "the pid now belongs to another process (start time differs)";
+        case -EPERM:
+                return "pid 1, kernel threads and the dispatcher itself are never promoted";
+        case -EACCES:
+                return "the process belongs to another user than the one the table names";
+        case -EDQUOT:
+                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
+                       "\"reserve_root_processes\" is off";
+        case -EBADMSG:
+                return "its /proc status or limits cannot be read";
+        default:
+                return strerror(-r);
+        }
+}
+
+static void loop_free_held(CpuLoop *l, Held *h) {
+        if (h->stats)
+                stats_file_release(h->stats);
+        held_free(h, &l->ctx);
+}
+
+/* The end of the owner's period (its closing run just ended, it is not yet
+ * demoted): what it used in the period, whether it still wanted the CPU,
+ * and every second or so a delivered figure over whole periods. */
+static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
+        uint64_t u;
+
+        if (h->gone || !h->stats || held_usage_ns(h, &l->ctx, &u) < 0)
+                return;
+        bool counted = h->acct.started;
+        acct_period_end(&h->acct, u, t, (uint64_t) h->budget_slots * l->config->slot_ns,
+                        counted && held_any_runnable(h), ACCT_WINDOW_NS);
+        if (counted)
+                stats_file_publish(h->stats, &h->acct, (uint32_t) h->n_threads, u, t);
+}
+
+/* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
+ * members may run there and nowhere else. */
+static void held_cpus_of(const PaceTableBuffer *t, uint64_t id, char *ret, size_t size) {
+        bool on[PACE_MAX_CPUS] = {};
+        size_t n = 0;
+
+        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++)
+                if (t->reservations[i].id == id && t->reservations[i].cpu >= 0 &&
+                    t->reservations[i].cpu < (int32_t) PACE_MAX_CPUS)
+                        on[t->reservations[i].cpu] = true;
+        ret[0] = '\0';
+        for (int32_t c = 0; c < (int32_t) PACE_MAX_CPUS; c++)
+                if (on[c]) {
+                        int k = snprintf(ret + n, size - n, "%s%" PRIi32, n ? "," : "", c);
+                        if (k < 0 || (size_t) k >= size - n)
+                                break;
+                        n += (size_t) k;
+                }
+}
+
+static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
+        for (size_t i = 0; i < l->n_held; i++) {
+                Held *h = l->held[i];
+                if (h->id == res->id && h->pid == res->pid && h->start_time == res->start_time)
+                        return h;
+        }
+        return NULL;
+}
+
+/* Adopts l->spare (validated) as the table in force: carries over the
+ * processes both tables name, identifies new ones, restores the ones that
+ * left, and lays out this CPU's frame as runs of one owner each. */
+static int loop_adopt(CpuLoop *l, uint64_t gen) {
+        LoopShared *s = l->shared;
+        const PaceTableBuffer *t = l->spare;
+        const PaceTableCpu *tc = NULL;
+        size_t n_next = 0;
+        int r;
+
+        for (uint32_t c = 0; c < t->n_cpus; c++)
+                if (t->cpus[c].cpu == l->cpu)
+                        tc = &t->cpus[c];
+
+        for (size_t i = 0; i < l->n_held; i++)
+                l->held[i]->mark = false;
+
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                const PaceTableReservation *res = &t->reservations[i];
+                Held *h;
+
+                l->next_by_owner[i + 1] = NULL;
+                l->owner_live[i + 1] = false;
+                if (res->cpu != l->cpu)
+                        continue;
+                h = loop_find_held(l, res);
+                if (!h) {
+                        r = held_new(res, l->config->reserve_root_processes, &h);
+                        if (r < 0) {
+                                loop_log(l, DISPATCHER_LOG_WARNING,
+                                         "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s",
+                                         l->cpu, res->id, res->pid, identity_problem(r));
+                                r = held_new_inert(res, &h);
+                                if (r < 0)
+                                        return r;
+                        } else {
+                                /* Full: the piece goes unaccounted. */
+                                if (s->stats)
+                                        (void) stats_file_claim(s->stats, h->id, l->cpu, &h->stats);
+                                held_cpus_of(t, res->id, h->cpus, sizeof(h->cpus));
+                        }
+                }
+                h->period_slots = res->period_slots;
+                h->budget_slots = res->budget_slots;
+                h->mark = true;
+                l->next_by_owner[i + 1] = h;
+                l->owner_live[i + 1] = !h->gone;
+                l->owner_period[i + 1] = h->period_slots;
+                l->next_held[n_next++] = h;
+        }
+
+        for (size_t i = 0; i < l->n_held; i++)
+                if (!l->held[i]->mark)
+                        loop_free_held(l, l->held[i]);
+
+        Held **swap = l->held;
+        l->held = l->next_held;
+        l->next_held = swap;
+        l->n_held = n_next;
+
+        uint32_t frame = tc ? tc->frame_slots : 0, n = 0, rot = 0;
+        if (tc)
+                frame_compile(&t->slots[tc->first_slot], frame, l->owner_live, l->owner_period, l->owner_scratch,
+                              l->next_runs, &n, &rot);
+        FrameRun *runs = l->runs;
+        l->runs = l->next_runs;
+        l->next_runs = runs;
+        Held **owners = l->by_owner;
+        l->by_owner = l->next_by_owner;
+        l->next_by_owner = owners;
+        l->n_runs = n;
+        l->frame_slots = frame;
+        l->rot = rot;
+
+        PaceTableBuffer *b = l->cur;
+        l->cur = l->spare;
+        l->spare = b;
+        l->table_gen = gen;
+
+        loop_log(l, DISPATCHER_LOG_INFO,
+                 "CPU %" PRIi32 ": table generation %" PRIu64 " in force: %zu reservation(s), frame of %" PRIu32
+                 " slots, %" PRIu32 " wake-ups per frame",
+                 l->cpu, gen, l->n_held, frame, n);
+        return 0;
+}
+
+/* Looks at the published table if its generation is new. Returns 1 if a
+ * new table is now in force, 0 if not. */
+static int loop_consider(CpuLoop *l) {
+        LoopShared *s = l->shared;
+        char err[256];
+        uint64_t gen = 0, seen;
+        int r;
+
+        if (!l->reader || l->reader_broken)
+                return 0;
+        if (table_guard_generation(l->reader, &seen) < 0) {
+                loop_reader_fault(l);
+                return 0;
+        }
+        if (seen == l->seen_gen)
+                return 0;
+        uint64_t now = now_ns();
+        if (now < l->next_look_ns)
+                return 0; /* looked at later: the generation stays unseen */
+        /* One token spent: the bucket is full again one interval later
+         * than it would have been, and empty while that is more than a
+         * burst away. */
+        uint64_t burst_ns = (uint64_t) (TABLE_LOOK_BURST - 1) * TABLE_LOOK_INTERVAL_NS;
+        l->look_full_ns = MAX(l->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
+        l->next_look_ns = l->look_full_ns > now + burst_ns ? l->look_full_ns - burst_ns : 0;
+
+        r = table_guard_snapshot(l->reader, l->spare, &gen);
+        if (r == -EFAULT) {
+                loop_reader_fault(l);
+                return 0;
+        }
+        if (r < 0) {
+                /* Nothing yet, or torn: the writer bumps the generation when
+                 * done, which is what we wait for next. */
+                l->seen_gen = seen;
+                return 0;
+        }
+        l->seen_gen = gen;
+
+        r = table_check(l->spare, l->config, err, sizeof(err));
+        if (r < 0) {
+                if (atomic_exchange(&s->refused_gen, gen) != gen)
+                        loop_log(l, DISPATCHER_LOG_ERROR,
+                                 "refusing table generation %" PRIu64 ": %s; generation %" PRIu64 " stays in force",
+                                 gen, err, l->table_gen);
+                return 0;
+        }
+        r = loop_adopt(l, gen);
+        if (r < 0) {
+                loop_log(l, DISPATCHER_LOG_ERROR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
+                         l->cpu, gen, strerror(-r));
+                return 0;
+        }
+        return 1;
+}
+
+static bool loop_stopping(CpuLoop *l) {
+        return atomic_load_explicit(&l->shared->stop, memory_order_relaxed);
+}
+
+/* Absolute deadlines: a late wake-up never shifts the slots after it. */
+static int loop_sleep_until(CpuLoop *l, uint64_t t) {
+        struct timespec ts = { .tv_sec = (time_t) (t / NSEC_PER_SEC), .tv_nsec = (long) (t % NSEC_PER_SEC) };
+
+        for (;;) {
+                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
+                int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
+                if (r == 0)
+                        return 0;
+                if (r != EINTR)
+                        return -r;
+                if (loop_stopping(l))
+                        return -ECANCELED;
+                loop_sync_epoch(l);
+        }
+}
+
+static void loop_switch(CpuLoop *l, Held *from, Held *to) {
+        /* Dying (SIGABRT, SIGTERM): promote no one any more, whatever the
+         * table says; the main thread may be demoting everyone right now. */
+        if (to && loop_stopping(l))
+                to = NULL;
+        if (from == to)
+                return;
+        if (from)
+                (void) held_demote(from, &l->ctx);
+        if (to) {
+                int r = held_promote(to, &l->ctx);
+                /* -EAGAIN: strict mode waits for its group (a scope the main
+                 * thread is asking the manager for): not an error yet. */
+                if (r < 0 && r != -EAGAIN && !to->logged) {
+                        to->logged = true;
+                        if (r == -ESRCH)
+                                loop_log(l, DISPATCHER_LOG_INFO,
+                                         "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
+                                         ") exited; its slots stay idle until the table drops it",
+                                         l->cpu, to->pid, to->id);
+                        else if (r == -EPERM && to->revoked)
+                                loop_log(l, DISPATCHER_LOG_WARNING,
+                                         "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
+                                         ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
+                                         "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
+                        else
+                                loop_log(l, DISPATCHER_LOG_ERROR,
+                                         "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64
+                                         "): %s", l->cpu, to->pid, to->id, strerror(-r));
+                }
+                if (to->threads_skipped > 0 && !to->limit_logged) {
+                        to->limit_logged = true;
+                        loop_log(l, DISPATCHER_LOG_WARNING,
+                                 "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") has %" PRIu32
+                                 " threads past max_threads_per_reservation (%" PRIu32 "); they are not moved",
+                                 l->cpu, to->pid, to->id, to->threads_skipped, l->ctx.max_threads);
+                }
+                loop_maybe_hang(l);
+        }
+}
+
+/* Where the global grid stands at time t for the frame in force: when the
+ * current rotated frame began, and which run covers t. */
+static void loop_locate(const CpuLoop *l, uint64_t t, uint64_t *ret_frame_start, uint32_t *ret_k) {
+        uint64_t slot_ns = l->config->slot_ns, g = t / slot_ns;
+        uint32_t off;
+
+        frame_locate(l->runs, l->n_runs, l->frame_slots, l->rot, g, &off, ret_k);
+        *ret_frame_start = (g - off) * slot_ns;
+}
+
+/* Runs the frame in force until the table empties this CPU or we stop. */
+static void loop_active(CpuLoop *l) {
+        uint64_t slot_ns = l->config->slot_ns;
+        uint64_t frame_start;
+        /* prev: whom the last run promoted; last: whose run it was in the
+         * table, promoted or not (a run skipped by held_budget_spent()
+         * still ends its owner's period). */
+        Held *prev = NULL, *last = NULL;
+        bool last_closes = false;
+        uint32_t k;
+
+        /* Join the grid where it stands: the run under way is entered at
+         * once, not a frame later. */
+        loop_locate(l, now_ns(), &frame_start, &k);
+        for (;;) {
+                uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
+
+                if (loop_sleep_until(l, t) < 0)
+                        break;
+
+                if (k == 0) {
+                        /* Frame boundary: the only place a new table may take
+                         * over, so no reservation loses slots of a window
+                         * that straddles the swap. */
+                        loop_sync_epoch(l);
+                        loop_sync_config(l);
+                        uint64_t gen;
+                        bool fresh = l->reader && !l->reader_broken &&
+                                     table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
+                                     now_ns() >= l->next_look_ns;
+                        if (fresh) {
+                                /* Whoever owned the last run is done anyway
+                                 * (runs are rotated); demote before the copy
+                                 * and check so it gets no extra time. */
+                                if (last && last_closes)
+                                        loop_period_end(l, last, t);
+                                loop_switch(l, prev, NULL);
+                                prev = last = NULL;
+                                if (loop_consider(l) > 0) {
+                                        if (l->n_runs == 0)
+                                                return;
+                                        /* Same grid, new frame: carry on
+                                         * wherever it stands now. */
+                                        loop_locate(l, t, &frame_start, &k);
+                                }
+                        }
+                        uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = now_ns();
+                        if (now > t + frame_ns) {
+                                /* Stalled (a VM pause): rejoin the grid now
+                                 * rather than replay the missed slots. */
+                                loop_locate(l, now, &frame_start, &k);
+                        }
+                }
+
+                Held *owner = l->by_owner[l->runs[k].owner];
+                if (last && last_closes && last != owner)
+                        loop_period_end(l, last, t);
+                last = owner;
+                last_closes = l->runs[k].closes;
+                uint32_t run_end = k + 1 < l->n_runs ? l->runs[k + 1].start : l->frame_slots;
+                if (owner && held_budget_spent(owner, &l->ctx, (uint64_t) owner->budget_slots * slot_ns,
+                                               (uint64_t) (run_end - l->runs[k].start) * slot_ns))
+                        owner = NULL;
+                loop_switch(l, prev, owner);
+                prev = owner;
+                if (++k == l->n_runs) {
+                        k = 0;
+                        frame_start += (uint64_t) l->frame_slots * slot_ns;
+                }
+        }
+        loop_switch(l, prev, NULL);
+}
+
+/* Sleeps, without any periodic wake-up, until a table gives this CPU a
+ * frame. Returns false when stopping. */
+static bool loop_idle(CpuLoop *l) {
+        LoopShared *s = l->shared;
+
+        for (;;) {
+                /* Read before looking: a change after this bumps the word
+                 * and the futex wait below returns at once. */
+                uint32_t word = atomic_load(&s->epoch_word);
+
+                atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
+                loop_maybe_hang(l);
+                if (loop_stopping(l))
+                        return false;
+                loop_sync_epoch(l);
+                loop_sync_config(l);
+                if (l->reader && !l->reader_broken) {
+                        if (loop_consider(l) > 0 && l->n_runs > 0)
+                                return true;
+                        if (l->reader_broken)
+                                continue;
+                        uint64_t gen;
+                        if (table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen) {
+                                /* New, but too soon after the last look. */
+                                (void) loop_sleep_until(l, l->next_look_ns);
+                                continue;
+                        }
+                        /* -EINTR on a kick, -EFAULT if the file shrank. */
+                        if (table_guard_wait(l->reader, l->seen_gen) == -EFAULT)
+                                loop_reader_fault(l);
+                } else {
+                        (void) futex_private(&s->epoch_word, FUTEX_WAIT, word);
+                }
+        }
+}
+
+static void *loop_main(void *userdata) {
+        CpuLoop *l = userdata;
+        sigset_t kick;
+
+        sigemptyset(&kick);
+        sigaddset(&kick, LOOP_KICK_SIGNAL);
+        pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
+        atomic_store(&l->state, LOOP_RUNNING);
+
+        while (loop_idle(l)) {
+                loop_active(l);
+                if (loop_stopping(l))
+                        break;
+        }
+
+        for (size_t i = 0; i < l->n_held; i++)
+                loop_free_held(l, l->held[i]);
+        l->n_held = 0;
+        atomic_store(&l->state, LOOP_EXITED);
+        return NULL;
+}
+
+int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_slots) {
+        l->shared = shared;
+        l->cpu = cpu;
+        l->config = &shared->configs[0];
+        l->cur = calloc(1, sizeof(PaceTableBuffer));
+        l->spare = calloc(1, sizeof(PaceTableBuffer));
+        l->held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
+        l->next_held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
+        l->by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
+        l->next_by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
+        l->owner_live = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(bool));
+        l->owner_period = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(uint32_t));
+        l->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
+        l->runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
+        l->next_runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
+        if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_owner || !l->next_by_owner ||
+            !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs)
+                return -ENOMEM;
+        return 0;
+}
+
+void loop_done(CpuLoop *l) {
+        free(l->cur);
+        free(l->spare);
+        free(l->held);
+        free(l->next_held);
+        free(l->by_owner);
+        free(l->next_by_owner);
+        free(l->owner_live);
+        free(l->owner_period);
+        free(l->owner_scratch);
+        free(l->runs);
+        free(l->next_runs);
+}
+
+uint64_t loop_memory_needs(uint32_t max_frame_slots) {
+        return 2 * sizeof(PaceTableBuffer) + 2 * ((uint64_t) max_frame_slots + 1) * sizeof(FrameRun) +
+               4 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
+               ((uint64_t) PACE_MAX_RESERVATIONS + 1) * (sizeof(bool) + sizeof(uint32_t) + sizeof(FrameScratch)) +
+               LOOP_STACK_SIZE + 2 * 4096;
+}
+
+int loop_setup_kick(void) {
+        /* No SA_RESTART: a kick must end the futex wait or nanosleep. */
+        struct sigaction sa = { .sa_handler = on_kick };
+
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(LOOP_KICK_SIGNAL, &sa, NULL) < 0)
+                return negative_errno();
+        return 0;
+}
+
+int loop_start(CpuLoop *l, const HeldContext *ctx) {
+        struct sched_param sp = { .sched_priority = PACE_DISPATCHER_PRIORITY };
+        pthread_attr_t attr;
+        cpu_set_t set;
+        int r;
+
+        l->ctx = *ctx;
+        CPU_ZERO(&set);
+        CPU_SET(l->cpu, &set);
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, LOOP_STACK_SIZE);
+        pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+        pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+        pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+        pthread_attr_setschedparam(&attr, &sp);
+        r = -pthread_create(&l->thread, &attr, loop_main, l);
+        pthread_attr_destroy(&attr);
+        if (r < 0)
+                return r;
+        l->created = true;
+        return 0;
+}
+
+bool loop_running(const CpuLoop *l) {
+        return l->created && atomic_load(&l->state) != LOOP_EXITED;
+}
+
+bool loop_exited(const CpuLoop *l) {
+        return atomic_load(&l->state) == LOOP_EXITED;
+}
+
+void loop_kick(CpuLoop *l) {
+        (void) pthread_kill(l->thread, LOOP_KICK_SIGNAL);
+}
+
+int loop_join(CpuLoop *l) {
+        if (!l->created)
+                return 0;
+        if (!loop_exited(l))
+                return -EBUSY;
+        pthread_join(l->thread, NULL);
+        l->created = false;
+        return 0;
+}
+
+bool loop_acked_epoch(const CpuLoop *l, uint64_t epoch) {
+        return atomic_load(&l->acked_epoch) >= epoch;
+}
+
+bool loop_acked_config(const CpuLoop *l, uint64_t gen) {
+        return atomic_load(&l->acked_config) >= gen;
+}
+
+uint64_t loop_beats(const CpuLoop *l) {
+        return atomic_load(&l->beats);
+}
+
+void loop_hang(CpuLoop *l) {
+        atomic_store(&l->hang, true);
+}
+
+void loop_shared_wake_idle(LoopShared *s) {
+        atomic_fetch_add(&s->epoch_word, 1);
+        (void) futex_private(&s->epoch_word, FUTEX_WAKE, INT_MAX);
+}

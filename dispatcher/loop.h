@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* One managed CPU's dispatch loop: a thread pinned to the CPU at SCHED_FIFO
+ * 99 that follows the frame in force, demoting the owner whose run ends
+ * and promoting the one whose run starts, and adopts a new table only at a
+ * frame boundary (see README.md, "Threads and wake-ups" and "Table
+ * swaps"). It never writes to the log itself: its messages go through the
+ * shared log ring, which the main thread drains. */
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "frame.h"
+#include "held.h"
+#include "log-ring.h"
+#include "pace-stats.h"
+#include "table-shm.h"
+
+/* Interrupts a loop's sleep (futex or clock_nanosleep) so it looks at the
+ * stop flag, the reader epoch and the configuration. */
+#define LOOP_KICK_SIGNAL SIGUSR1
+#define LOOP_STACK_SIZE (256u * 1024u)
+
+/* Everything the loops and the main thread both see. The main thread
+ * writes the handovers (reader and epoch, configs and config_gen, stop);
+ * each loop takes them up at a point of its own choosing and says so in
+ * its acked_* words. */
+typedef struct LoopShared {
+        /* What the loops validate tables against: configs[config_live],
+         * switched at each CPU's next frame boundary after a reload. */
+        PaceConfig configs[2];
+        _Atomic unsigned config_live;
+        _Atomic uint64_t config_gen;
+
+        /* The table file in use; a new one comes with a new epoch. */
+        _Atomic(const TableReader *) reader;
+        _Atomic uint64_t epoch;
+        _Atomic uint32_t epoch_word; /* futex for loops without a reader */
+        _Atomic bool stop;
+        _Atomic uint32_t hang_word; /* never woken: where a wedged loop waits */
+        /* Set by a loop whose reads of the mapping faulted (the epoch it
+         * faulted in): the main thread then opens the file again even if
+         * it is the same inode. Also logs a fault once across CPUs. */
+        _Atomic uint64_t broken_epoch;
+        /* The last generation any loop refused: refused once, logged once. */
+        _Atomic uint64_t refused_gen;
+
+        /* Set before the loops start and kept until they are gone. */
+        LogRing *log;
+        PaceStatsFile *stats; /* NULL: no accounting file */
+} LoopShared;
+
+typedef enum LoopState {
+        LOOP_STARTING,
+        LOOP_RUNNING,
+        LOOP_EXITED,
+} LoopState;
+
+typedef struct CpuLoop {
+        LoopShared *shared;
+        int32_t cpu;
+        pthread_t thread;
+        bool created;
+        _Atomic int state;
+        _Atomic uint64_t acked_epoch;
+        /* Bumped when the loop enters and leaves every sleep, and on every
+         * idle pass: what the watchdog (watchdog.h) looks at. */
+        _Atomic uint64_t beats;
+        _Atomic uint64_t acked_config;
+        _Atomic bool hang; /* test hook: wedge at the next chance */
+
+        /* Everything below belongs to the dispatch thread. */
+        HeldContext ctx;
+        const PaceConfig *config; /* the one in force on this CPU */
+        uint64_t config_gen;
+        const TableReader *reader;
+        bool reader_broken;
+        uint64_t epoch;
+        uint64_t seen_gen;  /* last generation looked at, accepted or not */
+        /* The look bucket: full (TABLE_LOOK_BURST) at look_full_ns; the next
+         * look may happen at next_look_ns. */
+        uint64_t look_full_ns, next_look_ns;
+        uint64_t table_gen; /* generation in force */
+        PaceTableBuffer *cur, *spare;
+        Held **held, **next_held;
+        size_t n_held;
+        /* Slot value (table index + 1) → Held, for the runs in force and
+         * for the ones being built; and frame_compile()'s inputs. */
+        Held **by_owner, **next_by_owner;
+        bool *owner_live;
+        uint32_t *owner_period;
+        FrameScratch *owner_scratch;
+        FrameRun *runs, *next_runs;
+        uint32_t n_runs, frame_slots;
+        /* The table slot the rotated frame begins at. Every CPU keeps one
+         * global grid: table slot = (CLOCK_MONOTONIC / slot) mod frame, so
+         * the pieces of a split reservation line up across CPUs and a
+         * table swap never shifts anyone's slots in time. */
+        uint32_t rot;
+} CpuLoop;
+
+/* Allocates every buffer the loop will ever use (a dispatch thread under
+ * mlockall must not fault or allocate at SCHED_FIFO 99 for its tables and
+ * runs). max_frame_slots: the longest frame the configuration allows. */
+int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_slots);
+/* Frees them; the thread must be gone (or never started). */
+void loop_done(CpuLoop *l);
+/* What one loop locks in memory (its buffers and stack), for the
+ * RLIMIT_MEMLOCK the dispatcher asks for. */
+uint64_t loop_memory_needs(uint32_t max_frame_slots);
+
+/* The kick's handler, installed without SA_RESTART, so a kick ends a futex
+ * wait or a clock_nanosleep. The signal must stay blocked in every thread
+ * but the loops (they unblock it themselves). */
+int loop_setup_kick(void);
+
+/* Starts the dispatch thread, pinned to l->cpu at SCHED_FIFO
+ * PACE_DISPATCHER_PRIORITY, holding processes with ctx. Returns
+ * pthread_create()'s error as -errno (-EPERM: no real-time runtime;
+ * -EINVAL: the CPU is not online). */
+int loop_start(CpuLoop *l, const HeldContext *ctx);
+/* Started and not yet exited. */
+bool loop_running(const CpuLoop *l);
+bool loop_exited(const CpuLoop *l);
+void loop_kick(CpuLoop *l);
+/* Joins an exited thread (0, also if none was started); -EBUSY if it still
+ * runs (wedged: its memory must then be left alone). */
+int loop_join(CpuLoop *l);
+
+/* Whether the loop has taken up the reader of epoch / the configuration
+ * of generation gen, or a later one. */
+bool loop_acked_epoch(const CpuLoop *l, uint64_t epoch);
+bool loop_acked_config(const CpuLoop *l, uint64_t gen);
+uint64_t loop_beats(const CpuLoop *l);
+/* Test hook: the loop blocks for good at its next promotion or idle pass,
+ * without spinning and without beats (what the watchdog must catch). */
+void loop_hang(CpuLoop *l);
+
+/* Wakes every loop that waits without a reader (no table file yet), so it
+ * looks at the epoch, the configuration and the stop flag. */
+void loop_shared_wake_idle(LoopShared *s);
