@@ -53,7 +53,7 @@ typedef struct DispatcherRunOptions {
         /* Under a manager on the unified hierarchy: asks it (from the main
          * thread) for a delegated scope holding pid's tree; see
          * group_set_housekeep(). NULL: no scopes, members found in /proc. */
-        int (*make_scope)(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size);
+        int (*make_scope)(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size);
         void *userdata;
 } DispatcherRunOptions;
 

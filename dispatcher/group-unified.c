@@ -148,6 +148,15 @@ static void cpu_give_back(GroupSet *s) {
                 s->root_enabled[0][0] = '\0';
 }
 
+/* Weights count among siblings only: the groups' own weight 1 means
+ * nothing unless their parent weighs little beside the root's other
+ * children too. */
+static int write_base_weight(GroupSet *s) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/cpu.weight", s->base);
+        return write_string_file(path, "1");
+}
+
 static void controllers_setup(GroupSet *s, char *note, size_t note_size) {
         char path[PATH_MAX + 32], probe[PATH_MAX + 32];
         bool cpu_offered, cpuset_offered;
@@ -181,6 +190,10 @@ static void controllers_setup(GroupSet *s, char *note, size_t note_size) {
                                  "refused inside a cgroup with the cpu controller, so pace leaves the controller off "
                                  "and holds waiting members at nice 19 only; boot with rt_group_sched=0 (Linux 6.16 "
                                  "and later) or a kernel without CONFIG_RT_GROUP_SCHED to let it weigh them");
+                } else if ((r = write_base_weight(s)) < 0) {
+                        cpu_give_back(s);
+                        snprintf(note, note_size, "cannot weigh %s down (cpu.weight: %s): waiting members are held "
+                                 "at nice 19 only", s->base, strerror(-r));
                 } else {
                         s->use_cpu = true;
                 }
@@ -358,7 +371,10 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
         int r;
 
         g->pending = false;
-        r = make_scope ? make_scope(userdata, g->pid, g->id, scope, sizeof(scope)) : -EOPNOTSUPP;
+        /* Weights count among siblings only: our subgroup is the scope's
+         * one child, so the scope itself must weigh little against the
+         * slice's other units (the client's own among them). */
+        r = make_scope ? make_scope(userdata, g->pid, g->id, s->use_cpu ? 1 : 0, scope, sizeof(scope)) : -EOPNOTSUPP;
         if (r < 0) {
                 snprintf(err, err_size, "no scope for reservation %" PRIu64 " of pid %" PRIi32 ": %s", g->id, g->pid,
                          strerror(-r));

@@ -92,9 +92,11 @@ int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n);
  * strangers out of process- and thread-scope groups and lists the members
  * of tree groups. Returns how many groups there are. */
 /* Delegated mode: asks the manager for a delegated scope holding pid and
- * its descendants, for reservation id; its cgroup path (from the
+ * its descendants, for reservation id, weighing cpu_weight against its
+ * siblings (0: the manager's default); its cgroup path (from the
  * hierarchy's root, e.g. /user.slice/pace-7-4242.scope) into ret. */
-typedef int (*GroupMakeScope)(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size);
+typedef int (*GroupMakeScope)(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret,
+                              size_t size);
 /* err: why a scope or its group could not be had (left alone otherwise). */
 size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *err, size_t err_size);
 /* Whether groups are subgroups of scopes the manager makes (systemd on a

@@ -43,7 +43,7 @@ static int append_property_s(sd_bus_message *m, const char *name, const char *va
         return sd_bus_message_append(m, "(sv)", name, "s", value);
 }
 
-int scope_make(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size) {
+int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
@@ -83,6 +83,8 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size) {
                 r = append_property_s(m, "CollectMode", "inactive-or-failed");
         if (r >= 0)
                 r = sd_bus_message_append(m, "(sv)", "Delegate", "b", 1);
+        if (r >= 0 && cpu_weight > 0)
+                r = sd_bus_message_append(m, "(sv)", "CPUWeight", "t", cpu_weight);
         /* Stopping the client's own unit stops the scope too. */
         if (r >= 0)
                 r = sd_bus_message_append(m, "(sv)", "PartOf", "as", 1, unit);

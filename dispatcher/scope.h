@@ -9,9 +9,11 @@
  * socket) for a transient scope "pace-ID-PID.scope" holding pid and its
  * descendants: Delegate=yes (the subtree below it is ours), in the slice of
  * pid's unit and PartOf= that unit, so stopping the unit still stops the
- * reserved program; CollectMode=inactive-or-failed. Waits up to a second
+ * reserved program; CollectMode=inactive-or-failed; CPUWeight=cpu_weight
+ * unless 0 (the scope's weight against its siblings is the manager's to
+ * set, not ours to write). Waits up to a second
  * for pid to be in it and returns its cgroup path (e.g.
  * /system.slice/pace-3-4242.scope). -EOPNOTSUPP for a process that a user's
  * manager runs (its units are not the system manager's to move from).
  * The dispatcher's edge: libsystemd here, never in the core library. */
-int scope_make(void *userdata, pid_t pid, uint64_t id, char *ret, size_t size);
+int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size);
