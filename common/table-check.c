@@ -69,6 +69,18 @@ uint32_t frame_switches(const uint16_t *slots, uint32_t frame_slots) {
         return n;
 }
 
+uint32_t frame_server_switches(uint32_t period_slots, uint32_t frame_slots, const PaceConfig *config) {
+        uint64_t gap = config->non_rt_max_gap_ns ? config->non_rt_max_gap_ns : config->slot_ns;
+        uint64_t period_ns = (uint64_t) period_slots * config->slot_ns;
+        uint64_t yields = (period_ns + gap - 1) / gap + 1;
+        uint64_t per_window_quarters = 4 * (2 + 2 * yields) + period_slots;
+
+        if (period_slots == 0)
+                return 0;
+        uint64_t quarters = per_window_quarters * (frame_slots / period_slots);
+        return (uint32_t) MIN((quarters + 3) / 4, (uint64_t) UINT32_MAX);
+}
+
 int frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config) {
         /* In ns, 128-bit free: a frame is at most 65536 slots of 100 ms. */
         unsigned __int128 free_ns = (unsigned __int128) free_slots * config->slot_ns;
@@ -226,9 +238,14 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                                 res_cpu_index[i] = (int32_t) c;
                 if (res->id == 0)
                         return refuse(err, err_size, "reservation %" PRIu32 " has id 0", i);
-                if (res->flags & ~PACE_RES_PIECE)
+                if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER))
                         return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
                                       res->flags);
+                /* A server's budget is spent wherever it runs: pieces on
+                 * other CPUs could not know what is left. */
+                if ((res->flags & PACE_RES_PIECE) && (res->flags & PACE_RES_SERVER))
+                        return refuse(err, err_size, "reservation %" PRIu64 ": a budget server cannot be split "
+                                      "over CPUs", res->id);
                 /* An id appears once, or once per CPU as the pieces of one
                  * split reservation that agree on everything but CPU and
                  * budget. */
@@ -317,10 +334,14 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
         for (uint32_t c = 0; c < t->n_cpus; c++) {
                 const PaceTableCpu *cpu = &t->cpus[c];
                 const uint16_t *slots = &t->slots[cpu->first_slot];
-                uint32_t free_slots = 0;
+                uint32_t free_slots = 0, server_switches = 0;
 
                 if (cpu->frame_slots == 0)
                         continue;
+                for (uint32_t i = 0; i < t->n_reservations; i++)
+                        if (res_cpu_index[i] == (int32_t) c && (t->reservations[i].flags & PACE_RES_SERVER))
+                                server_switches += frame_server_switches(t->reservations[i].period_slots,
+                                                                         cpu->frame_slots, config);
                 for (uint32_t s = 0; s < cpu->frame_slots; s++) {
                         uint16_t owner = slots[s];
                         if (owner == PACE_SLOT_FREE) {
@@ -338,8 +359,8 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                         held[owner - 1]++;
                 }
 
-                if (!frame_free_share_ok(free_slots, frame_switches(slots, cpu->frame_slots), cpu->frame_slots,
-                                         config))
+                if (!frame_free_share_ok(free_slots, frame_switches(slots, cpu->frame_slots) + server_switches,
+                                         cpu->frame_slots, config))
                         return refuse(err, err_size, "CPU %" PRId32 ": %" PRIu32 " of %" PRIu32
                                       " slots free, below the non-real-time share of %" PRIu32 " ppm"
                                       " after dispatch costs",

@@ -28,6 +28,15 @@ uint32_t frame_max_busy_run(const uint16_t *slots, uint32_t frame_slots);
 /* Ownership changes per frame: the dispatcher's wake-ups (cyclic). */
 uint32_t frame_switches(const uint16_t *slots, uint32_t frame_slots);
 
+/* What one budget server (PACE_RES_SERVER) of period_slots costs the
+ * dispatcher per frame of frame_slots, in switches (switch_cost_ns each):
+ * in each window of its period a promotion and a demotion, two more for
+ * each time it must step aside for non-real-time work (at most one per
+ * non_rt_max_gap of the window, and one more), and one budget check per
+ * slot at most, counted as a quarter of a switch (a wake-up and one usage
+ * read, no policy change). Rounded up. */
+uint32_t frame_server_switches(uint32_t period_slots, uint32_t frame_slots, const PaceConfig *config);
+
 /* Whether the free time of a frame, less what the dispatcher costs at its
  * switches, covers the non-real-time share. */
 int frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config);

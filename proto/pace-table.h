@@ -34,6 +34,19 @@
  * with at least one free slot whenever the process changes CPU. */
 #define PACE_RES_PIECE 0x1u
 
+/* PaceTableReservation.flags: a budget server. Its slots are laid out as any
+ * reservation's, but they only back it: in each window of its period (frame-
+ * aligned) its threads hold the server priority whenever it has budget left,
+ * so they run the moment they are runnable, in free slots (as far as
+ * non_rt_max_gap allows) and in slots their owners leave idle; measured
+ * consumption demotes them when the budget is spent, and the slots it did
+ * not need go to non-real-time work. Never together with PACE_RES_PIECE. */
+#define PACE_RES_SERVER 0x2u
+
+/* The server priority: below the running priority, so a server never takes
+ * a slot's time from the reservation that owns it. */
+#define PACE_SERVER_PRIORITY 97
+
 /* PaceTableReservation.scope: what the reservation covers (pace.proto's
  * Scope). The dispatcher keeps the members in a cgroup of the reservation's
  * own and moves out whatever does not belong: other processes (process
@@ -56,7 +69,7 @@ typedef struct PaceTableReservation {
         int32_t cpu;
         uint32_t period_slots;
         uint32_t budget_slots;
-        uint32_t flags; /* PACE_RES_PIECE or 0 */
+        uint32_t flags; /* PACE_RES_PIECE, PACE_RES_SERVER or 0 */
         /* What was asked for: unused by the dispatcher, kept so a restarted
          * broker can adopt the reservation without losing it. */
         uint64_t requested_period_ns;

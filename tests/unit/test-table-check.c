@@ -149,6 +149,36 @@ TEST(another_cpu_cannot_borrow_a_reservation) {
         assert_refused("belongs to CPU 1");
 }
 
+TEST(budget_servers) {
+        char err[256] = "";
+
+        sound_table();
+        t.reservations[0].flags = PACE_RES_SERVER;
+        if (table_check(&t, &config, err, sizeof(err)) < 0)
+                TEST_FAIL_("a sound server refused: %s", err);
+
+        /* A server's budget is spent wherever it runs: never in pieces. */
+        t.reservations[0].flags = PACE_RES_SERVER | PACE_RES_PIECE;
+        assert_refused("cannot be split");
+        t.reservations[0].flags = 0x4;
+        assert_refused("unknown flags");
+
+        /* Its wake-ups are charged: at 0.5 ms a switch, the slot layout
+         * alone costs 10 switches (5 ms of the 20 ms free, 12.5 ms
+         * needed: fits); as a server, in its one 50-slot window: 2, twice
+         * 4 yields (20 ms gap), 50 checks at a quarter: 23 more. */
+        sound_table();
+        config.switch_cost_ns = NSEC_PER_MSEC / 2;
+        if (table_check(&t, &config, err, sizeof(err)) < 0)
+                TEST_FAIL_("the slot reservation refused: %s", err);
+        ASSERT_EQ(frame_server_switches(50, 50, &config), 23u);
+        /* 10-slot windows, 5 a frame: each 2 + twice 2 yields + 10 quarters,
+         * 42.5 in all, rounded up. */
+        ASSERT_EQ(frame_server_switches(10, 50, &config), 43u);
+        t.reservations[0].flags = PACE_RES_SERVER;
+        assert_refused("after dispatch costs");
+}
+
 TEST(free_share_and_gaps) {
         sound_table();
         /* 8 of 10: only 20% free, below 25%. */
