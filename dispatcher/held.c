@@ -708,6 +708,10 @@ static void held_group_enter(Held *h, const HeldContext *ctx) {
 }
 
 int held_promote(Held *h, const HeldContext *ctx) {
+        return held_promote_at(h, ctx, PACE_RUNNING_PRIORITY);
+}
+
+int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
         PaceSchedAttr running;
         uint32_t skipped = 0;
         unsigned budget = NEW_THREADS_PER_PROMOTION;
@@ -767,7 +771,7 @@ int held_promote(Held *h, const HeldContext *ctx) {
                 return -ESRCH;
         }
 
-        sched_attr_running(&running);
+        sched_attr_running_at(priority, &running);
         held_move_rotated(h, ctx, &running);
 
         held_freeze(h, false);

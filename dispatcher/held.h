@@ -15,6 +15,7 @@
 #include "group.h"
 #include "pace-table.h"
 #include "sched-util.h"
+#include "server.h"
 #include "tree.h"
 
 typedef struct ThreadRegistry ThreadRegistry;
@@ -103,6 +104,13 @@ typedef struct Held {
         /* Threads left alone at the last scan, past max_threads. */
         uint32_t threads_skipped;
         bool limit_logged;
+        /* Owned by the dispatch loop: a budget server (PACE_RES_SERVER,
+         * server.h), its window, and the SCHED_FIFO priority it holds now
+         * (0: waiting). */
+        bool server;
+        ServerBudget srv;
+        int srv_priority;
+        uint64_t srv_usage, srv_run_usage; /* now, and when the run in force began */
 } Held;
 
 /* Checks that the reservation names a live, ordinary process with the
@@ -123,6 +131,9 @@ pid_t held_protected_pid(void);
  * the cost never grows with the process's thread count. -ESRCH once the
  * process has exited (the Held is then inert), -EPERM once revoked. */
 int held_promote(Held *h, const HeldContext *ctx);
+/* The same at another SCHED_FIFO priority: a budget server's
+ * PACE_SERVER_PRIORITY outside its own slots (server.h). */
+int held_promote_at(Held *h, const HeldContext *ctx, int priority);
 /* To the waiting policy (or frozen, in strict mode). Where no cpuset
  * confines the members, a member found outside its CPU revokes the
  * reservation (h->revoked): it ran at our priority elsewhere. */

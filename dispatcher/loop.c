@@ -173,6 +173,23 @@ static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
         return NULL;
 }
 
+/* For each run, where the next free run begins (servers may take a free
+ * run only if non-real-time work then waits at most non_rt_max_gap). */
+static void loop_index_free_runs(CpuLoop *l) {
+        uint32_t next = UINT32_MAX;
+
+        for (uint32_t k = 0; k < l->n_runs; k++)
+                if (l->runs[k].owner == PACE_SLOT_FREE) {
+                        next = l->runs[k].start + l->frame_slots; /* after the last free run: the next frame's first */
+                        break;
+                }
+        for (uint32_t k = l->n_runs; k-- > 0;) {
+                l->next_free[k] = next;
+                if (l->runs[k].owner == PACE_SLOT_FREE)
+                        next = l->runs[k].start;
+        }
+}
+
 /* Adopts l->spare (validated) as the table in force: carries over the
  * processes both tables name, identifies new ones, restores the ones that
  * left, and lays out this CPU's frame as runs of one owner each. */
@@ -217,6 +234,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                 }
                 h->period_slots = res->period_slots;
                 h->budget_slots = res->budget_slots;
+                h->server = (res->flags & PACE_RES_SERVER) != 0;
                 h->mark = true;
                 l->next_by_owner[i + 1] = h;
                 l->owner_live[i + 1] = !h->gone;
@@ -246,6 +264,11 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
         l->n_runs = n;
         l->frame_slots = frame;
         l->rot = rot;
+        loop_index_free_runs(l);
+        l->n_servers = 0;
+        for (size_t i = 0; i < l->n_held; i++)
+                if (l->held[i]->server && !l->held[i]->gone)
+                        l->servers[l->n_servers++] = l->held[i];
 
         PaceTableBuffer *b = l->cur;
         l->cur = l->spare;
@@ -337,6 +360,39 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
         }
 }
 
+/* Promotes to to priority, and says once why it could not. */
+static int loop_promote(CpuLoop *l, Held *to, int priority) {
+        int r = held_promote_at(to, &l->ctx, priority);
+        /* -EAGAIN: strict mode waits for its group (a scope the main
+         * thread is asking the manager for): not an error yet. */
+        if (r < 0 && r != -EAGAIN && !to->logged) {
+                to->logged = true;
+                if (r == -ESRCH)
+                        loop_log(l, DISPATCHER_LOG_INFO,
+                                 "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
+                                 ") exited; its slots stay idle until the table drops it",
+                                 l->cpu, to->pid, to->id);
+                else if (r == -EPERM && to->revoked)
+                        loop_log(l, DISPATCHER_LOG_WARNING,
+                                 "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
+                                 ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
+                                 "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
+                else
+                        loop_log(l, DISPATCHER_LOG_ERROR,
+                                 "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64
+                                 "): %s", l->cpu, to->pid, to->id, strerror(-r));
+        }
+        if (to->threads_skipped > 0 && !to->limit_logged) {
+                to->limit_logged = true;
+                loop_log(l, DISPATCHER_LOG_WARNING,
+                         "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") has %" PRIu32
+                         " threads past max_threads_per_reservation (%" PRIu32 "); they are not moved",
+                         l->cpu, to->pid, to->id, to->threads_skipped, l->ctx.max_threads);
+        }
+        loop_maybe_hang(l);
+        return r;
+}
+
 static void loop_switch(CpuLoop *l, Held *from, Held *to) {
         /* Dying (SIGABRT, SIGTERM): promote no one any more, whatever the
          * table says; the main thread may be demoting everyone right now. */
@@ -346,35 +402,136 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
                 return;
         if (from)
                 (void) held_demote(from, &l->ctx);
-        if (to) {
-                int r = held_promote(to, &l->ctx);
-                /* -EAGAIN: strict mode waits for its group (a scope the main
-                 * thread is asking the manager for): not an error yet. */
-                if (r < 0 && r != -EAGAIN && !to->logged) {
-                        to->logged = true;
-                        if (r == -ESRCH)
-                                loop_log(l, DISPATCHER_LOG_INFO,
-                                         "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
-                                         ") exited; its slots stay idle until the table drops it",
-                                         l->cpu, to->pid, to->id);
-                        else if (r == -EPERM && to->revoked)
-                                loop_log(l, DISPATCHER_LOG_WARNING,
-                                         "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
-                                         ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
-                                         "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
-                        else
-                                loop_log(l, DISPATCHER_LOG_ERROR,
-                                         "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64
-                                         "): %s", l->cpu, to->pid, to->id, strerror(-r));
+        if (to)
+                (void) loop_promote(l, to, PACE_RUNNING_PRIORITY);
+}
+
+/* Server h to priority (0: its waiting policy). */
+static void loop_server_set(CpuLoop *l, Held *h, int priority) {
+        if (loop_stopping(l))
+                priority = 0;
+        if (priority > 0 && l->run_free)
+                l->run_taken = true;
+        if (h->srv_priority == priority)
+                return;
+        if (priority == 0) {
+                (void) held_demote(h, &l->ctx);
+                h->srv_priority = 0;
+        } else if (loop_promote(l, h, priority) >= 0) {
+                h->srv_priority = priority;
+        }
+}
+
+/* What server h may hold now, in the run in force: nothing once its
+ * window's budget is spent; in its own slots the running priority (they
+ * back its budget); in free time the server priority as far as the gap
+ * allows; in another owner's slots the server priority, below the owner's. */
+static void loop_server_usage(CpuLoop *l, Held *h, uint64_t now) {
+        uint64_t u;
+
+        /* Unreadable (a group not yet entered): as if it ran all along. */
+        if (held_usage_ns(h, &l->ctx, &u) < 0)
+                u = h->srv.last_usage + (now > h->srv.last_look_ns ? now - h->srv.last_look_ns : 0);
+        h->srv_usage = u;
+}
+
+/* h->srv_usage must be fresh. */
+static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
+        uint64_t slot_ns = l->config->slot_ns;
+
+        if (h->gone || h->revoked) {
+                h->srv.next_look_ns = 0; /* nothing to look at any more */
+                return 0;
+        }
+        if (!server_budget_look(&h->srv, now, (uint64_t) h->period_slots * slot_ns,
+                                (uint64_t) h->budget_slots * slot_ns, h->srv_usage, h->srv_priority > 0, slot_ns))
+                return 0;
+        if (l->run_owner == h)
+                return PACE_RUNNING_PRIORITY;
+        if (l->run_free && !l->run_may_take) {
+                /* Held back for non-real-time work: nothing to look at
+                 * until the rest of this free run may be taken (it will
+                 * have had its turn by then) or the window ends. */
+                uint64_t gap = l->config->non_rt_max_gap_ns;
+                uint64_t at = l->run_next_free_ns > gap ? l->run_next_free_ns - gap : 0;
+                h->srv.next_look_ns = MIN(h->srv.window_end_ns, MAX(at, now + slot_ns));
+                return 0;
+        }
+        return PACE_SERVER_PRIORITY;
+}
+
+/* Run k of the frame that began at frame_start starts at t with table
+ * owner owner (a server's own run included; NULL: free). */
+static void loop_servers_at_run(CpuLoop *l, uint32_t k, uint64_t frame_start, uint64_t t, Held *owner) {
+        uint64_t slot_ns = l->config->slot_ns;
+
+        if (l->n_servers == 0)
+                return;
+        uint64_t taken = 0;
+        for (size_t i = 0; i < l->n_servers; i++) {
+                Held *h = l->servers[i];
+                loop_server_usage(l, h, t);
+                if (h->srv_usage > h->srv_run_usage)
+                        taken += h->srv_usage - h->srv_run_usage;
+                h->srv_run_usage = h->srv_usage;
+        }
+        /* The free run that just ended: non-real-time work's alone, or the
+         * servers took `taken` of it, so the rest was non-real-time work's
+         * and ran no earlier than that long before its end. */
+        if (l->run_free && !l->run_taken)
+                l->last_free_end_ns = t;
+        else if (l->run_free && t > l->run_start_ns && t - l->run_start_ns > taken)
+                l->last_free_end_ns = MAX(l->last_free_end_ns, t - taken);
+        l->run_start_ns = t;
+        l->run_owner = owner;
+        l->run_free = owner == NULL;
+        l->run_taken = false;
+        if (l->run_free) {
+                l->run_next_free_ns = l->next_free[k] == UINT32_MAX ? UINT64_MAX :
+                                                                      frame_start + (uint64_t) l->next_free[k] * slot_ns;
+                l->run_may_take = server_may_take_free(l->last_free_end_ns, l->run_next_free_ns,
+                                                       l->config->non_rt_max_gap_ns);
+        }
+        for (size_t i = 0; i < l->n_servers; i++)
+                loop_server_set(l, l->servers[i], loop_server_priority(l, l->servers[i], t));
+}
+
+/* A server's look falls due within a run: its budget ran out, or a new
+ * window began. */
+static void loop_servers_look(CpuLoop *l, uint64_t now) {
+        for (size_t i = 0; i < l->n_servers; i++) {
+                Held *h = l->servers[i];
+                if (h->srv.next_look_ns > now)
+                        continue;
+                if (l->run_free && !l->run_taken) {
+                        /* Non-real-time work had this free run so far. */
+                        l->last_free_end_ns = now;
+                        l->run_may_take = server_may_take_free(now, l->run_next_free_ns,
+                                                               l->config->non_rt_max_gap_ns);
                 }
-                if (to->threads_skipped > 0 && !to->limit_logged) {
-                        to->limit_logged = true;
-                        loop_log(l, DISPATCHER_LOG_WARNING,
-                                 "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") has %" PRIu32
-                                 " threads past max_threads_per_reservation (%" PRIu32 "); they are not moved",
-                                 l->cpu, to->pid, to->id, to->threads_skipped, l->ctx.max_threads);
-                }
-                loop_maybe_hang(l);
+                loop_server_usage(l, h, now);
+                loop_server_set(l, h, loop_server_priority(l, h, now));
+        }
+}
+
+static void loop_servers_demote(CpuLoop *l) {
+        for (size_t i = 0; i < l->n_servers; i++)
+                loop_server_set(l, l->servers[i], 0);
+        l->run_free = false;
+        l->run_owner = NULL;
+}
+
+/* Sleeps until t, doing the servers' looks that fall due before it. */
+static int loop_sleep_serving(CpuLoop *l, uint64_t t) {
+        for (;;) {
+                uint64_t next = t;
+                for (size_t i = 0; i < l->n_servers; i++)
+                        if (l->servers[i]->srv.next_look_ns > 0)
+                                next = MIN(next, l->servers[i]->srv.next_look_ns);
+                int r = loop_sleep_until(l, next);
+                if (r < 0 || next == t)
+                        return r;
+                loop_servers_look(l, now_ns());
         }
 }
 
@@ -405,7 +562,7 @@ static void loop_active(CpuLoop *l) {
         for (;;) {
                 uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
 
-                if (loop_sleep_until(l, t) < 0)
+                if (loop_sleep_serving(l, t) < 0)
                         break;
 
                 if (k == 0) {
@@ -425,6 +582,7 @@ static void loop_active(CpuLoop *l) {
                                 if (last && last_closes)
                                         loop_period_end(l, last, t);
                                 loop_switch(l, prev, NULL);
+                                loop_servers_demote(l);
                                 prev = last = NULL;
                                 if (loop_consider(l) > 0) {
                                         if (l->n_runs == 0)
@@ -448,6 +606,10 @@ static void loop_active(CpuLoop *l) {
                 last = owner;
                 last_closes = l->runs[k].closes;
                 uint32_t run_end = k + 1 < l->n_runs ? l->runs[k + 1].start : l->frame_slots;
+                /* A server's own run is the servers' business. */
+                loop_servers_at_run(l, k, frame_start, t, owner);
+                if (owner && owner->server)
+                        owner = NULL;
                 if (owner && held_budget_spent(owner, &l->ctx, (uint64_t) owner->budget_slots * slot_ns,
                                                (uint64_t) (run_end - l->runs[k].start) * slot_ns))
                         owner = NULL;
@@ -459,6 +621,7 @@ static void loop_active(CpuLoop *l) {
                 }
         }
         loop_switch(l, prev, NULL);
+        loop_servers_demote(l);
 }
 
 /* Sleeps, without any periodic wake-up, until a table gives this CPU a
@@ -534,8 +697,11 @@ int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_sl
         l->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
         l->runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
         l->next_runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
+        l->next_free = calloc(max_frame_slots + 1, sizeof(uint32_t));
+        l->servers = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
         if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_owner || !l->next_by_owner ||
-            !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs)
+            !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs || !l->next_free ||
+            !l->servers)
                 return -ENOMEM;
         return 0;
 }
@@ -552,11 +718,14 @@ void loop_done(CpuLoop *l) {
         free(l->owner_scratch);
         free(l->runs);
         free(l->next_runs);
+        free(l->next_free);
+        free(l->servers);
 }
 
 uint64_t loop_memory_needs(uint32_t max_frame_slots) {
         return 2 * sizeof(PaceTableBuffer) + 2 * ((uint64_t) max_frame_slots + 1) * sizeof(FrameRun) +
-               4 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
+               ((uint64_t) max_frame_slots + 1) * sizeof(uint32_t) +
+               5 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
                ((uint64_t) PACE_MAX_RESERVATIONS + 1) * (sizeof(bool) + sizeof(uint32_t) + sizeof(FrameScratch)) +
                LOOP_STACK_SIZE + 2 * 4096;
 }

@@ -30,12 +30,16 @@ int sched_attr_set(pid_t tid, const PaceSchedAttr *attr) {
         return 0;
 }
 
-void sched_attr_running(PaceSchedAttr *ret) {
+void sched_attr_running_at(int priority, PaceSchedAttr *ret) {
         *ret = (PaceSchedAttr) {
                 .sched_policy = SCHED_FIFO,
-                .sched_priority = PACE_RUNNING_PRIORITY,
+                .sched_priority = (uint32_t) priority,
                 .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
         };
+}
+
+void sched_attr_running(PaceSchedAttr *ret) {
+        sched_attr_running_at(PACE_RUNNING_PRIORITY, ret);
 }
 
 void sched_attr_waiting_nice(PaceSchedAttr *ret) {
@@ -49,7 +53,8 @@ void sched_attr_waiting_nice(PaceSchedAttr *ret) {
 }
 
 bool sched_attr_is_ours(const PaceSchedAttr *a) {
-        if (a->sched_policy == SCHED_FIFO && a->sched_priority == PACE_RUNNING_PRIORITY)
+        if (a->sched_policy == SCHED_FIFO &&
+            (a->sched_priority == PACE_RUNNING_PRIORITY || a->sched_priority == PACE_SERVER_PRIORITY))
                 return true;
         return a->sched_policy == SCHED_OTHER && a->sched_nice == PACE_WAITING_NICE_VALUE;
 }

@@ -23,6 +23,10 @@
  * runs, and reservations preempt every ordinary real-time user below them. */
 #define PACE_DISPATCHER_PRIORITY 99
 #define PACE_RUNNING_PRIORITY 98
+/* PACE_SERVER_PRIORITY (97, pace-table.h): a budget server outside its own
+ * slots, below every owner's running priority. */
+#include "pace-table.h"
+_Static_assert(PACE_SERVER_PRIORITY < PACE_RUNNING_PRIORITY, "a server never preempts a slot's owner");
 #define PACE_WAITING_NICE_VALUE 19
 
 typedef struct PaceSchedAttr {
@@ -43,6 +47,9 @@ int sched_attr_set(pid_t tid, const PaceSchedAttr *attr);
 
 /* The attributes the dispatcher hands out. */
 void sched_attr_running(PaceSchedAttr *ret);
+/* SCHED_FIFO priority (PACE_RUNNING_PRIORITY, or a server's
+ * PACE_SERVER_PRIORITY), reset on fork. */
+void sched_attr_running_at(int priority, PaceSchedAttr *ret);
 void sched_attr_waiting_nice(PaceSchedAttr *ret);
 bool sched_attr_is_ours(const PaceSchedAttr *a);
 /* SCHED_FIFO, SCHED_RR or SCHED_DEADLINE. */

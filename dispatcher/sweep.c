@@ -24,7 +24,8 @@
 static bool left_by_a_dispatcher(const PaceSchedAttr *a, uint32_t rt_ceiling) {
         if (!sched_attr_is_realtime(a))
                 return false;
-        if (a->sched_policy != SCHED_DEADLINE && a->sched_priority == PACE_RUNNING_PRIORITY)
+        if (a->sched_policy != SCHED_DEADLINE &&
+            (a->sched_priority == PACE_RUNNING_PRIORITY || a->sched_priority == PACE_SERVER_PRIORITY))
                 return true;
         return !sched_attr_owner_could_set(a, rt_ceiling);
 }

@@ -306,6 +306,7 @@ typedef struct TestReservation {
         uint32_t budget_slots;
         char letter; /* its slots in the pattern */
         uint32_t uid; /* who asked, as the table says */
+        uint32_t flags; /* PACE_RES_SERVER or 0 */
 } TestReservation;
 
 /* Publishes one table for CPU 1: pattern holds one character per slot,
@@ -330,6 +331,7 @@ static inline uint64_t env_publish(DispatchEnv *e, uint64_t slot_ns, const char 
                         .cpu = TEST_CPU,
                         .period_slots = res[i].period_slots,
                         .budget_slots = res[i].budget_slots,
+                        .flags = res[i].flags,
                 };
         for (uint32_t s = 0; s < frame; s++) {
                 b->slots[s] = PACE_SLOT_FREE;

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+#include "macro.h"
+#include "server.h"
+
+bool server_budget_look(ServerBudget *b, uint64_t now_ns, uint64_t window_ns, uint64_t budget_ns, uint64_t usage,
+                        bool held, uint64_t min_look_ns) {
+        if (window_ns == 0) {
+                b->exhausted = true;
+                b->next_look_ns = UINT64_MAX;
+                return false;
+        }
+        if (now_ns >= b->window_end_ns) {
+                b->window_end_ns = now_ns / window_ns * window_ns + window_ns;
+                b->usage_base = usage;
+                b->last_look_ns = now_ns;
+                b->last_usage = usage;
+                b->exhausted = false;
+        }
+        /* A group made anew (usage restarting) counts from here. */
+        if (usage < b->usage_base)
+                b->usage_base = b->last_usage = usage;
+        uint64_t used = usage - b->usage_base;
+        if (b->exhausted || used + SERVER_BUDGET_FLOOR_NS >= budget_ns) {
+                b->exhausted = true;
+                b->next_look_ns = b->window_end_ns;
+                return false;
+        }
+        uint64_t left = budget_ns - used;
+        uint64_t since = now_ns - b->last_look_ns;
+        uint64_t took = usage >= b->last_usage ? usage - b->last_usage : 0;
+        bool idle = held && since > 0 && 2 * took < since;
+        uint64_t step = idle ? MAX(left, min_look_ns) : left;
+
+        b->last_look_ns = now_ns;
+        b->last_usage = usage;
+        b->next_look_ns = MIN(now_ns + step, b->window_end_ns);
+        return true;
+}
+
+bool server_may_take_free(uint64_t last_free_end_ns, uint64_t next_free_ns, uint64_t max_gap_ns) {
+        return next_free_ns <= last_free_end_ns || next_free_ns - last_free_end_ns <= max_gap_ns;
+}

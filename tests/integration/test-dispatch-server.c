@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/* Budget servers (PACE_RES_SERVER, dispatcher/server.h) under the real
+ * dispatcher on CPU 1, tables written directly:
+ *  - a spinning server gets its budget in every window and no more, beside
+ *    a hog;
+ *  - a server's thread that wakes at a random instant runs at once when it
+ *    has budget (a slot reservation's waits for its next slot: measured in
+ *    the same case for comparison, not asserted);
+ *  - a server whose budget exceeds non_rt_max_gap still leaves
+ *    non-real-time work a turn within the gap (the hourglass);
+ *  - after the dispatcher, no thread keeps priority 97.
+ *
+ * Tolerances. Shares: +1 point above the grant (the budget is looked at
+ * when it would run out, so a spinner overruns by one wake-up latency, tens
+ * of us; a point is 0.5 ms of a 50 ms window), -2 below (late wake-ups and
+ * the switches, as test-dispatch-share). Wake-ups: the server's thread
+ * holds SCHED_FIFO 97 whenever it has budget, so the kernel runs it as soon
+ * as its timer fires; 500 us at the 90th percentile leaves room for this
+ * VM's timer slack and interrupts (measured: tens of us). Gap: the
+ * configured 20 ms plus 1 ms (the issue's bound: a wake-up late and the
+ * nice-19 client's tick). */
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "cpu-share.h"
+#include "test-dispatch-util.h"
+
+#define WARMUP_MS 1000
+#define MEASURE_MS 5000
+
+/* 30% of 50 ms backed by 3 slots of every 10. */
+#define PATTERN_30_SPREAD "AAA.......AAA.......AAA.......AAA.......AAA......."
+
+TEST(a_spinning_server_gets_its_budget_and_no_more) {
+        DispatchEnv e;
+        double s[3];
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        pid_t hog = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
+                                .flags = PACE_RES_SERVER };
+        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        if (!env_wait_log(&e, "generation 1 in force", 2000)) {
+                env_dump_log(&e);
+                env_cleanup(&e);
+                TEST_FAIL_("table not adopted");
+        }
+        test_sleep_ms(WARMUP_MS);
+        share_measure(TEST_CPU, (pid_t[]) { client, hog, env_dispatcher_child(&e) }, 3, MEASURE_MS, s);
+        printf("  server 30%% of 50 ms: spinner %.2f%%, hog %.2f%%, dispatcher %.2f%%\n", s[0], s[1], s[2]);
+        env_cleanup(&e);
+        ASSERT_CMP(s[0], <=, 31.0);
+        ASSERT_CMP(s[0], >=, 28.0);
+        ASSERT_CMP(s[1], >=, 66.0);
+}
+
+/* A child on CPU 1 that, JOBS times, sleeps until a random instant 5 to
+ * 25 ms on, then works 2 ms; it reports each wake-up's lateness (how long
+ * after its timer it first ran, which for a thread the hog shares the CPU
+ * with is how long the hog kept it) in us, one per line on fd. */
+#define JOBS 120
+
+static void periodic_child(int fd) {
+        struct timespec t;
+
+        alarm(CHILD_LIFETIME_S);
+        srand((unsigned) getpid());
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        for (int j = 0; j < JOBS; j++) {
+                uint64_t at = (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec +
+                              (uint64_t) (5000 + rand() % 20000) * 1000ULL;
+                t.tv_sec = (time_t) (at / 1000000000ULL);
+                t.tv_nsec = (long) (at % 1000000000ULL);
+                clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);
+                uint64_t late = test_now_ns() - at;
+                dprintf(fd, "%" PRIu64 "\n", late / 1000);
+                uint64_t end = test_now_ns() + 2000000ULL;
+                while (test_now_ns() < end)
+                        ;
+                clock_gettime(CLOCK_MONOTONIC, &t);
+        }
+        _exit(0);
+}
+
+/* Runs the periodic child under one reservation of the given flags beside
+ * a hog; returns the 50th and 90th percentile lateness in us. */
+static void wake_latency(uint32_t flags, uint64_t *ret_p50, uint64_t *ret_p90, unsigned *ret_n) {
+        DispatchEnv e;
+        uint64_t late[JOBS];
+        unsigned n = 0;
+        int p[2];
+
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        ASSERT_OK(pipe(p));
+        pid_t hog = env_spawn_hog(&e, 0);
+        (void) hog;
+        pid_t client = fork();
+        ASSERT_TRUE(client >= 0);
+        if (client == 0) {
+                close(p[0]);
+                /* Until the table names it: no job before the reservation. */
+                while (sched_getscheduler(0) == SCHED_OTHER && getpriority(PRIO_PROCESS, 0) != 19)
+                        usleep(100);
+                periodic_child(p[1]);
+        }
+        e.children[e.n_children++] = client;
+        close(p[1]);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
+                                .flags = flags };
+        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
+        FILE *f = fdopen(p[0], "r");
+        ASSERT_TRUE(f);
+        while (n < JOBS && fscanf(f, "%" SCNu64, &late[n]) == 1)
+                n++;
+        fclose(f);
+        env_cleanup(&e);
+        ASSERT_CMP(n, >=, JOBS / 2);
+        qsort(late, n, sizeof(late[0]), cmp_u64);
+        *ret_p50 = late[n / 2];
+        *ret_p90 = late[n * 9 / 10];
+        *ret_n = n;
+}
+
+TEST(a_server_thread_runs_when_it_wakes) {
+        uint64_t s50, s90, t50, t90;
+        unsigned sn, tn;
+
+        DISPATCH_REQUIRE();
+        wake_latency(PACE_RES_SERVER, &s50, &s90, &sn);
+        wake_latency(0, &t50, &t90, &tn);
+        printf("  wake-up to running beside a hog, 30%% of 50 ms: server p50 %" PRIu64 " us p90 %" PRIu64
+               " us (%u jobs); slots p50 %" PRIu64 " us p90 %" PRIu64 " us (%u jobs)\n",
+               s50, s90, sn, t50, t90, tn);
+        ASSERT_CMP(s90, <=, 500u);
+}
+
+/* A spinning child on CPU 1 that records the longest stretch it did not
+ * run during ms, and writes it (ns) to fd. */
+static void gap_probe(int fd, unsigned ms) {
+        alarm(CHILD_LIFETIME_S);
+        uint64_t last = test_now_ns(), end = last + (uint64_t) ms * 1000000ULL, longest = 0;
+        while (last < end) {
+                uint64_t now = test_now_ns();
+                if (now - last > longest)
+                        longest = now - last;
+                last = now;
+        }
+        dprintf(fd, "%" PRIu64 "\n", longest);
+        _exit(0);
+}
+
+TEST(a_server_leaves_non_real_time_work_its_gap) {
+        DispatchEnv e;
+        uint64_t longest = 0;
+        int p[2];
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        /* 60% of 50 ms: a 30 ms budget, which one piece would make a 30 ms
+         * gap; the backing slots are two runs of 15. */
+        pid_t client = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A',
+                                .flags = PACE_RES_SERVER };
+        env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
+        test_sleep_ms(500);
+        ASSERT_OK(pipe(p));
+        pid_t probe = fork();
+        ASSERT_TRUE(probe >= 0);
+        if (probe == 0) {
+                close(p[0]);
+                gap_probe(p[1], 4000);
+        }
+        e.children[e.n_children++] = probe;
+        close(p[1]);
+        double s[3];
+        test_sleep_ms(200);
+        /* 3 tries of 1 s at most: all within the probe's 4 s. */
+        share_measure(TEST_CPU, (pid_t[]) { client, probe, env_dispatcher_child(&e) }, 3, 1000, s);
+        unsigned seen[100] = {};
+        pin_self(TEST_SYSTEM_CPU);
+        for (int i = 0; i < 1000; i++) {
+                struct sched_param sp;
+                if (sched_getparam(client, &sp) == 0 && sp.sched_priority >= 0 && sp.sched_priority < 100)
+                        seen[sp.sched_priority]++;
+                usleep(500);
+        }
+        pin_self(TEST_CPU);
+        printf("  priorities seen in 1000 samples: 0: %u, 97: %u, 98: %u\n", seen[0], seen[PACE_SERVER_PRIORITY],
+               seen[98]);
+        FILE *f = fdopen(p[0], "r");
+        ASSERT_TRUE(f);
+        ASSERT_EQ(fscanf(f, "%" SCNu64, &longest), 1);
+        fclose(f);
+        env_cleanup(&e);
+        printf("  server 60%% of 50 ms beside a gap probe: longest gap %.2f ms (non_rt_max_gap 20 ms); "
+               "server %.2f%%, probe %.2f%%, dispatcher %.2f%%\n", (double) longest / 1e6, s[0], s[1], s[2]);
+        ASSERT_CMP(longest, <=, 21000000u);
+        ASSERT_CMP(s[0], >=, 58.0);
+        ASSERT_CMP(s[0], <=, 61.0);
+}
+
+TEST(nothing_keeps_the_server_priority_after_the_dispatcher) {
+        DispatchEnv e;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
+                                .flags = PACE_RES_SERVER };
+        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
+        /* It does get 97: in the free runs it may take. */
+        unsigned seen[100] = {};
+        pin_self(TEST_SYSTEM_CPU);
+        for (int i = 0; i < 2000; i++) {
+                struct sched_param sp;
+                if (sched_getparam(client, &sp) == 0 && sp.sched_priority >= 0 && sp.sched_priority < 100)
+                        seen[sp.sched_priority]++;
+                usleep(500);
+        }
+        pin_self(TEST_CPU);
+        bool seen97 = seen[PACE_SERVER_PRIORITY] > 0;
+        printf("  priorities seen in 2000 samples: 0: %u, 97: %u, 98: %u\n", seen[0], seen[PACE_SERVER_PRIORITY],
+               seen[98]);
+        ASSERT_EQ(env_stop_dispatcher(&e), 0);
+        int policy = policy_of(client);
+        env_cleanup(&e);
+        ASSERT_TRUE(seen97);
+        ASSERT_EQ(policy & ~SCHED_RESET_ON_FORK, SCHED_OTHER);
+}
+
+TEST_MAIN();

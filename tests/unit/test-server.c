@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/* The budget server's rules (dispatcher/server.h): when a window's budget
+ * is replenished and spent, when the loop must look again, and when free
+ * time may be taken. Times in ms for reading; the rules work in ns. */
+#include "macro.h"
+#include "server.h"
+#include "test.h"
+
+#define MS NSEC_PER_MSEC
+#define US NSEC_PER_USEC
+
+static const uint64_t window = 50 * MS, budget = 15 * MS, min_look = 1 * MS;
+
+TEST(a_spinner_runs_out_exactly_when_its_budget_would) {
+        ServerBudget b = {};
+
+        /* First look in the window at 100 ms: full budget, and the next
+         * look when 15 ms of running would have spent it. */
+        ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 7 * MS, true, min_look));
+        ASSERT_EQ(b.next_look_ns, 115 * MS);
+        /* It ran all along: spent, looked at again when the window ends. */
+        ASSERT_FALSE(server_budget_look(&b, 115 * MS, window, budget, 22 * MS, true, min_look));
+        ASSERT_EQ(b.next_look_ns, 150 * MS);
+        /* Spent stays spent until then, even if usage were read wrong. */
+        ASSERT_FALSE(server_budget_look(&b, 149 * MS, window, budget, 22 * MS, true, min_look));
+        /* The next window replenishes, counting from its own usage. */
+        ASSERT_TRUE(server_budget_look(&b, 150 * MS, window, budget, 22 * MS, true, min_look));
+        ASSERT_EQ(b.next_look_ns, 165 * MS);
+}
+
+TEST(a_preempted_spinner_is_looked_at_again_when_the_rest_would_run_out) {
+        ServerBudget b = {};
+
+        ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 0, true, min_look));
+        /* An owner's slots took 5 of the 15 ms: 5 ms left, busy, so the
+         * next look is exactly 5 ms on (no slot's rounding). */
+        ASSERT_TRUE(server_budget_look(&b, 115 * MS, window, budget, 10 * MS, true, min_look));
+        ASSERT_EQ(b.next_look_ns, 120 * MS);
+        /* 4.96 ms of the 5: less than the floor left, spent. */
+        ASSERT_FALSE(server_budget_look(&b, 120 * MS, window, budget, 14 * MS + 960 * US, true, min_look));
+}
+
+TEST(an_idle_server_is_looked_at_once_a_slot_at_most) {
+        ServerBudget b = {};
+
+        ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 0, true, min_look));
+        /* It took 14.5 ms, then blocked: 0.5 ms left. Not busy since the
+         * last look (14.5 of 15 ms counts as busy, so take a quieter
+         * history): */
+        ASSERT_TRUE(server_budget_look(&b, 115 * MS, window, budget, 3 * MS, true, min_look));
+        ASSERT_EQ(b.next_look_ns, 127 * MS); /* 12 ms left, idle: 12 ms */
+        ASSERT_TRUE(server_budget_look(&b, 127 * MS, window, budget, 14 * MS + 500 * US, true, min_look));
+        /* Busy since the last look (11.5 of 12 ms): the exact 0.5 ms. */
+        ASSERT_EQ(b.next_look_ns, 127 * MS + 500 * US);
+        ASSERT_TRUE(server_budget_look(&b, 127 * MS + 500 * US, window, budget, 14 * MS + 500 * US, true, min_look));
+        /* Idle now with 0.5 ms left: not every 0.5 ms, but a slot on. */
+        ASSERT_EQ(b.next_look_ns, 128 * MS + 500 * US);
+}
+
+TEST(a_server_held_back_gets_the_exact_instant) {
+        ServerBudget b = {};
+
+        ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 0, true, min_look));
+        /* 0.1 ms left, and it was demoted since the last look (free time
+         * it could not take): it took nothing because it could not, and
+         * from now on it may spin. Looked at when the 0.1 ms is gone, not
+         * a slot later. */
+        ASSERT_TRUE(server_budget_look(&b, 140 * MS, window, budget, 14 * MS + 900 * US, true, min_look));
+        ASSERT_TRUE(server_budget_look(&b, 145 * MS, window, budget, 14 * MS + 900 * US, false, min_look));
+        ASSERT_EQ(b.next_look_ns, 145 * MS + 100 * US);
+        /* The same look had it been free to run all along: a slot on. */
+        ServerBudget c = b;
+        ASSERT_TRUE(server_budget_look(&c, 146 * MS, window, budget, 14 * MS + 900 * US, true, min_look));
+        ASSERT_EQ(c.next_look_ns, 147 * MS);
+}
+
+TEST(a_look_never_lies_past_the_window_end) {
+        ServerBudget b = {};
+
+        ASSERT_TRUE(server_budget_look(&b, 140 * MS, window, budget, 0, true, min_look));
+        ASSERT_EQ(b.window_end_ns, 150 * MS);
+        ASSERT_EQ(b.next_look_ns, 150 * MS);
+}
+
+TEST(windows_skipped_while_asleep_replenish_once) {
+        ServerBudget b = {};
+
+        ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 0, true, min_look));
+        ASSERT_FALSE(server_budget_look(&b, 120 * MS, window, budget, 15 * MS, true, min_look));
+        /* Three windows later: one full budget, the window it is in. */
+        ASSERT_TRUE(server_budget_look(&b, 260 * MS, window, budget, 15 * MS, true, min_look));
+        ASSERT_EQ(b.window_end_ns, 300 * MS);
+        ASSERT_EQ(b.next_look_ns, 275 * MS);
+}
+
+TEST(usage_that_goes_back_counts_from_there) {
+        ServerBudget b = {};
+
+        ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 40 * MS, true, min_look));
+        /* A group made anew reads from 0: what it reads next counts. */
+        ASSERT_TRUE(server_budget_look(&b, 105 * MS, window, budget, 1 * MS, true, min_look));
+        ASSERT_FALSE(server_budget_look(&b, 120 * MS, window, budget, 16 * MS, true, min_look));
+}
+
+TEST(no_window_no_budget) {
+        ServerBudget b = {};
+        ASSERT_FALSE(server_budget_look(&b, 100 * MS, 0, budget, 0, true, min_look));
+}
+
+TEST(free_time_is_taken_only_within_the_gap) {
+        ASSERT_TRUE(server_may_take_free(100 * MS, 120 * MS, 20 * MS));
+        ASSERT_FALSE(server_may_take_free(100 * MS, 120 * MS + 1, 20 * MS));
+        ASSERT_TRUE(server_may_take_free(100 * MS, 100 * MS, 20 * MS));
+        ASSERT_TRUE(server_may_take_free(130 * MS, 120 * MS, 20 * MS));
+}
+
+TEST_MAIN()
