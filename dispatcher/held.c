@@ -456,7 +456,7 @@ struct linux_dirent64 {
 
 /* Whether a cpuset holds the members to their CPUs; if not, affinity is
  * all there is, and it is checked around every run. */
-static bool held_confined(const Held *h) {
+bool held_confined(const Held *h) {
         /* One CPU only: a split reservation's cpuset holds all its pieces'
          * CPUs, and a member could run on two of them at once. */
         return h->group && group_confined(h->group) && !strchr(h->cpus, ',');
@@ -464,7 +464,7 @@ static bool held_confined(const Held *h) {
 
 /* A group that holds the members now (a delegated one may still wait for
  * its scope). */
-static bool held_grouped(const Held *h) {
+bool held_grouped(const Held *h) {
         return h->group && group_entered(h->group);
 }
 

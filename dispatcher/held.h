@@ -111,6 +111,7 @@ typedef struct Held {
         ServerBudget srv;
         int srv_priority;
         uint64_t srv_usage, srv_run_usage; /* now, and when the run in force began */
+        bool logged_unconfined;
 } Held;
 
 /* Checks that the reservation names a live, ordinary process with the
@@ -156,6 +157,11 @@ bool held_any_runnable(Held *h);
  * hierarchy without the cpu controller, v1 without a cpu hierarchy apart):
  * there 8 nice-19 spinners took 5 points of the free share. */
 bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns);
+
+/* Whether a reservation group holds the members now, and whether a cpuset
+ * holds them to the reservation's one CPU. */
+bool held_grouped(const Held *h);
+bool held_confined(const Held *h);
 
 /* A reservation that failed its identity check: kept (inert) so that the
  * same reservation in later tables is recognised and not reported again. */

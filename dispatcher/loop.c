@@ -448,6 +448,22 @@ static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
                 return 0;
         if (l->run_owner == h)
                 return PACE_RUNNING_PRIORITY;
+        /* Outside its own slots only where the kernel keeps it honest: a
+         * group's usage, which no member can shrink by exiting (a thread's
+         * schedstat goes with it), and a cpuset, so a member cannot take
+         * the server priority to another CPU between two looks. Elsewhere
+         * a server is a slots reservation. */
+        if (!held_grouped(h) || !held_confined(h)) {
+                if (!h->logged_unconfined) {
+                        h->logged_unconfined = true;
+                        loop_log(l, DISPATCHER_LOG_WARNING,
+                                 "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") is a budget server but "
+                                 "no reservation group with a cpuset holds it; it runs in its own slots only",
+                                 l->cpu, h->pid, h->id);
+                }
+                h->srv.next_look_ns = h->srv.window_end_ns;
+                return 0;
+        }
         if (l->run_free && !l->run_may_take) {
                 /* Held back for non-real-time work: nothing to look at
                  * until the rest of this free run may be taken (it will

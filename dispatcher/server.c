@@ -16,9 +16,13 @@ bool server_budget_look(ServerBudget *b, uint64_t now_ns, uint64_t window_ns, ui
                 b->last_usage = usage;
                 b->exhausted = false;
         }
-        /* A group made anew (usage restarting) counts from here. */
-        if (usage < b->usage_base)
+        /* Usage that goes back (a group made anew) cannot be told from a
+         * member that hid what it took: spent until the next window, which
+         * counts from wherever usage then stands. */
+        if (usage < b->last_usage) {
                 b->usage_base = b->last_usage = usage;
+                b->exhausted = true;
+        }
         uint64_t used = usage - b->usage_base;
         if (b->exhausted || used + SERVER_BUDGET_FLOOR_NS >= budget_ns) {
                 b->exhausted = true;

@@ -21,6 +21,7 @@
  * nice-19 client's tick). */
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu-share.h"
@@ -208,6 +209,52 @@ TEST(a_server_leaves_non_real_time_work_its_gap) {
         ASSERT_CMP(longest, <=, 21000000u);
         ASSERT_CMP(s[0], >=, 58.0);
         ASSERT_CMP(s[0], <=, 61.0);
+}
+
+/* Threads that spin a little and exit, one after another: a thread's
+ * schedstat leaves with it, so a server that summed its threads' figures
+ * would see its usage shrink and spend its budget again. */
+static void *spin_then_exit(void *arg) {
+        uint64_t end = test_now_ns() + 3000000ULL;
+        (void) arg;
+        while (test_now_ns() < end)
+                ;
+        return NULL;
+}
+
+static void churning_child(void) {
+        alarm(CHILD_LIFETIME_S);
+        for (;;) {
+                pthread_t t;
+                if (pthread_create(&t, NULL, spin_then_exit, NULL) == 0)
+                        pthread_join(t, NULL);
+        }
+}
+
+TEST(threads_that_exit_take_no_budget_with_them) {
+        DispatchEnv e;
+        double s[2];
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t hog = env_spawn_hog(&e, 0);
+        pid_t client = fork();
+        ASSERT_TRUE(client >= 0);
+        if (client == 0)
+                churning_child();
+        e.children[e.n_children++] = client;
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
+                                .flags = PACE_RES_SERVER };
+        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
+        test_sleep_ms(WARMUP_MS);
+        share_measure(TEST_CPU, (pid_t[]) { client, hog }, 2, MEASURE_MS, s);
+        printf("  server 30%% of 50 ms, a new thread every 3 ms: client %.2f%%, hog %.2f%%\n", s[0], s[1]);
+        env_cleanup(&e);
+        ASSERT_CMP(s[0], <=, 31.0);
+        ASSERT_CMP(s[0], >=, 25.0);
 }
 
 TEST(nothing_keeps_the_server_priority_after_the_dispatcher) {

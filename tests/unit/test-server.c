@@ -93,13 +93,17 @@ TEST(windows_skipped_while_asleep_replenish_once) {
         ASSERT_EQ(b.next_look_ns, 275 * MS);
 }
 
-TEST(usage_that_goes_back_counts_from_there) {
+TEST(usage_that_goes_back_spends_the_window) {
         ServerBudget b = {};
 
         ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 40 * MS, true, min_look));
-        /* A group made anew reads from 0: what it reads next counts. */
-        ASSERT_TRUE(server_budget_look(&b, 105 * MS, window, budget, 1 * MS, true, min_look));
-        ASSERT_FALSE(server_budget_look(&b, 120 * MS, window, budget, 16 * MS, true, min_look));
+        /* Less than before: a member hiding what it took (or a group made
+         * anew). Nothing more in this window... */
+        ASSERT_FALSE(server_budget_look(&b, 105 * MS, window, budget, 1 * MS, true, min_look));
+        ASSERT_EQ(b.next_look_ns, 150 * MS);
+        /* ...and the next counts from where usage then stands. */
+        ASSERT_TRUE(server_budget_look(&b, 150 * MS, window, budget, 2 * MS, true, min_look));
+        ASSERT_FALSE(server_budget_look(&b, 165 * MS, window, budget, 17 * MS, true, min_look));
 }
 
 TEST(no_window_no_budget) {
