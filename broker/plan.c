@@ -652,6 +652,10 @@ static void cheapest_cover(Plan *p, const PlanRequest *req, uint32_t *ret_ppm, u
                 bool short_window;
                 if ((uint64_t) cand * p->config.slot_ns > req->period_ns)
                         break;
+                /* Aligned: only the requested period, rounded down. */
+                if (req->kind == PLAN_KIND_ALIGNED && pi + 1 < p->n_periods &&
+                    (uint64_t) p->periods[pi + 1] * p->config.slot_ns <= req->period_ns)
+                        continue;
                 for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
                         uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
                         if (granted > p->cap_ppm || granted >= *ret_ppm)
@@ -858,10 +862,18 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
          * period can fit where a longer one's slots collide with what is
          * there already; it then needs a larger budget to cover every window
          * of the requested period. */
+        bool tried_a_period = false;
         for (uint32_t pi = p->n_periods; pi-- > 0;) {
                 uint32_t cand = p->periods[pi];
                 if ((uint64_t) cand * slot_ns > req->period_ns)
                         continue;
+                /* An aligned client releases one job per period at the
+                 * block's start: a shorter period would cut its budget in
+                 * pieces that many periods apart. Only the requested
+                 * period, rounded down to the grid. */
+                if (req->kind == PLAN_KIND_ALIGNED && tried_a_period)
+                        break;
+                tried_a_period = true;
                 for (uint32_t o = 0; o < n_order; o++) {
                         PlanCpu *c = &p->cpus[order[o]];
 
@@ -981,13 +993,20 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         if ((uint64_t) cheapest_ppm * 1000 > (uint64_t) req->utilization_ppm * 1005)
                 snprintf(rounded, sizeof(rounded), "; in whole slots that is at least %" PRIu32 " of every %" PRIu32
                          " (%s)", cheapest_budget, cheapest_period, format_ppm(a, sizeof(a), cheapest_ppm));
-        char whole[256] = "";
+        char whole[512] = "";
+        size_t whole_len = 0;
         if (unsplittable)
-                snprintf(whole, sizeof(whole), "; a%s %s reservation is never split over CPUs (%s), so one CPU must "
-                         "hold all of it: ask for less, or for kind slots, which may be split",
-                         req->kind == PLAN_KIND_ALIGNED ? "n" : "", plan_kind_name(req->kind),
-                         req->kind == PLAN_KIND_SERVER ? "its budget is spent wherever its threads run"
-                                                       : "its budget is one block");
+                whole_len = (size_t) snprintf(whole, sizeof(whole), "; a%s %s reservation is never split over CPUs "
+                                              "(%s), so one CPU must hold all of it: ask for less, or for kind "
+                                              "slots, which may be split",
+                                              req->kind == PLAN_KIND_ALIGNED ? "n" : "", plan_kind_name(req->kind),
+                                              req->kind == PLAN_KIND_SERVER
+                                                      ? "its budget is spent wherever its threads run"
+                                                      : "its budget is one block");
+        /* Free time in total is not enough for a block: say what is. */
+        if (req->kind == PLAN_KIND_ALIGNED && whole_len < sizeof(whole))
+                snprintf(whole + whole_len, sizeof(whole) - whole_len, "; an aligned budget needs one stretch of "
+                         "free slots in every period, which spread reservations may not leave");
         if (unsplittable) {
                 char who[64];
                 if (within[0])

@@ -927,6 +927,41 @@ TEST(aligned_budgets_are_one_block_from_their_phase) {
         assert_requested_windows(&table, &e);
 }
 
+/* An aligned client releases one job per period: its grant keeps the
+ * requested period (rounded down), never a shorter one that would cut the
+ * budget in pieces periods apart. Beside spread slots that leave no ten
+ * free slots in a row, 20% of 50 ms aligned is refused with why, though
+ * 10 ms blocks of 2 would fit (and do, when asked for), and the slots kind
+ * is granted. */
+TEST(aligned_keeps_its_period_or_is_refused) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table2);
+        PlanRequest b = { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = -1,
+                          .kind = PLAN_KIND_ALIGNED };
+        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "not enough free CPU time for 20% every 50ms");
+        ASSERT_CONTAINS(why, "an aligned budget needs one stretch of free slots in every period");
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+        b.period_ns = 10 * NSEC_PER_MSEC;
+        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_EQ(e.period_slots, 10u);
+        ASSERT_EQ(e.budget_slots, 2u);
+        ASSERT_OK(plan_remove(p, 2));
+        b.period_ns = 50 * NSEC_PER_MSEC;
+        b.kind = PLAN_KIND_SLOTS;
+        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_EQ(e.period_slots, 50u);
+}
+
 TEST(worst_fit_stays_within_the_allowed_cpus) {
         PaceConfig c;
         _cleanup_(plan_freep) Plan *p = NULL;
