@@ -375,6 +375,19 @@ _printf_(4, 5) static int error_reply(uint8_t **ret, size_t *ret_size, int code,
         return broker_error_reply(code, message, ret, ret_size);
 }
 
+/* pace.proto's Kind and the planner's: the wire has an "unspecified" 0,
+ * which never reaches the planner. */
+static Pace__Kind wire_kind(PlanKind kind) {
+        switch (kind) {
+        case PLAN_KIND_SERVER:
+                return PACE__KIND__KIND_SERVER;
+        case PLAN_KIND_ALIGNED:
+                return PACE__KIND__KIND_ALIGNED;
+        default:
+                return PACE__KIND__KIND_SLOTS;
+        }
+}
+
 static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g) {
         pace__grant__init(g);
         g->id = e->id;
@@ -388,6 +401,8 @@ static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g
         g->requested_utilization_ppm = e->requested_utilization_ppm;
         g->has_scope = true;
         g->scope = (Pace__Scope) e->scope;
+        g->has_kind = true;
+        g->kind = wire_kind(plan_flags_kind(e->flags));
         if (e->scope == PACE_TABLE_SCOPE_THREAD) {
                 g->has_tid = true;
                 g->tid = e->tid;
@@ -635,6 +650,33 @@ static int owned_reservation(Broker *b, const BrokerPeer *peer, uint64_t id, con
         return 0;
 }
 
+/* The kind a request asks for: `absent` when the field is missing or
+ * unspecified (slots for a new reservation, the reservation's own for a
+ * change). A value the protocol does not define is refused, naming the
+ * field: protobuf-c passes any number through an enum field. Returns 0 with
+ * *ret, or 1 after writing the refusal (or a negative errno). */
+static int request_kind(bool has_kind, int kind, PlanKind absent, const char *absent_means, PlanKind *ret,
+                        uint8_t **reply, size_t *reply_size) {
+        switch (has_kind ? kind : PACE__KIND__KIND_UNSPECIFIED) {
+        case PACE__KIND__KIND_UNSPECIFIED:
+                *ret = absent;
+                return 0;
+        case PACE__KIND__KIND_SLOTS:
+                *ret = PLAN_KIND_SLOTS;
+                return 0;
+        case PACE__KIND__KIND_SERVER:
+                *ret = PLAN_KIND_SERVER;
+                return 0;
+        case PACE__KIND__KIND_ALIGNED:
+                *ret = PLAN_KIND_ALIGNED;
+                return 0;
+        default:
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "kind %d does not exist: use slots (1), server (2) or aligned (3), or leave "
+                                   "kind out for %s", kind, absent_means) ?: 1;
+        }
+}
+
 /* A CPU field outside any machine's range: 1 after writing the refusal. */
 static int bad_cpu_field(bool has_cpu, int32_t cpu, uint8_t **reply, size_t *reply_size) {
         if (!has_cpu || (cpu >= 0 && cpu < (int32_t) PACE_MAX_CPUS))
@@ -652,7 +694,11 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         pid_t pid;
         int r;
 
+        PlanKind kind;
         r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+        if (r == 0)
+                r = request_kind(req->has_kind, (int) req->kind, PLAN_KIND_SLOTS, "slots", &kind, reply,
+                                 reply_size);
         if (r != 0)
                 return r < 0 ? r : 0;
         /* Range errors first: they need no process lookup. */
@@ -662,6 +708,7 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 .period_ns = req->period_ns,
                 .utilization_ppm = req->utilization_ppm,
                 .cpu = req->has_cpu ? req->cpu : -1,
+                .kind = kind,
         };
         r = plan_validate(b->plan, &preq, why, sizeof(why));
         if (r < 0) {
@@ -721,9 +768,9 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         grant_add_pieces(b, entry.id, &grant, &pieces);
         char p1[32], p2[32], u1[32];
         char where[256];
-        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on %s, %s every %s"
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on %s, %s, %s every %s"
                    " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid,
-                   format_grant_cpus(&grant, where, sizeof(where)),
+                   format_grant_cpus(&grant, where, sizeof(where)), plan_kind_name(kind),
                    format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
                    format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
                    format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
@@ -882,6 +929,7 @@ static PlanRequest request_for_entry(const PlanEntry *e) {
                 .cpu = e->cpu,
                 .scope = e->scope,
                 .tid = e->tid,
+                .kind = plan_flags_kind(e->flags),
         };
 }
 
@@ -892,9 +940,14 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
         PlanEntry entry;
         int r;
 
+        PlanKind kind = PLAN_KIND_SLOTS;
         r = owned_reservation(b, peer, req->id, "change", &res, reply, reply_size);
         if (r == 0)
                 r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+        /* Absent: the kind it has. */
+        if (r == 0)
+                r = request_kind(req->has_kind, (int) req->kind, plan_flags_kind(plan_find(b->plan, req->id)->flags),
+                                 "the reservation's own", &kind, reply, reply_size);
         if (r != 0)
                 return r < 0 ? r : 0;
 
@@ -936,6 +989,7 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
         PlanRequest preq = request_for_entry(old);
         preq.period_ns = req->period_ns;
         preq.utilization_ppm = req->utilization_ppm;
+        preq.kind = kind;
         preq.cpu = old->cpu;
         preq.allowed_cpus = allowed_cpus;
         r = plan_validate(b->plan, &preq, why, sizeof(why));
@@ -946,8 +1000,9 @@ static int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRe
                 return error_reply(reply, reply_size, plan_error_code(r), "%s; the reservation stays as it was", why);
         }
         publish(b);
-        broker_log(b, LOG_INFO, "reservation %" PRIu64 " changed by uid %u: CPU %" PRIi32 ", %" PRIu32 " of every %"
-                   PRIu32 " slots", req->id, (unsigned) peer->uid, entry.cpu, entry.budget_slots, entry.period_slots);
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 " changed by uid %u: CPU %" PRIi32 ", %s, %" PRIu32
+                   " of every %" PRIu32 " slots", req->id, (unsigned) peer->uid, entry.cpu,
+                   plan_kind_name(plan_flags_kind(entry.flags)), entry.budget_slots, entry.period_slots);
 
         Pace__Response resp = PACE__RESPONSE__INIT;
         Pace__Grant grant;

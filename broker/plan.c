@@ -151,6 +151,61 @@ void plan_server(const Plan *p, uint32_t *ret_period_slots, uint32_t *ret_budget
         *ret_budget_slots = p->server_budget;
 }
 
+/* Consecutive busy slots around t in a cyclic frame, counting t itself. */
+static uint32_t busy_run_through(const uint32_t *s, uint32_t frame, uint32_t t) {
+        uint32_t n = 1;
+        for (uint32_t k = 1; k < frame && s[(t + frame - k) % frame] != 0; k++)
+                n++;
+        for (uint32_t k = 1; k < frame && s[(t + k) % frame] != 0; k++)
+                n++;
+        return MIN(n, frame);
+}
+
+uint32_t plan_kind_flags(PlanKind kind) {
+        switch (kind) {
+        case PLAN_KIND_SERVER:
+                return PACE_RES_SERVER;
+        case PLAN_KIND_ALIGNED:
+                return PACE_RES_ALIGNED;
+        default:
+                return 0;
+        }
+}
+
+PlanKind plan_flags_kind(uint32_t flags) {
+        if (flags & PACE_RES_SERVER)
+                return PLAN_KIND_SERVER;
+        if (flags & PACE_RES_ALIGNED)
+                return PLAN_KIND_ALIGNED;
+        return PLAN_KIND_SLOTS;
+}
+
+const char *plan_kind_name(PlanKind kind) {
+        switch (kind) {
+        case PLAN_KIND_SERVER:
+                return "server";
+        case PLAN_KIND_ALIGNED:
+                return "aligned";
+        default:
+                return "slots";
+        }
+}
+
+/* What the budget servers on `cpu` cost the dispatcher in a frame of `frame`
+ * slots, in switches: each one's frame_server_switches() at that frame, the
+ * very sum table_check() adds, so a table the planner accepts is never one
+ * the dispatcher refuses. The frame is the one being checked, not the CPU's
+ * current one: when a new period makes it grow, every server's charge is
+ * counted again at the new length (its own rounding included). */
+static uint32_t servers_switches(const Plan *p, int32_t cpu, uint32_t frame) {
+        uint64_t sum = 0;
+
+        for (uint32_t i = 0; i < p->n_entries; i++)
+                if (p->entries[i].cpu == cpu && (p->entries[i].flags & PACE_RES_SERVER))
+                        sum += frame_server_switches(p->entries[i].period_slots, frame, &p->config);
+        return (uint32_t) MIN(sum, (uint64_t) UINT32_MAX);
+}
+
 static uint32_t owned_slots(const uint32_t *slots, uint32_t frame) {
         uint32_t n = 0;
         for (uint32_t i = 0; i < frame; i++)
@@ -214,6 +269,24 @@ uint64_t frame_min_supply_ns(const uint32_t *slots, uint32_t frame_slots, uint32
         return whole_frames * per_frame * slot_ns + best;
 }
 
+/* Gives the orbit of offset t (t + k*step over the frame, all free) to
+ * owner, unless that makes a busy run longer than non_rt_max_gap somewhere:
+ * then the orbit stays free and false is returned. A placement that never
+ * needs this would have passed the gap check anyway (runs only grow), so it
+ * changes nothing there; where it is needed it keeps the free slots that
+ * break busy runs (an aligned block's among them) instead of refusing. */
+static bool take_orbit(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t t, uint32_t step, uint32_t owner) {
+        for (uint32_t k = t; k < frame; k += step)
+                slots[k] = owner;
+        for (uint32_t k = t; k < frame; k += step)
+                if (busy_run_through(slots, frame, k) > p->max_gap_slots) {
+                        for (uint32_t j = t; j < frame; j += step)
+                                slots[j] = 0;
+                        return false;
+                }
+        return true;
+}
+
 /* Gives `want` slots to the new reservation, deciding offset by offset
  * through [0, span) where each decision applies to the offset's whole orbit
  * (o + k*span over the frame). Each free offset goes either to the
@@ -255,12 +328,10 @@ static uint32_t assign(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t 
                 else
                         to_server = (server_window + 1) * (uint64_t) G <= span;
 
-                if (to_server) {
+                if (to_server || !take_orbit(p, slots, frame, t, span, owner)) {
                         server_got++;
                         continue;
                 }
-                for (uint32_t k = t; k < frame; k += span)
-                        slots[k] = owner;
                 given++;
         }
         return given;
@@ -282,8 +353,8 @@ static uint32_t fold_base(const Plan *p, uint32_t period) {
  * (offsets cls, cls + base, cls + 2 base ...), so they fill one residue class
  * before touching the next and leave the other classes whole for
  * reservations of other periods. Within a class they are evenly spaced. */
-static uint32_t assign_leftover(uint32_t *slots, uint32_t frame, uint32_t period, uint32_t base, uint32_t want,
-                                uint32_t owner, uint32_t phase) {
+static uint32_t assign_leftover(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t base,
+                                uint32_t want, uint32_t owner, uint32_t phase) {
         uint32_t given = 0;
 
         for (uint32_t c = 0; c < base && given < want; c++)
@@ -294,10 +365,8 @@ static uint32_t assign_leftover(uint32_t *slots, uint32_t frame, uint32_t period
                                         usable = false;
                                         break;
                                 }
-                        if (!usable)
+                        if (!usable || !take_orbit(p, slots, frame, t, period, owner))
                                 continue;
-                        for (uint32_t k = t; k < frame; k += period)
-                                slots[k] = owner;
                         given++;
                 }
         return given;
@@ -315,8 +384,115 @@ static int place(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period
         uint32_t given;
 
         given = assign(p, slots, frame, base, per_base, owner, phase) * (period / base);
-        given += assign_leftover(slots, frame, period, base, budget - given, owner, phase);
+        given += assign_leftover(p, slots, frame, period, base, budget - given, owner, phase);
         return given == budget ? 0 : -ENOSPC;
+}
+
+/* An aligned reservation's block at offset `start` of its period, in
+ * every repetition of the period in the frame: `budget` owned offsets in a
+ * row, with a free offset (a break) only where owning it would make a busy
+ * run longer than non_rt_max_gap somewhere in the frame. Breaking as late
+ * as the gap allows gives the fewest breaks a block from `start` can have.
+ * The block must not meet another reservation's slot, nor a second break
+ * right after one (the gap would be forced by others' slots, not by the
+ * block), and with breaks the free stretch after it must be longer than a
+ * break, so that plan_phase() finds the block's start. Returns the number
+ * of breaks with the block written into slots, or -ENOSPC with slots as
+ * they were. */
+static int place_block(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget,
+                       uint32_t owner, uint32_t start) {
+        uint32_t given = 0, breaks = 0, span = 0;
+        bool last_was_break = false;
+
+        for (; given < budget; span++) {
+                uint32_t t = (start + span) % period;
+                bool usable = span < period, too_long = false;
+
+                for (uint32_t k = t; usable && k < frame; k += period)
+                        usable = slots[k] == 0;
+                if (!usable)
+                        goto undo;
+                for (uint32_t k = t; k < frame; k += period)
+                        slots[k] = owner;
+                for (uint32_t k = t; !too_long && k < frame; k += period)
+                        too_long = busy_run_through(slots, frame, k) > p->max_gap_slots;
+                if (!too_long) {
+                        given++;
+                        last_was_break = false;
+                        continue;
+                }
+                for (uint32_t k = t; k < frame; k += period)
+                        slots[k] = 0;
+                /* A block starts with an owned slot: a break first would
+                 * put its start elsewhere (that start is tried on its own). */
+                if (last_was_break || given == 0)
+                        goto undo;
+                last_was_break = true;
+                breaks++;
+        }
+        if (breaks > 0 && period - span < 2)
+                goto undo;
+        return (int) breaks;
+
+undo:
+        for (uint32_t i = 0; i < span && i < period; i++)
+                for (uint32_t k = (start + i) % period; k < frame; k += period)
+                        if (slots[k] == owner)
+                                slots[k] = 0;
+        return -ENOSPC;
+}
+
+/* The aligned layout: of all starts in the period, one whose block needs
+ * the fewest breaks (the first such, for a table that depends on nothing
+ * but the requests). A start that reaches the least any block of this
+ * budget needs, one break per non_rt_max_gap, ends the search. */
+static int place_aligned(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget,
+                         uint32_t owner) {
+        uint32_t gap = MAX(p->max_gap_slots, 1u);
+        uint32_t least = budget > gap ? (budget + gap - 1) / gap - 1 : 0;
+        int best = -1, best_breaks = INT32_MAX;
+
+        for (uint32_t start = 0; start < period; start++) {
+                int r = place_block(p, slots, frame, period, budget, owner, start);
+                if (r < 0)
+                        continue;
+                /* Undo: the search goes on over a clean frame. */
+                for (uint32_t k = 0; k < frame; k++)
+                        if (slots[k] == owner)
+                                slots[k] = 0;
+                if (r < best_breaks) {
+                        best = (int) start;
+                        best_breaks = r;
+                }
+                if ((uint32_t) r <= least)
+                        break;
+        }
+        if (best < 0)
+                return -ENOSPC;
+        return place_block(p, slots, frame, period, budget, owner, (uint32_t) best) < 0 ? -ENOSPC : 0;
+}
+
+/* Whether a CPU's frame keeps invariant 2: the free time, less the
+ * dispatcher's switches (owner changes plus what its budget servers cost,
+ * an extra one of `extra_server_period` included when non-zero), covers the
+ * non-real-time share, and no busy run passes non_rt_max_gap. */
+static bool frame_ok(const Plan *p, const uint32_t *s, uint32_t frame, int32_t cpu, uint32_t extra_server_period) {
+        uint32_t free_slots = frame - owned_slots(s, frame);
+        uint64_t switches = servers_switches(p, cpu, frame);
+
+        if (extra_server_period)
+                switches += frame_server_switches(extra_server_period, frame, &p->config);
+        for (uint32_t i = 0; i < frame; i++)
+                switches += s[i] != s[(i + 1) % frame];
+        if (!frame_free_share_ok(free_slots, (uint32_t) MIN(switches, (uint64_t) UINT32_MAX), frame, &p->config))
+                return false;
+
+        uint32_t run = 0, longest = 0;
+        for (uint32_t k = 0; k < 2 * frame; k++) {
+                run = s[k % frame] ? run + 1 : 0;
+                longest = MAX(longest, run);
+        }
+        return longest <= p->max_gap_slots;
 }
 
 /* Tries (period, budget) on one CPU in scratch; 0 and the new frame length if
@@ -333,23 +509,14 @@ static int try_cpu(Plan *p, const PlanCpu *c, uint32_t cpu_index, const PlanRequ
         for (uint32_t i = 0; i < frame; i++)
                 s[i] = c->frame_slots ? c->slots[i % c->frame_slots] : 0;
 
-        r = place(p, s, frame, period, budget, owner, cpu_index);
+        if (req->kind == PLAN_KIND_ALIGNED)
+                r = place_aligned(p, s, frame, period, budget, owner);
+        else
+                r = place(p, s, frame, period, budget, owner, cpu_index);
         if (r < 0)
                 return r;
 
-        uint32_t free_slots = frame - owned_slots(s, frame);
-        uint32_t switches = 0;
-        for (uint32_t i = 0; i < frame; i++)
-                switches += s[i] != s[(i + 1) % frame];
-        if (!frame_free_share_ok(free_slots, switches, frame, &p->config))
-                return -ENOSPC;
-
-        uint32_t run = 0, longest = 0;
-        for (uint32_t k = 0; k < 2 * frame; k++) {
-                run = s[k % frame] ? run + 1 : 0;
-                longest = MAX(longest, run);
-        }
-        if (longest > p->max_gap_slots)
+        if (!frame_ok(p, s, frame, c->cpu, req->kind == PLAN_KIND_SERVER ? period : 0))
                 return -ENOSPC;
 
         uint64_t need = (uint64_t) (((unsigned __int128) req->period_ns * req->utilization_ppm + PPM - 1) / PPM);
@@ -360,7 +527,6 @@ static int try_cpu(Plan *p, const PlanCpu *c, uint32_t cpu_index, const PlanRequ
         *ret_frame = frame;
         return 0;
 }
-
 
 static int cpu_index(const Plan *p, int32_t cpu) {
         for (uint32_t i = 0; i < p->n_cpus; i++)
@@ -486,6 +652,10 @@ static void cheapest_cover(Plan *p, const PlanRequest *req, uint32_t *ret_ppm, u
                 bool short_window;
                 if ((uint64_t) cand * p->config.slot_ns > req->period_ns)
                         break;
+                /* Aligned: only the requested period, rounded down. */
+                if (req->kind == PLAN_KIND_ALIGNED && pi + 1 < p->n_periods &&
+                    (uint64_t) p->periods[pi + 1] * p->config.slot_ns <= req->period_ns)
+                        continue;
                 for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
                         uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
                         if (granted > p->cap_ppm || granted >= *ret_ppm)
@@ -500,16 +670,6 @@ static void cheapest_cover(Plan *p, const PlanRequest *req, uint32_t *ret_ppm, u
                                 break;
                 }
         }
-}
-
-/* Consecutive busy slots around t in a cyclic frame, counting t itself. */
-static uint32_t busy_run_through(const uint32_t *s, uint32_t frame, uint32_t t) {
-        uint32_t n = 1;
-        for (uint32_t k = 1; k < frame && s[(t + frame - k) % frame] != 0; k++)
-                n++;
-        for (uint32_t k = 1; k < frame && s[(t + k) % frame] != 0; k++)
-                n++;
-        return MIN(n, frame);
 }
 
 /* Semi-partitioned placement: `budget` slots in every `period`, as pieces on
@@ -575,21 +735,13 @@ static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t 
                 goto out;
 
         for (uint32_t o = 0; o < n_order; o++) {
-                const uint32_t *s = p->split_scratch[o];
-                uint32_t free_slots = 0, switches = 0, run = 0, longest = 0;
                 if (pieces[o] == 0)
                         continue;
                 used++;
                 span = lcm32(span, frame[o]);
-                for (uint32_t i = 0; i < frame[o]; i++) {
-                        free_slots += s[i] == 0;
-                        switches += s[i] != s[(i + 1) % frame[o]];
-                }
-                for (uint32_t k = 0; k < 2 * frame[o]; k++) {
-                        run = s[k % frame[o]] ? run + 1 : 0;
-                        longest = MAX(longest, run);
-                }
-                if (!frame_free_share_ok(free_slots, switches, frame[o], &p->config) || longest > p->max_gap_slots)
+                /* The budget servers already there are charged at the
+                 * frame the piece gives that CPU. */
+                if (!frame_ok(p, p->split_scratch[o], frame[o], p->cpus[order[o]].cpu, 0))
                         goto out;
         }
         if (used < 2 || span > p->max_frame_slots)
@@ -710,10 +862,18 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
          * period can fit where a longer one's slots collide with what is
          * there already; it then needs a larger budget to cover every window
          * of the requested period. */
+        bool tried_a_period = false;
         for (uint32_t pi = p->n_periods; pi-- > 0;) {
                 uint32_t cand = p->periods[pi];
                 if ((uint64_t) cand * slot_ns > req->period_ns)
                         continue;
+                /* An aligned client releases one job per period at the
+                 * block's start: a shorter period would cut its budget in
+                 * pieces that many periods apart. Only the requested
+                 * period, rounded down to the grid. */
+                if (req->kind == PLAN_KIND_ALIGNED && tried_a_period)
+                        break;
+                tried_a_period = true;
                 for (uint32_t o = 0; o < n_order; o++) {
                         PlanCpu *c = &p->cpus[order[o]];
 
@@ -752,6 +912,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                                         .tid = req->tid,
                                         .period_slots = cand,
                                         .budget_slots = budget,
+                                        .flags = plan_kind_flags(req->kind),
                                 };
                                 if (ret_entry)
                                         *ret_entry = *e;
@@ -761,8 +922,13 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         }
 
         /* No single CPU has room: split over several, if the client let us
-         * choose and the pieces fit under the same rules. */
-        if (req->cpu < 0 && n_order >= 2 && p->n_entries + n_order <= PACE_MAX_RESERVATIONS)
+         * choose and the pieces fit under the same rules. Not a server (its
+         * budget is spent wherever its threads run, and pieces on other CPUs
+         * could not know what is left) nor an aligned one (pieces are no
+         * block). */
+        bool unsplittable = req->kind != PLAN_KIND_SLOTS && req->cpu < 0 && n_order >= 2;
+        if (req->kind == PLAN_KIND_SLOTS && req->cpu < 0 && n_order >= 2 &&
+            p->n_entries + n_order <= PACE_MAX_RESERVATIONS)
                 for (uint32_t pi = p->n_periods; pi-- > 0;) {
                         uint32_t cand = p->periods[pi];
                         if ((uint64_t) cand * slot_ns > req->period_ns)
@@ -805,7 +971,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                         format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
                 return -EDQUOT;
         }
-        char list[256] = "", rounded[96] = "", within[96] = "", outside[128] = "";
+        char list[256] = "", rounded[96] = "", within[128] = "", outside[128] = "";
         size_t len = 0;
         /* Free time on CPUs the target may not use is no use to it: say
          * that the list leaves them out, and which. */
@@ -827,8 +993,31 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         if ((uint64_t) cheapest_ppm * 1000 > (uint64_t) req->utilization_ppm * 1005)
                 snprintf(rounded, sizeof(rounded), "; in whole slots that is at least %" PRIu32 " of every %" PRIu32
                          " (%s)", cheapest_budget, cheapest_period, format_ppm(a, sizeof(a), cheapest_ppm));
+        char whole[512] = "";
+        size_t whole_len = 0;
+        if (unsplittable)
+                whole_len = (size_t) snprintf(whole, sizeof(whole), "; a%s %s reservation is never split over CPUs "
+                                              "(%s), so one CPU must hold all of it: ask for less, or for kind "
+                                              "slots, which may be split",
+                                              req->kind == PLAN_KIND_ALIGNED ? "n" : "", plan_kind_name(req->kind),
+                                              req->kind == PLAN_KIND_SERVER
+                                                      ? "its budget is spent wherever its threads run"
+                                                      : "its budget is one block");
+        /* Free time in total is not enough for a block: say what is. */
+        if (req->kind == PLAN_KIND_ALIGNED && whole_len < sizeof(whole))
+                snprintf(whole + whole_len, sizeof(whole) - whole_len, "; an aligned budget needs one stretch of "
+                         "free slots in every period, which spread reservations may not leave");
+        if (unsplittable) {
+                char who[64];
+                if (within[0])
+                        snprintf(within, sizeof(within), " on any one of the CPUs %s may run on",
+                                 format_target(who, sizeof(who), req));
+                else
+                        snprintf(within, sizeof(within), " on any one CPU");
+        }
         explain(why, why_size, "not enough free CPU time for %s%s%s (%s; free time also pays the dispatcher's "
-                "switch costs)%s", asked, within, rounded, list, outside);
+                "switch costs%s)%s%s", asked, within, rounded, list,
+                req->kind == PLAN_KIND_SERVER ? ", a server's own included" : "", outside, whole);
         return -ENOSPC;
 }
 
@@ -885,11 +1074,16 @@ static void remove_entry(Plan *p, uint32_t i) {
         p->n_entries--;
 
         /* Each remaining pattern repeats with its own period, so the frame
-         * can shrink to their lcm without moving a slot. */
+         * can shrink to their lcm without moving a slot. Only a budget
+         * server's charge does not shrink in proportion (it is rounded up
+         * per frame): where the shorter frame would fail for that, the
+         * longer one stays, which passed with more reserved. */
         uint32_t frame = 0;
         for (uint32_t j = 0; j < p->n_entries; j++)
                 if (p->entries[j].cpu == c->cpu)
                         frame = lcm32(frame, p->entries[j].period_slots);
+        if (frame > 0 && !frame_ok(p, c->slots, frame, c->cpu, 0))
+                frame = c->frame_slots;
         for (uint32_t s = frame; s < c->frame_slots; s++)
                 c->slots[s] = 0;
         c->frame_slots = frame;
@@ -958,6 +1152,13 @@ int plan_phase(const Plan *p, uint64_t id, uint32_t *ret_phase_slots) {
                 }
         if (!found || period == 0)
                 return -ENOENT;
+        /* A server's windows start at multiples of its period: its budget
+         * is there from that instant, whatever its slots look like. */
+        const PlanEntry *e = plan_find(p, id);
+        if (e->flags & PACE_RES_SERVER) {
+                *ret_phase_slots = 0;
+                return 0;
+        }
 
         /* The frame is a multiple of the period and starts on a multiple of
          * the frame, so slot s of any frame sits at offset s % period of a
@@ -1072,9 +1273,19 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
                 for (uint32_t j = 0; j < p->n_entries; j++)
                         if (p->entries[j].cpu == pc->cpu)
                                 frame = lcm32(frame, p->entries[j].period_slots);
-                for (uint32_t s = 0; s < frame && frame <= oc->frame_slots; s++) {
-                        uint16_t owner = old->slots[oc->first_slot + s];
-                        pc->slots[s] = owner == PACE_SLOT_FREE || owner > old->n_reservations ? 0 : map[owner - 1];
+                /* The lcm of what is kept, unless a budget server's charge,
+                 * rounded per frame, fails at that length: then the frame
+                 * the table had (as in remove_entry()). */
+                for (int pass = 0; pass < 2; pass++) {
+                        for (uint32_t s = 0; s < frame && frame <= oc->frame_slots; s++) {
+                                uint16_t owner = old->slots[oc->first_slot + s];
+                                pc->slots[s] = owner == PACE_SLOT_FREE || owner > old->n_reservations ? 0
+                                                                                                       : map[owner - 1];
+                        }
+                        if (frame == 0 || frame == oc->frame_slots || frame > oc->frame_slots ||
+                            frame_ok(p, pc->slots, frame, pc->cpu, 0))
+                                break;
+                        frame = oc->frame_slots;
                 }
                 pc->frame_slots = frame;
         }

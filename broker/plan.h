@@ -32,6 +32,30 @@
 
 typedef struct Plan Plan;
 
+/* What kind of reservation (pace.proto's Kind, less its "unspecified"):
+ *  - slots: the budget spread over the period, as the builder below lays it
+ *    out (the default: zero-initialised requests get it);
+ *  - server: a budget server (PACE_RES_SERVER). Its slots are laid out as a
+ *    slots reservation's and back it; the dispatcher runs it whenever it has
+ *    budget left in the window, which costs switches that admission charges
+ *    (frame_server_switches()). Never split over CPUs: its budget is spent
+ *    wherever its threads run;
+ *  - aligned (PACE_RES_ALIGNED): the budget in one block from the start of
+ *    each window of its period (its phase), broken only where non_rt_max_gap
+ *    forces a free slot, for clients that wait for their allocation. Never
+ *    split either: pieces on several CPUs are no block. */
+typedef enum PlanKind {
+        PLAN_KIND_SLOTS = 0,
+        PLAN_KIND_SERVER = 1,
+        PLAN_KIND_ALIGNED = 2,
+} PlanKind;
+
+/* The table flags of a kind, and the kind of an entry's flags. */
+uint32_t plan_kind_flags(PlanKind kind);
+PlanKind plan_flags_kind(uint32_t flags);
+/* "slots", "server" or "aligned". */
+const char *plan_kind_name(PlanKind kind);
+
 typedef struct PlanRequest {
         uint64_t id;
         pid_t pid;
@@ -49,6 +73,7 @@ typedef struct PlanRequest {
          * its owner ruled out must not be forced on it. 0: no restriction
          * (a request with no process behind it). */
         uint64_t allowed_cpus;
+        PlanKind kind;
 } PlanRequest;
 
 typedef struct PlanEntry {
@@ -62,7 +87,8 @@ typedef struct PlanEntry {
         uint32_t period_slots;
         uint32_t budget_slots;
         /* PACE_RES_PIECE: one piece of a reservation split over CPUs; the
-         * pieces share the id and each has its CPU and part of the budget. */
+         * pieces share the id and each has its CPU and part of the budget.
+         * PACE_RES_SERVER, PACE_RES_ALIGNED: its kind (plan_flags_kind()). */
         uint32_t flags;
         uint32_t scope;
         pid_t tid;
@@ -83,9 +109,11 @@ static inline void plan_freep(Plan **p) {
 }
 
 /* Admits the request or leaves the plan untouched: on one CPU if any has
- * room, else (when the request names no CPU) split into pieces on several
- * CPUs whose slots never coincide. A split grant comes back as one entry
- * with the whole budget and the first piece's CPU. Errors, each with a
+ * room, else (when the request names no CPU, and for the slots kind only)
+ * split into pieces on several CPUs whose slots never coincide. A split
+ * grant comes back as one entry with the whole budget and the first piece's
+ * CPU. Every budget server on a CPU is charged frame_server_switches() at
+ * the CPU's (possibly grown) frame, the sum table_check() adds. Errors, each with a
  * sentence in why[] that says what to change:
  *   -ERANGE  period or utilization outside what the configuration allows
  *   -ENODEV  the requested CPU is not managed, or outside allowed_cpus;
@@ -130,7 +158,11 @@ void plan_export(const Plan *p, PaceTableBuffer *out);
 
 /* Where the reservation's allocations start: the offset, in slots from a
  * multiple of its period on the global grid, of the first slot after its
- * longest stretch without any (over all its pieces). -ENOENT: no such id. */
+ * longest stretch without any (over all its pieces). For an aligned
+ * reservation that is the start of its block (the builder keeps the stretch
+ * after the block longer than any gap-forced break in it); for a server, 0:
+ * its windows are aligned to the frame, and its budget is replenished at
+ * their start. -ENOENT: no such id. */
 int plan_phase(const Plan *p, uint64_t id, uint32_t *ret_phase_slots);
 
 /* The non-real-time server the builder schedules against. */

@@ -101,6 +101,32 @@ const char *cli_scope_name(pace_scope scope) {
         return scope_names[scope];
 }
 
+static const char *const kind_names[] = {
+        [PACE_KIND_DEFAULT] = "default",
+        [PACE_KIND_SLOTS] = "slots",
+        [PACE_KIND_SERVER] = "server",
+        [PACE_KIND_ALIGNED] = "aligned",
+};
+
+int cli_parse_kind(const char *option, const char *s, pace_kind *ret) {
+        /* "default" is no word to ask with: it means different things to
+         * reserve and modify, and leaving the option out says it. */
+        for (size_t i = PACE_KIND_SLOTS; i < ELEMENTSOF(kind_names); i++)
+                if (strcmp(s, kind_names[i]) == 0) {
+                        *ret = (pace_kind) i;
+                        return 0;
+                }
+        return cli_usage_error("invalid %s '%s': expected slots (the budget spread over the period), server "
+                               "(runs whenever it has budget left) or aligned (the budget in one piece at the "
+                               "start of each period)", option, s);
+}
+
+const char *cli_kind_name(pace_kind kind) {
+        if ((unsigned) kind >= ELEMENTSOF(kind_names))
+                return "?";
+        return kind_names[kind];
+}
+
 bool cli_is_refusal(int r) {
         return r <= -(PACE_E_BASE + 1) && r > PACE_E_PROTOCOL;
 }

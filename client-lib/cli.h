@@ -33,6 +33,14 @@ int cli_parse_scope(const char *option, const char *s, pace_scope *ret);
  * not know (a newer broker's). */
 const char *cli_scope_name(pace_scope scope);
 
+/* "slots", "server" or "aligned". */
+int cli_parse_kind(const char *option, const char *s, pace_kind *ret);
+
+/* The word cli_parse_kind() reads for a kind; "default" for
+ * PACE_KIND_DEFAULT, "?" for one this build does not know (a newer
+ * broker's). */
+const char *cli_kind_name(pace_kind kind);
+
 /* Where a grant lives: "CPU 1", or for a split one "CPUs 0+1". */
 char *cli_format_cpus(char *buf, size_t size, const pace_grant *g);
 

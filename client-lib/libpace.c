@@ -35,6 +35,22 @@
 
 #define _public_ __attribute__((visibility("default")))
 
+/* pace_kind is sent as it is: its numbers are the wire's. */
+_Static_assert((int) PACE_KIND_DEFAULT == (int) PACE__KIND__KIND_UNSPECIFIED &&
+               (int) PACE_KIND_SLOTS == (int) PACE__KIND__KIND_SLOTS &&
+               (int) PACE_KIND_SERVER == (int) PACE__KIND__KIND_SERVER &&
+               (int) PACE_KIND_ALIGNED == (int) PACE__KIND__KIND_ALIGNED,
+               "pace_kind follows pace.proto's Kind");
+#if defined(__LP64__)
+/* Programs built against libpace 0.1's header pass and receive these
+ * structures: kind went into padding, nothing else moved. */
+_Static_assert(sizeof(pace_reserve_params) == 32 && offsetof(pace_reserve_params, tid) == 24,
+               "pace_reserve_params keeps its 0.1 layout");
+_Static_assert(sizeof(pace_grant) == 144 && offsetof(pace_grant, period_ns) == 24 &&
+               offsetof(pace_grant, accounting) == 80 && offsetof(pace_grant, split_cpus) == 136,
+               "pace_grant keeps its 0.1 layout");
+#endif
+
 /* Long enough for the broker to answer under load, short enough that a wedged
  * broker cannot freeze a client forever. */
 #define PACE_REPLY_TIMEOUT_SEC 10
@@ -115,6 +131,25 @@ static int utilization_out_of_range(uint32_t ppm) {
                          ppm);
         set_last_message(m);
         return -EINVAL;
+}
+
+/* The enum's storage may hold any int a caller put there (or, from a
+ * program built against a header without kinds, whatever its padding held):
+ * refused before anything is sent, with a message as the broker's. */
+static int kind_out_of_range(pace_kind kind) {
+        char m[160];
+
+        snprintf(m, sizeof(m), "kind %d does not exist: use PACE_KIND_SLOTS, PACE_KIND_SERVER, PACE_KIND_ALIGNED "
+                 "or PACE_KIND_DEFAULT", (int) kind);
+        set_last_message(m);
+        return -EINVAL;
+}
+
+/* Absent means slots to a broker (as to one that predates kinds) on a
+ * reservation, and "keep it" on a change: only a chosen kind is sent. */
+static void set_wire_kind(pace_kind kind, protobuf_c_boolean *ret_has, Pace__Kind *ret_kind) {
+        *ret_has = kind != PACE_KIND_DEFAULT;
+        *ret_kind = (Pace__Kind) kind;
 }
 
 _public_ const char *pace_last_message(void) {
@@ -369,6 +404,8 @@ static void grant_from_wire(const Pace__Grant *g, pace_grant *ret) {
                 .pid = (pid_t) g->pid,
                 .uid = (uid_t) g->uid,
                 .cpu = g->cpu,
+                /* Absent: a broker that predates kinds, which grants slots. */
+                .kind = g->has_kind ? (pace_kind) g->kind : PACE_KIND_SLOTS,
                 .period_ns = g->period_ns,
                 .budget_ns = g->budget_ns,
                 .slot_ns = g->slot_ns,
@@ -433,6 +470,8 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
         /* The enum's storage may hold any int a caller put there. */
         if ((unsigned) params->scope > PACE_SCOPE_TREE)
                 return -EINVAL;
+        if ((unsigned) params->kind > PACE_KIND_ALIGNED)
+                return kind_out_of_range(params->kind);
         /* A thread id outside thread scope would be silently ignored, and a
          * thread of another process cannot be guessed. */
         if (params->tid != 0 && params->scope != PACE_SCOPE_THREAD)
@@ -471,6 +510,7 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
                 body.has_cpu = true;
                 body.cpu = params->cpu;
         }
+        set_wire_kind(params->kind, &body.has_kind, &body.kind);
 
         req.version = PACE_PROTOCOL_VERSION;
         req.body_case = PACE__REQUEST__BODY_RESERVE;
@@ -479,7 +519,7 @@ _public_ int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant
 }
 
 /* params->pid, ->scope and ->tid are not looked at: what a reservation
- * covers is fixed when it is made. */
+ * covers is fixed when it is made. Its kind may change. */
 _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant) {
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ModifyRequest body = PACE__MODIFY_REQUEST__INIT;
@@ -489,6 +529,8 @@ _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params
                 return -EINVAL;
         if (params->utilization_ppm < 1 || params->utilization_ppm > PPM)
                 return utilization_out_of_range(params->utilization_ppm);
+        if ((unsigned) params->kind > PACE_KIND_ALIGNED)
+                return kind_out_of_range(params->kind);
 
         body.id = id;
         body.period_ns = params->period_ns;
@@ -497,6 +539,7 @@ _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params
                 body.has_cpu = true;
                 body.cpu = params->cpu;
         }
+        set_wire_kind(params->kind, &body.has_kind, &body.kind);
         req.version = PACE_PROTOCOL_VERSION;
         req.body_case = PACE__REQUEST__BODY_MODIFY;
         req.modify = &body;

@@ -63,6 +63,9 @@ typedef struct Args {
         /* The first reserve-only option seen, to name it if the command is not reserve. */
         const char *reserve_option;
         bool have_period, have_util, have_scope;
+        /* --kind: what reserve asks for (absent: slots), what modify
+         * changes to (absent: the kind it has). */
+        bool have_kind;
         /* top */
         uint64_t interval_ns;
         uint32_t iterations; /* 0: until told to stop */
@@ -82,8 +85,8 @@ static void help(void) {
         printf("Usage: %1$s [OPTIONS] status\n"
                "       %1$s [OPTIONS] top [-d INTERVAL] [-n COUNT]\n"
                "       %1$s [OPTIONS] reserve --period DURATION --util SHARE [--pid PID] [--cpu N]\n"
-               "                              [--scope SCOPE] [--tid TID]\n"
-               "       %1$s [OPTIONS] modify ID --period DURATION --util SHARE [--cpu N]\n"
+               "                              [--scope SCOPE] [--tid TID] [--kind KIND]\n"
+               "       %1$s [OPTIONS] modify ID --period DURATION --util SHARE [--cpu N] [--kind KIND]\n"
                "       %1$s [OPTIONS] release ID\n"
                "       %1$s [OPTIONS] table\n"
                "       %1$s [OPTIONS] reload | reset         (root)\n"
@@ -95,7 +98,8 @@ static void help(void) {
                "                      share) and each CPU's reserved and free share\n"
                "  top                 the same, refreshed in place like top(1); q quits\n"
                "  reserve             reserve SHARE of a CPU in every DURATION for a process\n"
-               "  modify ID           new period and share for a live reservation, all or nothing\n"
+               "  modify ID           new period, share (and kind) for a live reservation, all or\n"
+               "                      nothing\n"
                "  release ID          end the reservation with this id\n"
                "  table               draw the dispatch table the broker published (it lives\n"
                "                      next to the socket): one letter per reservation, '.' free\n"
@@ -114,6 +118,10 @@ static void help(void) {
                "      --scope SCOPE   reserve: process (default: all its threads), tree (it and\n"
                "                      its descendants) or thread (one thread: --tid)\n"
                "      --tid TID       reserve: the thread, of --pid, for --scope thread\n"
+               "      --kind KIND     reserve: slots (default: the budget spread over the\n"
+               "                      period), server (runs whenever it has budget left) or\n"
+               "                      aligned (the budget in one piece at the start of each\n"
+               "                      period); modify: change to it (default: keep the kind)\n"
                "  -d, --interval DUR  top: time between refreshes, seconds (0.5) or with a unit\n"
                "                      (500ms); default 1s, at least 100ms\n"
                "  -n, --iterations N  top: stop after N refreshes (default: until q or Ctrl-C)\n"
@@ -175,6 +183,7 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 ARG_CPU,
                 ARG_SCOPE,
                 ARG_TID,
+                ARG_KIND,
         };
         static const struct option options[] = {
                 { "socket",  required_argument, NULL, 's'     },
@@ -185,6 +194,7 @@ static int parse_args(int argc, char *argv[], Args *args) {
                 { "cpu",     required_argument, NULL, ARG_CPU },
                 { "scope",   required_argument, NULL, ARG_SCOPE },
                 { "tid",     required_argument, NULL, ARG_TID },
+                { "kind",    required_argument, NULL, ARG_KIND },
                 { "interval", required_argument, NULL, 'd'   },
                 { "iterations", required_argument, NULL, 'n' },
                 { "help",    no_argument,       NULL, 'h'     },
@@ -269,6 +279,14 @@ static int parse_args(int argc, char *argv[], Args *args) {
                                 return r;
                         if (!args->reserve_option)
                                 args->reserve_option = "--tid";
+                        break;
+                case ARG_KIND:
+                        r = cli_parse_kind("--kind", optarg, &args->reserve.kind);
+                        if (r < 0)
+                                return r;
+                        args->have_kind = true;
+                        if (!args->reserve_option)
+                                args->reserve_option = "--kind";
                         break;
                 case 'd':
                         r = parse_interval(optarg, &args->interval_ns);
@@ -572,10 +590,10 @@ static int print_status_text(FILE *f, const pace_status_report *s) {
          * (fits 80 columns), then what it was asked, given and really got,
          * side by side. */
         static const char *const reservation_headers[] = {
-                "ID", "PID", "UID", "CPU", "SCOPE", "THREADS", "REQ PERIOD", "PERIOD", "BUDGET", "SLOT",
+                "ID", "PID", "UID", "CPU", "KIND", "SCOPE", "THREADS", "REQ PERIOD", "PERIOD", "BUDGET", "SLOT",
         };
         static const bool reservation_right[] = {
-                true, true, true, true, false, true, false, false, false, false,
+                true, true, true, true, false, false, true, false, false, false, false,
         };
         static const char *const util_headers[] = {
                 "ID", "REQUESTED", "GRANTED", "DELIVERED", "PERIODS", "BLOCKED", "WANTED MORE",
@@ -605,12 +623,13 @@ static int print_status_text(FILE *f, const pace_status_report *s) {
                         CELL(&t, i, 1, "%d", (int) g->pid);
                         CELL(&t, i, 2, "%u", (unsigned) g->uid);
                         CELL(&t, i, 3, "%d", g->cpu);
-                        format_scope(table_cell(&t, i, 4), CELL_MAX, g);
-                        format_threads(table_cell(&t, i, 5), CELL_MAX, g);
-                        format_duration(table_cell(&t, i, 6), CELL_MAX, g->requested_period_ns);
-                        format_duration(table_cell(&t, i, 7), CELL_MAX, g->period_ns);
-                        format_duration(table_cell(&t, i, 8), CELL_MAX, g->budget_ns);
-                        format_duration(table_cell(&t, i, 9), CELL_MAX, g->slot_ns);
+                        CELL(&t, i, 4, "%s", cli_kind_name(g->kind));
+                        format_scope(table_cell(&t, i, 5), CELL_MAX, g);
+                        format_threads(table_cell(&t, i, 6), CELL_MAX, g);
+                        format_duration(table_cell(&t, i, 7), CELL_MAX, g->requested_period_ns);
+                        format_duration(table_cell(&t, i, 8), CELL_MAX, g->period_ns);
+                        format_duration(table_cell(&t, i, 9), CELL_MAX, g->budget_ns);
+                        format_duration(table_cell(&t, i, 10), CELL_MAX, g->slot_ns);
 
                         CELL(&u, i, 0, "%" PRIu64, g->id);
                         format_ppm(table_cell(&u, i, 1), CELL_MAX, g->requested_utilization_ppm);
@@ -660,6 +679,7 @@ static cJSON *json_grant(const pace_grant *g) {
             !json_add(o, "budget_ns", (double) g->budget_ns) ||
             !json_add(o, "utilization_ppm", granted_ppm(g)) ||
             !json_add(o, "slot_ns", (double) g->slot_ns) ||
+            !cJSON_AddStringToObject(o, "kind", cli_kind_name(g->kind)) ||
             !cJSON_AddStringToObject(o, "scope", cli_scope_name(g->scope)) ||
             !json_add(o, "tid", g->tid) ||
             !json_add(o, "threads", g->threads) ||
@@ -761,12 +781,13 @@ static void print_grant_text(const pace_grant *g) {
         char scope[CELL_MAX];
 
         char where[256];
-        printf("Reservation %" PRIu64 ": %s of %s for pid %d, %s in every %s (slot %s, scope %s",
+        printf("Reservation %" PRIu64 ": %s of %s for pid %d, %s in every %s (slot %s, kind %s, scope %s",
                g->id, format_ppm(util, sizeof(util), granted_ppm(g)), cli_format_cpus(where, sizeof(where), g),
                (int) g->pid,
                format_duration(budget, sizeof(budget), g->budget_ns),
                format_duration(period, sizeof(period), g->period_ns),
-               format_duration(slot, sizeof(slot), g->slot_ns), format_scope(scope, sizeof(scope), g));
+               format_duration(slot, sizeof(slot), g->slot_ns), cli_kind_name(g->kind),
+               format_scope(scope, sizeof(scope), g));
         if (g->threads > 0)
                 printf(", %" PRIu32 " thread%s", g->threads, g->threads == 1 ? "" : "s");
         putchar(')');
@@ -1172,11 +1193,11 @@ static int top_print_reservations(FILE *f, const Top *t) {
         /* The status's two tables in one line per reservation, without what
          * does not change (uid, budget, slot): a live view is read across. */
         static const char *const headers[] = {
-                "ID", "PID", "SCOPE", "THREADS", "CPU", "PERIOD", "REQUESTED", "GRANTED", "DELIVERED",
+                "ID", "PID", "KIND", "SCOPE", "THREADS", "CPU", "PERIOD", "REQUESTED", "GRANTED", "DELIVERED",
                 "NOW", "PERIODS", "BLOCKED", "WANTED MORE",
         };
         static const bool right[] = {
-                true, true, false, true, true, false, true, true, true, true, true, true, true,
+                true, true, false, false, true, true, false, true, true, true, true, true, true, true,
         };
         const pace_status_report *s = t->report;
         _cleanup_free_ char (*cells)[CELL_MAX] = NULL;
@@ -1197,20 +1218,21 @@ static int top_print_reservations(FILE *f, const Top *t) {
 
                 CELL(&tab, i, 0, "%" PRIu64, g->id);
                 CELL(&tab, i, 1, "%d", (int) g->pid);
-                format_scope(table_cell(&tab, i, 2), CELL_MAX, g);
-                format_threads(table_cell(&tab, i, 3), CELL_MAX, g);
-                CELL(&tab, i, 4, "%d", g->cpu);
-                format_duration(table_cell(&tab, i, 5), CELL_MAX, g->period_ns);
-                format_ppm(table_cell(&tab, i, 6), CELL_MAX, g->requested_utilization_ppm);
-                format_ppm(table_cell(&tab, i, 7), CELL_MAX, granted_ppm(g));
-                format_delivered(table_cell(&tab, i, 8), CELL_MAX, g);
+                CELL(&tab, i, 2, "%s", cli_kind_name(g->kind));
+                format_scope(table_cell(&tab, i, 3), CELL_MAX, g);
+                format_threads(table_cell(&tab, i, 4), CELL_MAX, g);
+                CELL(&tab, i, 5, "%d", g->cpu);
+                format_duration(table_cell(&tab, i, 6), CELL_MAX, g->period_ns);
+                format_ppm(table_cell(&tab, i, 7), CELL_MAX, g->requested_utilization_ppm);
+                format_ppm(table_cell(&tab, i, 8), CELL_MAX, granted_ppm(g));
+                format_delivered(table_cell(&tab, i, 9), CELL_MAX, g);
                 if (t->recent_ns[i] == UINT64_MAX)
-                        CELL(&tab, i, 9, "-");
+                        CELL(&tab, i, 10, "-");
                 else
-                        format_share(table_cell(&tab, i, 9), CELL_MAX, t->recent_ns[i], t->recent_window_ns);
-                format_count(table_cell(&tab, i, 10), CELL_MAX, g, a->periods);
-                format_count(table_cell(&tab, i, 11), CELL_MAX, g, a->periods_blocked);
-                format_count(table_cell(&tab, i, 12), CELL_MAX, g, a->periods_wanted_more);
+                        format_share(table_cell(&tab, i, 10), CELL_MAX, t->recent_ns[i], t->recent_window_ns);
+                format_count(table_cell(&tab, i, 11), CELL_MAX, g, a->periods);
+                format_count(table_cell(&tab, i, 12), CELL_MAX, g, a->periods_blocked);
+                format_count(table_cell(&tab, i, 13), CELL_MAX, g, a->periods_wanted_more);
         }
         table_print(f, &tab);
         return 0;

@@ -238,7 +238,7 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                                 res_cpu_index[i] = (int32_t) c;
                 if (res->id == 0)
                         return refuse(err, err_size, "reservation %" PRIu32 " has id 0", i);
-                if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER))
+                if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER | PACE_RES_ALIGNED))
                         return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
                                       res->flags);
                 /* A server's budget is spent wherever it runs: pieces on
@@ -246,6 +246,15 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                 if ((res->flags & PACE_RES_PIECE) && (res->flags & PACE_RES_SERVER))
                         return refuse(err, err_size, "reservation %" PRIu64 ": a budget server cannot be split "
                                       "over CPUs", res->id);
+                /* Aligned names a layout of the reservation's own slots: a
+                 * server's slots only back it, and pieces on several CPUs
+                 * cannot be one block. */
+                if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_SERVER))
+                        return refuse(err, err_size, "reservation %" PRIu64 ": aligned and budget server at once; "
+                                      "a reservation is one kind", res->id);
+                if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_PIECE))
+                        return refuse(err, err_size, "reservation %" PRIu64 ": an aligned reservation cannot be "
+                                      "split over CPUs", res->id);
                 /* An id appears once, or once per CPU as the pieces of one
                  * split reservation that agree on everything but CPU and
                  * budget. */

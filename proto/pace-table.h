@@ -47,6 +47,15 @@
  * a slot's time from the reservation that owns it. */
 #define PACE_SERVER_PRIORITY 97
 
+/* PaceTableReservation.flags: an aligned reservation. Its slots hold its
+ * budget in one piece from the start of each window of its period (the
+ * phase a client's pace_wait_next_allocation() sleeps to), broken only by
+ * the free slots non_rt_max_gap forces. The dispatcher runs it like any
+ * other reservation; the flag tells a restarted broker what the client asked
+ * for. Never together with PACE_RES_SERVER (a server's slots only back it)
+ * or PACE_RES_PIECE (pieces on other CPUs could not be one block). */
+#define PACE_RES_ALIGNED 0x4u
+
 /* PaceTableReservation.scope: what the reservation covers (pace.proto's
  * Scope). The dispatcher keeps the members in a cgroup of the reservation's
  * own and moves out whatever does not belong: other processes (process
@@ -69,7 +78,7 @@ typedef struct PaceTableReservation {
         int32_t cpu;
         uint32_t period_slots;
         uint32_t budget_slots;
-        uint32_t flags; /* PACE_RES_PIECE, PACE_RES_SERVER or 0 */
+        uint32_t flags; /* PACE_RES_PIECE, PACE_RES_SERVER, PACE_RES_ALIGNED or 0 */
         /* What was asked for: unused by the dispatcher, kept so a restarted
          * broker can adopt the reservation without losing it. */
         uint64_t requested_period_ns;

@@ -585,6 +585,110 @@ TEST(pace_run_scope_is_granted_as_asked) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+/* Issue 14: pace-run --kind (-k) asks for a kind and says which was had; a
+ * bad one is a usage error and nothing runs; without it the default is
+ * slots. pacectl shows each reservation's kind in status (text and JSON)
+ * and in top, and modify keeps the kind unless --kind names another. */
+TEST(kinds_from_pace_run_and_pacectl) {
+        BrokerInstance b;
+        char *out = NULL, *err = NULL;
+        const char *pace_run = getenv("PACE_RUN"), *pacectl = getenv("PACECTL");
+        char script[512];
+        int rc;
+
+        ASSERT_OK(broker_start(&b, config_json));
+
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--kind", "deadline", "-p", "40ms", "-u", "10%", "--",
+                                             "/bin/echo", "ran", NULL }, &out, &err);
+        ASSERT_EQ(rc, 2);
+        ASSERT_CONTAINS(err, "invalid --kind 'deadline': expected slots");
+        ASSERT_CONTAINS(err, "server");
+        ASSERT_CONTAINS(err, "aligned");
+        ASSERT_STREQ(out, "");
+        free(out);
+        free(err);
+
+        /* The default, and each kind by its long and short option; the
+         * command sees its own reservation listed with that kind. */
+        static const struct {
+                const char *option, *value, *shown;
+        } runs[] = {
+                { NULL, NULL, "slots" },
+                { "--kind", "slots", "slots" },
+                { "-k", "server", "server" },
+                { "--kind", "aligned", "aligned" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(runs); i++) {
+                snprintf(script, sizeof(script),
+                         "%s status | grep -q ' %s ' && %s --json status | grep -q '\"kind\":[[:space:]]*\"%s\"' "
+                         "&& echo listed", pacectl, runs[i].shown, pacectl, runs[i].shown);
+                const char *argv_default[] = { pace_run, "-p", "40ms", "-u", "10%", "--", "/bin/sh", "-c", script,
+                                               NULL };
+                const char *argv_kind[] = { pace_run, runs[i].option, runs[i].value, "-p", "40ms", "-u", "10%", "--",
+                                            "/bin/sh", "-c", script, NULL };
+                rc = run_tool(b.socket, runs[i].option ? argv_kind : argv_default, &out, &err);
+                ASSERT_EQ(rc, 0);
+                ASSERT_STREQ(out, "listed\n");
+                char says[64];
+                snprintf(says, sizeof(says), "kind %s, scope tree", runs[i].shown);
+                ASSERT_CONTAINS(err, says);
+                ASSERT_FALSE(strstr(err, "requested kind"));
+                free(out);
+                free(err);
+        }
+
+        /* pacectl reserve --kind, top, and modify keeping or changing it. */
+        pid_t sleeper = spawn_sleeper();
+        char pid[16];
+        snprintf(pid, sizeof(pid), "%d", (int) sleeper);
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "--json", "reserve", "--pid", pid, "-p", "50ms", "-u", "20%",
+                                             "--kind", "server", NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        cJSON *root = cJSON_Parse(out);
+        ASSERT_TRUE(root);
+        ASSERT_STREQ(cJSON_GetObjectItemCaseSensitive(root, "kind")->valuestring, "server");
+        char id[32];
+        snprintf(id, sizeof(id), "%.0f", cJSON_GetObjectItemCaseSensitive(root, "id")->valuedouble);
+        cJSON_Delete(root);
+        free(out);
+        free(err);
+
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "1", NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_CONTAINS(out, "KIND");
+        ASSERT_CONTAINS(out, " server ");
+        free(out);
+        free(err);
+
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "modify", id, "-p", "50ms", "-u", "30%", NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_CONTAINS(out, "kind server");
+        free(out);
+        free(err);
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "modify", id, "-p", "50ms", "-u", "30%", "--kind", "aligned",
+                                             NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_CONTAINS(out, "kind aligned");
+        free(out);
+        free(err);
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err);
+        ASSERT_EQ(rc, 0);
+        ASSERT_CONTAINS(out, "KIND");
+        ASSERT_CONTAINS(out, " aligned ");
+        free(out);
+        free(err);
+
+        /* --kind is for reserve and modify only. */
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "status", "--kind", "server", NULL }, &out, &err);
+        ASSERT_EQ(rc, 2);
+        ASSERT_CONTAINS(err, "--kind only applies to the reserve and modify commands");
+        free(out);
+        free(err);
+
+        reap(sleeper);
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
 /* The "hostile clients" issue: `taskset -c 1 pace-run ...` must reserve on
  * CPU 1, say so, and be listed there; naming CPU 0 is refused with why.
  * CPU 1 is made fuller than CPU 0, so worst fit alone would pick CPU 0. */

@@ -225,6 +225,8 @@ static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, siz
                 grant.threads = 4000000001u;
                 grant.has_phase_ns = true;
                 grant.phase_ns = 48999999;
+                grant.has_kind = true;
+                grant.kind = PACE__KIND__KIND_ALIGNED;
                 resp.body_case = PACE__RESPONSE__BODY_GRANT;
                 resp.grant = &grant;
                 return pack_response(&resp, out, size);
@@ -257,12 +259,16 @@ static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, siz
                 grant.scope = req->reserve->scope;
                 grant.has_tid = req->reserve->has_tid;
                 grant.tid = req->reserve->tid;
+                grant.has_kind = req->reserve->has_kind;
+                grant.kind = req->reserve->kind;
                 resp.body_case = PACE__RESPONSE__BODY_GRANT;
                 resp.grant = &grant;
                 break;
         case PACE__REQUEST__BODY_MODIFY:
                 fill_grant(&grant, req->modify->id, 4242, req->modify->has_cpu ? req->modify->cpu : 1,
                            req->modify->period_ns, req->modify->utilization_ppm);
+                grant.has_kind = req->modify->has_kind;
+                grant.kind = req->modify->kind;
                 resp.body_case = PACE__RESPONSE__BODY_GRANT;
                 resp.grant = &grant;
                 break;
@@ -564,9 +570,12 @@ TEST(reserve_request_carries_fields) {
         ASSERT_FALSE(req->reserve->has_cpu);
         ASSERT_FALSE(req->reserve->has_scope);
         ASSERT_FALSE(req->reserve->has_tid);
+        ASSERT_FALSE(req->reserve->has_kind);
         pace__request__free_unpacked(req, NULL);
         ASSERT_EQ(g.pid, 4242);
         ASSERT_EQ(g.scope, PACE_SCOPE_PROCESS);
+        /* The echo had no kind, as from a broker that predates kinds. */
+        ASSERT_EQ(g.kind, PACE_KIND_SLOTS);
         ASSERT_EQ(g.cpu, 1);
 
         params = (pace_reserve_params) { .period_ns = 1, .utilization_ppm = PPM, .pid = 42, .cpu = 0 };
@@ -610,6 +619,7 @@ TEST(grant_decoding) {
         ASSERT_EQ(g.tid, 2000000001);
         ASSERT_EQ(g.threads, 4000000001u);
         ASSERT_EQ(g.phase_ns, 48999999);
+        ASSERT_EQ(g.kind, PACE_KIND_ALIGNED);
         /* A grant carries no accounting: it is for status reports. */
         ASSERT_EQ(g.accounting.valid, 0);
 
@@ -1309,6 +1319,71 @@ TEST(scope_arguments_are_validated_before_sending) {
 
         pace_close(p);
         fake_broker_stop(&b);
+}
+
+/* A chosen kind goes on the wire as it is; the default goes as no field at
+ * all (slots to a broker, as before kinds; "keep it" on a change); a kind
+ * outside the enum is refused before anything is sent, with a message. */
+TEST(kind_travels_and_is_validated) {
+        FakeBroker b;
+        pace *p = NULL;
+        pace_grant g;
+        Pace__Request *req;
+        pace_reserve_params params = default_params;
+
+        fake_broker_start(&b, MODE_ECHO);
+        ASSERT_OK(pace_connect(b.path, &p));
+
+        static const pace_kind kinds[] = { PACE_KIND_SLOTS, PACE_KIND_SERVER, PACE_KIND_ALIGNED };
+        for (size_t i = 0; i < ELEMENTSOF(kinds); i++) {
+                params.kind = kinds[i];
+                ASSERT_OK(pace_reserve(p, &params, &g));
+                req = fake_broker_last_request(&b);
+                ASSERT_TRUE(req->reserve->has_kind);
+                ASSERT_EQ((int) req->reserve->kind, (int) kinds[i]);
+                pace__request__free_unpacked(req, NULL);
+                ASSERT_EQ(g.kind, kinds[i]);
+
+                ASSERT_OK(pace_modify(p, 5, &params, &g));
+                req = fake_broker_last_request(&b);
+                ASSERT_TRUE(req->modify->has_kind);
+                ASSERT_EQ((int) req->modify->kind, (int) kinds[i]);
+                pace__request__free_unpacked(req, NULL);
+        }
+        params.kind = PACE_KIND_DEFAULT;
+        ASSERT_OK(pace_modify(p, 5, &params, &g));
+        req = fake_broker_last_request(&b);
+        ASSERT_FALSE(req->modify->has_kind);
+        pace__request__free_unpacked(req, NULL);
+        unsigned sent = fake_broker_get(&b, &b.n_requests);
+
+        params.kind = (pace_kind) 4;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+        ASSERT_STREQ(pace_last_message(), "kind 4 does not exist: use PACE_KIND_SLOTS, PACE_KIND_SERVER, "
+                     "PACE_KIND_ALIGNED or PACE_KIND_DEFAULT");
+        params.kind = (pace_kind) -1;
+        ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
+        ASSERT_ERR(pace_modify(p, 5, &params, &g), -EINVAL);
+        ASSERT_CONTAINS(pace_last_message(), "kind -1 does not exist");
+        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), sent);
+
+        pace_close(p);
+        fake_broker_stop(&b);
+}
+
+/* Programs built against libpace 0.1's header pass and receive these: the
+ * kind went into padding, and nothing else moved (64-bit targets). */
+TEST(structures_keep_their_layout) {
+#if defined(__LP64__)
+        ASSERT_EQ(sizeof(pace_reserve_params), 32u);
+        ASSERT_EQ(offsetof(pace_reserve_params, kind), 28u);
+        ASSERT_EQ(sizeof(pace_grant), 144u);
+        ASSERT_EQ(offsetof(pace_grant, kind), 20u);
+        ASSERT_EQ(offsetof(pace_grant, period_ns), 24u);
+        ASSERT_EQ(offsetof(pace_grant, split_cpus), 136u);
+#else
+        TEST_SKIP("layout pinned for 64-bit targets only");
+#endif
 }
 
 static uint64_t next_at(uint64_t period, uint64_t phase, uint64_t now) {

@@ -391,8 +391,89 @@ static void pattern_of(const PaceTableBuffer *t, uint64_t id, uint8_t *ret, uint
         TEST_FAIL_("id %" PRIu64 " missing", id);
 }
 
+/* What the kinds promise, on the exported table, for reservation e:
+ *  - a server or aligned reservation is one entry on one CPU, flagged as its
+ *    kind, never a piece;
+ *  - an aligned one's slots, from its phase on, are its budget in one block
+ *    of each period: owned slots in a row, broken only by single free slots
+ *    that non_rt_max_gap forced (owning one would make a busy run too long:
+ *    frame_max_busy_run(), the validator's own measure, says so); the
+ *    allocation starts at the phase (owned there, not just before), so a job
+ *    released then finishes one block later.
+ * Returns the number of breaks (0 for other kinds). */
+static uint32_t assert_kind_layout(const Plan *p, const PaceConfig *c, const PaceTableBuffer *t, const PlanEntry *e) {
+        uint32_t n = 0, idx = 0, breaks = 0;
+
+        for (uint32_t i = 0; i < t->n_reservations; i++)
+                if (t->reservations[i].id == e->id) {
+                        idx = i;
+                        n++;
+                }
+        ASSERT_CMP(n, >=, 1u);
+        const PaceTableReservation *r = &t->reservations[idx];
+        if (e->flags & PACE_RES_PIECE) {
+                ASSERT_EQ(r->flags & (PACE_RES_SERVER | PACE_RES_ALIGNED), 0u);
+                return 0;
+        }
+        ASSERT_EQ(n, 1u);
+        ASSERT_EQ(r->flags, e->flags);
+        if (!(r->flags & PACE_RES_ALIGNED))
+                return 0;
+
+        const PaceTableCpu *cpu = NULL;
+        for (uint32_t k = 0; k < t->n_cpus; k++)
+                if (t->cpus[k].cpu == r->cpu)
+                        cpu = &t->cpus[k];
+        ASSERT_TRUE(cpu != NULL);
+        const uint16_t *slots = &t->slots[cpu->first_slot];
+        uint32_t frame = cpu->frame_slots, P = r->period_slots, owner = idx + 1, phase;
+        uint32_t max_gap = (uint32_t) (c->non_rt_max_gap_ns / c->slot_ns);
+        static uint16_t copy[PACE_MAX_FRAME_SLOTS];
+
+        ASSERT_OK(plan_phase(p, e->id, &phase));
+        ASSERT_CMP(phase, <, P);
+        for (uint32_t rep = 0; rep < frame / P; rep++) {
+                uint32_t base = rep * P, given = 0, span = 0;
+                ASSERT_EQ(slots[base + phase], owner);
+                ASSERT_TRUE(slots[(base + phase + frame - 1) % frame] != owner);
+                for (; given < r->budget_slots; span++) {
+                        ASSERT_CMP(span, <, P);
+                        uint32_t at = (base + phase + span) % frame;
+                        if (slots[at] == owner) {
+                                given++;
+                                continue;
+                        }
+                        /* A break: free, alone, and forced by the gap rule. */
+                        ASSERT_EQ(slots[at], PACE_SLOT_FREE);
+                        ASSERT_EQ(slots[(at + 1) % frame], owner);
+                        memcpy(copy, slots, frame * sizeof(uint16_t));
+                        for (uint32_t k = (phase + span) % P; k < frame; k += P)
+                                copy[k] = (uint16_t) owner;
+                        ASSERT_CMP(frame_max_busy_run(copy, frame), >, max_gap);
+                        if (rep == 0)
+                                breaks++;
+                }
+                /* Nothing of it after the block until the next window. */
+                for (; span < P; span++)
+                        ASSERT_TRUE(slots[(base + phase + span) % frame] != owner);
+        }
+        return breaks;
+}
+
 /* Returns how many grants were split over CPUs. */
+static uint32_t random_sequence_kinds(uint64_t seed, uint32_t n_cpus, PacePolicy policy, uint32_t share_ppm,
+                                      uint32_t steps, bool kinds, uint32_t *ret_kind_counts);
+
 static uint32_t random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy policy, uint32_t share_ppm, uint32_t steps) {
+        return random_sequence_kinds(seed, n_cpus, policy, share_ppm, steps, false, NULL);
+}
+
+/* kinds: each request a random kind; ret_kind_counts[kind] counts the
+ * grants of each, [3] the gap-forced breaks of aligned ones, [4] the
+ * servers and aligned ones refused, [5] the servers that had a CPU with
+ * other servers on it. */
+static uint32_t random_sequence_kinds(uint64_t seed, uint32_t n_cpus, PacePolicy policy, uint32_t share_ppm,
+                                      uint32_t steps, bool kinds, uint32_t *ret_kind_counts) {
         static uint8_t before[PACE_MAX_FRAME_SLOTS], after[PACE_MAX_FRAME_SLOTS];
         PaceConfig c;
         _cleanup_(plan_freep) Plan *p = NULL;
@@ -424,6 +505,7 @@ static uint32_t random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy polic
                                      (next_rand(&state) % 4 == 0 ? next_rand(&state) % NSEC_PER_MSEC : 0),
                         .utilization_ppm = 10000 + (uint32_t) (next_rand(&state) % 400000),
                         .cpu = -1,
+                        .kind = kinds ? (PlanKind) (next_rand(&state) % 3) : PLAN_KIND_SLOTS,
                 };
                 export_and_check(p, &c, &table2);
                 uint64_t live_before = plan_n_entries(p);
@@ -439,12 +521,26 @@ static uint32_t random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy polic
                         export_and_check(p, &c, &table);
                         ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
                         refused++;
+                        if (ret_kind_counts && req.kind != PLAN_KIND_SLOTS)
+                                ret_kind_counts[4]++;
                         continue;
                 }
                 admitted++;
                 split += e.flags & PACE_RES_PIECE ? 1 : 0;
                 export_and_check(p, &c, &table);
                 assert_requested_windows(&table, &e);
+                ASSERT_EQ(plan_flags_kind(e.flags), req.kind);
+                uint32_t breaks = assert_kind_layout(p, &c, &table, &e);
+                if (ret_kind_counts) {
+                        ret_kind_counts[req.kind]++;
+                        ret_kind_counts[3] += breaks;
+                        uint32_t servers_there = 0;
+                        for (size_t i = 0; i < plan_n_entries(p); i++)
+                                servers_there += plan_entry(p, i)->cpu == e.cpu &&
+                                                 (plan_entry(p, i)->flags & PACE_RES_SERVER);
+                        if (req.kind == PLAN_KIND_SERVER && servers_there > 1)
+                                ret_kind_counts[5]++;
+                }
                 ASSERT_CMP((uint64_t) e.period_slots * c.slot_ns, <=, req.period_ns);
                 ASSERT_CMP((uint64_t) e.budget_slots * PPM, >=, (uint64_t) e.period_slots * req.utilization_ppm);
 
@@ -494,6 +590,31 @@ TEST(random_request_sets_keep_every_invariant_edf) {
                                          250000, 120);
         /* The split path is exercised, not just present. */
         ASSERT_CMP(split, >, 0u);
+}
+
+/* Issue 14: random mixes of slots, servers and aligned reservations. Every
+ * table passes the dispatcher's validator (which charges each server its
+ * switches at the CPU's frame: an admission that forgot a server, or its
+ * charge at a frame grown since, is refused there), servers and aligned
+ * reservations are never split, aligned budgets are one block from their
+ * phase broken only where the gap forces it, and the requested windows
+ * hold; refusals and releases change nothing else. A costlier switch makes
+ * the servers' charge decide admissions. */
+TEST(random_mixes_of_kinds_keep_every_invariant) {
+        uint32_t counts[6] = { 0 };
+
+        for (uint64_t seed = 1; seed <= 10; seed++)
+                random_sequence_kinds(seed * 0x2545f4914f6cdd1dULL, 1 + (uint32_t) (seed % 4),
+                                      seed % 3 ? PACE_POLICY_EDF : PACE_POLICY_RM, seed % 2 ? 250000 : 100000, 150,
+                                      true, counts);
+        printf("  %u slots, %u servers (%u beside other servers), %u aligned (%u gap-forced breaks), "
+               "%u servers or aligned refused\n", counts[0], counts[1], counts[5], counts[2], counts[3], counts[4]);
+        /* Each kind, and each rule, is exercised, not just present. */
+        ASSERT_CMP(counts[1], >, 0u);
+        ASSERT_CMP(counts[2], >, 0u);
+        ASSERT_CMP(counts[3], >, 0u);
+        ASSERT_CMP(counts[4], >, 0u);
+        ASSERT_CMP(counts[5], >, 0u);
 }
 
 TEST(random_request_sets_keep_every_invariant_rm) {
@@ -653,6 +774,194 @@ TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
 /* The "hostile clients" issue: `taskset -c 1 pace-run ...` must not be
  * reserved on (and moved to) CPU 0. The broker passes the target's affinity
  * in allowed_cpus; worst fit then only ranks the CPUs in it. */
+/* The same case for the other kinds: a server's budget is spent wherever
+ * its threads run and an aligned budget is one block, so neither is split;
+ * the refusal says so and how to ask instead, and changes nothing. */
+TEST(servers_and_aligned_reservations_are_never_split) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+
+        config_for(&c, 2);
+        ASSERT_OK(plan_new(&c, &p));
+        for (uint64_t id = 1; id <= 2; id++) {
+                PlanRequest r = { .id = id, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 250000,
+                                  .cpu = (int32_t) id - 1 };
+                ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        }
+        export_and_check(p, &c, &table2);
+        PlanRequest r = { .id = 3, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1,
+                          .kind = PLAN_KIND_SERVER };
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "not enough free CPU time for 60% every 50ms on any one CPU (CPU 0: 49% free, CPU 1: "
+                        "49% free; free time also pays the dispatcher's switch costs, a server's own included)");
+        ASSERT_CONTAINS(why, "; a server reservation is never split over CPUs (its budget is spent wherever its "
+                        "threads run), so one CPU must hold all of it: ask for less, or for kind slots, which may "
+                        "be split");
+        r.kind = PLAN_KIND_ALIGNED;
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "; an aligned reservation is never split over CPUs (its budget is one block)");
+        ASSERT_EQ(plan_n_entries(p), 2);
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+
+        /* The same request as slots is split, and a server that fits one
+         * CPU goes on one whole. */
+        r.kind = PLAN_KIND_SLOTS;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_TRUE(e.flags & PACE_RES_PIECE);
+        ASSERT_OK(plan_remove(p, 3));
+        r.kind = PLAN_KIND_SERVER;
+        r.utilization_ppm = 300000;
+        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_EQ(e.flags, PACE_RES_SERVER);
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(assert_kind_layout(p, &c, &table, &e), 0u);
+        uint32_t phase = 1;
+        ASSERT_OK(plan_phase(p, 3, &phase));
+        ASSERT_EQ(phase, 0u); /* its windows start at multiples of its period */
+}
+
+/* A budget server costs the dispatcher switches in every window (promotion,
+ * demotion, yields to non-real-time work, budget checks), and admission
+ * charges them at the frame the CPU will have: beside a server, a slots
+ * request that fits beside an equal slots reservation is refused, and the
+ * table that results either way passes the validator, which charges the
+ * same. */
+TEST(servers_are_charged_their_switches) {
+        PaceConfig c;
+        char why[512];
+        uint32_t fits = 0;
+
+        config_for(&c, 1);
+        c.switch_cost_ns = 200 * NSEC_PER_USEC;
+        /* The most a 40 ms slots request may have beside 20% every 50 ms
+         * of slots (the frame grows to 200 slots with it). */
+        for (uint32_t pct = 1; pct <= 75; pct++) {
+                _cleanup_(plan_freep) Plan *p = NULL;
+                ASSERT_OK(plan_new(&c, &p));
+                PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
+                                  .cpu = -1 };
+                ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+                PlanRequest b = { .id = 2, .uid = 0, .period_ns = 40 * NSEC_PER_MSEC, .utilization_ppm = pct * 10000,
+                                  .cpu = -1 };
+                if (plan_admit(p, &b, NULL, why, sizeof(why)) < 0)
+                        break;
+                export_and_check(p, &c, &table);
+                fits = pct;
+        }
+        ASSERT_CMP(fits, >, 0u);
+
+        _cleanup_(plan_freep) Plan *p = NULL;
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = -1,
+                          .kind = PLAN_KIND_SERVER };
+        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+        PlanRequest b = { .id = 2, .uid = 0, .period_ns = 40 * NSEC_PER_MSEC, .utilization_ppm = fits * 10000,
+                          .cpu = -1 };
+        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "not enough free CPU time for");
+        /* Less fits, and the validator agrees with the charge. */
+        b.utilization_ppm = (fits - 10) * 10000;
+        ASSERT_OK(plan_admit(p, &b, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.cpus[0].frame_slots, 200u);
+}
+
+/* Issue 14's aligned layout: the budget in one block from the start of each
+ * window of the period, broken only where non_rt_max_gap (20 slots here)
+ * forces a free slot, as few times as it can. 60% of 50 ms is 20 slots, one
+ * free, 10 more; the slots kind would spread it 6 of every 10. A second
+ * aligned reservation goes where its block needs no break, and its phase is
+ * its block's start, where a client waiting for its allocation wakes. */
+TEST(aligned_budgets_are_one_block_from_their_phase) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+        uint32_t phase;
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1,
+                          .kind = PLAN_KIND_ALIGNED };
+        ASSERT_OK(plan_admit(p, &a, &e, why, sizeof(why)));
+        ASSERT_EQ(e.flags, PACE_RES_ALIGNED);
+        ASSERT_EQ(e.budget_slots, 30u);
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(assert_kind_layout(p, &c, &table, &e), 1u);
+        ASSERT_OK(plan_phase(p, 1, &phase));
+        ASSERT_EQ(phase, 0u);
+        for (uint32_t s = 0; s < 50; s++)
+                ASSERT_EQ(table.slots[s], s < 20 || (s >= 21 && s < 31) ? 1 : PACE_SLOT_FREE);
+        assert_requested_windows(&table, &e);
+
+        PlanRequest b = { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1,
+                          .kind = PLAN_KIND_ALIGNED };
+        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(assert_kind_layout(p, &c, &table, &e), 0u);
+        ASSERT_OK(plan_phase(p, 2, &phase));
+        /* Right after the first block: the busy run 21..35 is 15 slots. */
+        ASSERT_EQ(phase, 31u);
+        for (uint32_t s = 31; s < 36; s++)
+                ASSERT_EQ(table.slots[s], 2);
+        /* The first one has not moved. */
+        ASSERT_OK(plan_phase(p, 1, &phase));
+        ASSERT_EQ(phase, 0u);
+
+        /* Beside a slots reservation, on a longer period (the frame grows
+         * to 100 slots; a shorter one would need slots inside the block):
+         * still one block, the validator content. */
+        ASSERT_OK(plan_remove(p, 2));
+        PlanRequest s1 = { .id = 3, .uid = 0, .period_ns = 100 * NSEC_PER_MSEC, .utilization_ppm = 30000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &s1, NULL, why, sizeof(why)));
+        PlanRequest d = { .id = 4, .uid = 0, .period_ns = 100 * NSEC_PER_MSEC, .utilization_ppm = 50000, .cpu = -1,
+                          .kind = PLAN_KIND_ALIGNED };
+        ASSERT_OK(plan_admit(p, &d, &e, why, sizeof(why)));
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.cpus[0].frame_slots, 100u);
+        assert_kind_layout(p, &c, &table, &e);
+        assert_requested_windows(&table, &e);
+}
+
+/* An aligned client releases one job per period: its grant keeps the
+ * requested period (rounded down), never a shorter one that would cut the
+ * budget in pieces periods apart. Beside spread slots that leave no ten
+ * free slots in a row, 20% of 50 ms aligned is refused with why, though
+ * 10 ms blocks of 2 would fit (and do, when asked for), and the slots kind
+ * is granted. */
+TEST(aligned_keeps_its_period_or_is_refused) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PlanEntry e;
+        char why[512];
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        export_and_check(p, &c, &table2);
+        PlanRequest b = { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = -1,
+                          .kind = PLAN_KIND_ALIGNED };
+        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_CONTAINS(why, "not enough free CPU time for 20% every 50ms");
+        ASSERT_CONTAINS(why, "an aligned budget needs one stretch of free slots in every period");
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
+        b.period_ns = 10 * NSEC_PER_MSEC;
+        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_EQ(e.period_slots, 10u);
+        ASSERT_EQ(e.budget_slots, 2u);
+        ASSERT_OK(plan_remove(p, 2));
+        b.period_ns = 50 * NSEC_PER_MSEC;
+        b.kind = PLAN_KIND_SLOTS;
+        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_EQ(e.period_slots, 50u);
+}
+
 TEST(worst_fit_stays_within_the_allowed_cpus) {
         PaceConfig c;
         _cleanup_(plan_freep) Plan *p = NULL;

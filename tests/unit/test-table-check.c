@@ -106,7 +106,7 @@ TEST(reservations) {
         t.reservations[0].budget_slots = 51;
         assert_refused("budget of 51 slots");
         sound_table();
-        t.reservations[0].flags = 4;
+        t.reservations[0].flags = 8;
         assert_refused("unknown flags");
 }
 
@@ -160,7 +160,7 @@ TEST(budget_servers) {
         /* A server's budget is spent wherever it runs: never in pieces. */
         t.reservations[0].flags = PACE_RES_SERVER | PACE_RES_PIECE;
         assert_refused("cannot be split");
-        t.reservations[0].flags = 0x4;
+        t.reservations[0].flags = 0x8;
         assert_refused("unknown flags");
 
         /* Its wake-ups are charged: at 0.5 ms a switch, the slot layout
@@ -337,6 +337,38 @@ TEST(split_reservations) {
         r = table_check(&t, &config, err, sizeof(err));
         if (r < 0)
                 TEST_FAIL_("a split counted as two reservations: %s", err);
+}
+
+TEST(aligned_reservations) {
+        char err[256] = "";
+
+        /* The dispatcher ignores the flag, so any sound layout passes,
+         * one block at the start of each period included. */
+        sound_table();
+        t.reservations[0].flags = PACE_RES_ALIGNED;
+        if (table_check(&t, &config, err, sizeof(err)) < 0)
+                TEST_FAIL_("a sound aligned reservation refused: %s", err);
+        t.reservations[0].period_slots = 10;
+        t.reservations[0].budget_slots = 6;
+        if (table_check(&t, &config, err, sizeof(err)) < 0)
+                TEST_FAIL_("an aligned block of 6 in every 10 refused: %s", err);
+
+        /* One kind per reservation. */
+        sound_table();
+        t.reservations[0].flags = PACE_RES_ALIGNED | PACE_RES_SERVER;
+        assert_refused("reservation 7: aligned and budget server at once");
+        sound_table();
+        t.reservations[0].flags = PACE_RES_ALIGNED | PACE_RES_SERVER | PACE_RES_PIECE;
+        assert_refused("reservation 7: ");
+
+        /* Pieces of a split reservation cannot be aligned, even when the
+         * split itself is sound. */
+        split_table();
+        if (table_check(&t, &config, err, sizeof(err)) < 0)
+                TEST_FAIL_("the sound split refused: %s", err);
+        t.reservations[0].flags |= PACE_RES_ALIGNED;
+        t.reservations[1].flags |= PACE_RES_ALIGNED;
+        assert_refused("an aligned reservation cannot be split over CPUs");
 }
 
 TEST(garbage_never_crashes_and_is_refused) {

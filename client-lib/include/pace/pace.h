@@ -44,6 +44,31 @@ typedef enum pace_scope {
         PACE_SCOPE_TREE = 2,    /* the process and all its descendants */
 } pace_scope;
 
+/* What kind of reservation; the numbers are pace.proto's Kind. */
+typedef enum pace_kind {
+        /* pace_reserve(): slots, which is what brokers before kinds grant;
+         * pace_modify(): the kind the reservation has. */
+        PACE_KIND_DEFAULT = 0,
+        /* The budget spread over the period in the dispatch table's slots
+         * (60% of 50 ms: 6 of every 10 slots). */
+        PACE_KIND_SLOTS = 1,
+        /* A budget server: in each window of its period (windows start at
+         * multiples of the period, so phase_ns is 0) its threads run the
+         * moment they are runnable while budget is left, and wait once it
+         * is spent. For programs that wake when they must, not on a grid.
+         * Never split over CPUs. */
+        PACE_KIND_SERVER = 2,
+        /* The budget in one block from the start of each window of the
+         * period (phase_ns), broken only by the free slots the
+         * administrator's non_rt_max_gap forces: a job released there by
+         * pace_wait_next_allocation() finishes one budget later. Never
+         * split over CPUs. */
+        PACE_KIND_ALIGNED = 3,
+} pace_kind;
+
+/* Zero-initialise it (designated initialisers do): kind, the newest field,
+ * lives where older headers left padding, so on 64-bit targets the
+ * structure's size and every other offset are those of libpace 0.1. */
 typedef struct pace_reserve_params {
         uint64_t period_ns;       /* > 0 */
         uint32_t utilization_ppm; /* parts per million of one CPU, 1..1000000 */
@@ -56,6 +81,7 @@ typedef struct pace_reserve_params {
         int cpu;
         pace_scope scope;
         pid_t tid;                /* PACE_SCOPE_THREAD: a thread of pid; 0 with pid 0: the calling thread */
+        pace_kind kind;           /* PACE_KIND_DEFAULT: see there */
 } pace_reserve_params;
 
 /* What a reservation really received, measured by the dispatcher (cgroup CPU
@@ -75,6 +101,10 @@ typedef struct pace_grant {
         pid_t pid;
         uid_t uid;
         int cpu;
+        /* What was granted: never PACE_KIND_DEFAULT (a broker that predates
+         * kinds grants slots, and says nothing). In padding older headers
+         * had here: on 64-bit targets no other offset moved. */
+        pace_kind kind;
         uint64_t period_ns;  /* granted: the requested period rounded down to the table's grid */
         uint64_t budget_ns;  /* CPU time guaranteed in every granted period */
         uint64_t slot_ns;
@@ -111,7 +141,10 @@ typedef struct pace_status_report {
 } pace_status_report;
 
 /* Periodic clients. The start (CLOCK_MONOTONIC, ns) of the grant's first
- * allocation at or after now_ns. */
+ * allocation at or after now_ns: for PACE_KIND_ALIGNED the start of its
+ * block, for PACE_KIND_SERVER the start of its window (where its budget is
+ * replenished), for PACE_KIND_SLOTS its first slot after its longest
+ * stretch without one. */
 uint64_t pace_next_allocation(const pace_grant *grant, uint64_t now_ns);
 /* Sleeps until the start of the grant's next allocation, so that a frame's
  * work begins with its whole budget ahead. ret_start_ns (may be NULL): the
@@ -125,10 +158,12 @@ void pace_close(pace *p);
 
 int pace_reserve(pace *p, const pace_reserve_params *params, pace_grant *ret_grant);
 int pace_release(pace *p, uint64_t id);
-/* New parameters for a live reservation (params->pid is ignored): admitted
- * as a new request with the reservation's own time counted free, and
- * swapped in at once; refused, the reservation stays as it was. It stays
- * on its CPU (params->cpu: -1 or that CPU), which must still be in the
+/* New parameters for a live reservation (params->pid, ->scope and ->tid are
+ * ignored): admitted as a new request with the reservation's own time
+ * counted free, and swapped in at once; refused, the reservation stays as it
+ * was. params->kind: PACE_KIND_DEFAULT keeps the kind, any other changes it
+ * (admitted like any change; the grant's phase_ns may move with it). It
+ * stays on its CPU (params->cpu: -1 or that CPU), which must still be in the
  * target's CPU affinity; a split reservation cannot be changed: release and
  * reserve again. */
 int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params, pace_grant *ret_grant);
