@@ -99,6 +99,52 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         ASSERT_EQ(broker_stop(&s.broker), 0);
 }
 
+/* pace-run --kind server --period 50ms --util 30% --cpu 1 -- sh -c 'while :; do :; done' */
+static void reserved_server(const void *arg) {
+        const char *pace_run = getenv("PACE_RUN");
+        (void) arg;
+        setenv("PACE_SOCKET", stack_socket, 1);
+        execl(pace_run, pace_run, "--quiet", "--kind", "server", "--period", "50ms", "--util", "30%", "--cpu", "1",
+              "--", "/bin/sh", "-c", "while :; do :; done", (char *) NULL);
+        _exit(127);
+}
+
+/* The kind reaches the dispatcher: a server's spinner takes free time at
+ * the server priority (97) as well as its own slots at 98, and no more than
+ * its budget in all. */
+TEST(a_server_from_pace_run_runs_at_the_server_priority_within_its_budget) {
+        Stack s = {};
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start(&s);
+
+        pid_t other = spawn(hog, NULL);
+        pid_t client = spawn(reserved_server, NULL);
+        await_reservations(s.broker.socket, 1);
+        sleep_ms(500);
+        pin(0);
+        unsigned at97 = 0, at98 = 0, samples = 0;
+        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+                struct sched_param sp;
+                if (sched_getparam(client, &sp) == 0) {
+                        at97 += sp.sched_priority == 97;
+                        at98 += sp.sched_priority == 98;
+                }
+                sleep_ms(1);
+        }
+        double shares[2];
+        share_measure(CPU, (pid_t[]) { client, other }, 2, 5000, shares);
+        printf("  server 30%% of 50 ms: priority 97 in %u, 98 in %u of %u samples; got %.2f%%, hog %.2f%%\n", at97,
+               at98, samples, shares[0], shares[1]);
+        reap(client);
+        reap(other);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_CMP(at97, >, samples / 20);
+        ASSERT_CMP(shares[0], >=, 28.0);
+        ASSERT_CMP(shares[0], <=, 31.0);
+}
+
 TEST(two_clients_are_isolated_from_each_other) {
         Stack s = {};
         if (skip())
