@@ -145,6 +145,87 @@ TEST(a_server_from_pace_run_runs_at_the_server_priority_within_its_budget) {
         ASSERT_CMP(shares[0], <=, 31.0);
 }
 
+/* A client that waits for its allocation and then works 16 ms of CPU, 30
+ * times, under 40% of 50 ms (a 20 ms budget) of the given kind; it writes
+ * each job's response (end of work - the start it woke to, us) to fd. */
+#define ALIGNED_JOBS 30
+
+static void allocation_client(const char *socket, pace_kind kind, int fd) {
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = CPU,
+                                       .kind = kind };
+        pace *p = NULL;
+        pace_grant g;
+
+        alarm(30);
+        if (pace_connect(socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                _exit(2);
+        /* Until the dispatcher holds it (the table names it). */
+        sleep_ms(200);
+        for (int j = 0; j < ALIGNED_JOBS; j++) {
+                uint64_t start;
+                struct timespec c0, c;
+                if (pace_wait_next_allocation(&g, &start) < 0)
+                        _exit(3);
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+                do
+                        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+                while ((uint64_t) (c.tv_sec - c0.tv_sec) * NSEC_PER_SEC + (uint64_t) c.tv_nsec <
+                       (uint64_t) c0.tv_nsec + 16 * NSEC_PER_MSEC);
+                dprintf(fd, "%" PRIu64 "\n", (now_ns() - start) / 1000);
+        }
+        _exit(0);
+}
+
+static uint64_t median_response_us(const Stack *s, pace_kind kind, uint64_t *ret_max) {
+        uint64_t r[ALIGNED_JOBS];
+        unsigned n = 0;
+        int fd[2];
+
+        ASSERT_OK(pipe(fd));
+        pid_t c = fork();
+        ASSERT_TRUE(c >= 0);
+        if (c == 0) {
+                close(fd[0]);
+                pin(CPU);
+                allocation_client(s->broker.socket, kind, fd[1]);
+        }
+        close(fd[1]);
+        FILE *f = fdopen(fd[0], "r");
+        ASSERT_TRUE(f);
+        while (n < ALIGNED_JOBS && fscanf(f, "%" SCNu64, &r[n]) == 1)
+                n++;
+        fclose(f);
+        reap(c);
+        ASSERT_EQ(n, (unsigned) ALIGNED_JOBS);
+        qsort(r, n, sizeof(r[0]), cmp_u64);
+        *ret_max = r[n - 1];
+        return r[n / 2];
+}
+
+/* An aligned reservation's budget comes in one piece at the start of its
+ * period: a job released there by pace_wait_next_allocation() that needs
+ * 16 of its 20 ms ends about 16 ms later (slots spread over the period end
+ * it at about 40 ms). Beside a hog, so the wait is the layout's alone. */
+TEST(an_aligned_job_finishes_one_budget_after_its_release) {
+        Stack s = {};
+        uint64_t a_max, s_max;
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start(&s);
+        pid_t other = spawn(hog, NULL);
+        uint64_t aligned = median_response_us(&s, PACE_KIND_ALIGNED, &a_max);
+        await_no_reservations(s.broker.socket);
+        uint64_t slots = median_response_us(&s, PACE_KIND_SLOTS, &s_max);
+        printf("  16 ms jobs at their allocation's start, 40%% of 50 ms: aligned p50 %.2f ms (max %.2f), "
+               "slots p50 %.2f ms (max %.2f)\n", aligned / 1e3, a_max / 1e3, slots / 1e3, s_max / 1e3);
+        reap(other);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        /* 16 ms of work and the switches; 20 ms is the whole budget. */
+        ASSERT_CMP(aligned, <=, 20000u);
+        ASSERT_CMP(slots, >, 30000u);
+}
+
 TEST(two_clients_are_isolated_from_each_other) {
         Stack s = {};
         if (skip())
