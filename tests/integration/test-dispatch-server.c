@@ -257,6 +257,47 @@ TEST(threads_that_exit_take_no_budget_with_them) {
         ASSERT_CMP(s[0], >=, 25.0);
 }
 
+/* Killed while a server spins at 97 (nothing but the dispatcher would
+ * demote it: budget checks are the dispatcher's), the monitor's sweep
+ * demotes it at once, as it does a slot's 98. 20 ms: the monitor notices
+ * a dead child within a few ms (test-dispatch-monitor). */
+TEST(a_killed_dispatcher_leaves_no_server_at_97) {
+        DispatchEnv e;
+        struct sched_param sp;
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_1MS);
+        env_start(&e);
+        env_create_table(&e);
+        pid_t client = env_spawn_hog(&e, 0);
+        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
+                                .flags = PACE_RES_SERVER };
+        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
+        pid_t child = env_dispatcher_child(&e);
+        ASSERT_TRUE(child > 0);
+        pin_self(TEST_SYSTEM_CPU);
+        bool at97 = false;
+        for (uint64_t end = test_now_ns() + 1000000000ULL; !at97 && test_now_ns() < end;)
+                at97 = sched_getparam(client, &sp) == 0 && sp.sched_priority == PACE_SERVER_PRIORITY;
+        ASSERT_TRUE(at97);
+        uint64_t t0 = test_now_ns();
+        ASSERT_OK(kill(child, SIGKILL));
+        uint64_t demoted_ns = 0;
+        while (test_now_ns() - t0 < 500000000ULL) {
+                if (sched_getparam(client, &sp) == 0 && sp.sched_priority == 0) {
+                        demoted_ns = test_now_ns() - t0;
+                        break;
+                }
+                usleep(100);
+        }
+        pin_self(TEST_CPU);
+        printf("  server at 97 when its dispatcher was killed: demoted after %.2f ms\n", demoted_ns / 1e6);
+        env_cleanup(&e);
+        ASSERT_CMP(demoted_ns, >, 0u);
+        ASSERT_CMP(demoted_ns, <=, 20000000u);
+}
+
 TEST(nothing_keeps_the_server_priority_after_the_dispatcher) {
         DispatchEnv e;
 
