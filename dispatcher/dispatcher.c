@@ -24,6 +24,7 @@
 #include <systemd/sd-event.h>
 
 #include "dispatcher.h"
+#include "freezer-v1.h"
 #include "group.h"
 #include "held.h"
 #include "log-ring.h"
@@ -55,10 +56,10 @@ struct Dispatcher {
         char *runtime_dir;
         char *table_path;
         ThreadRegistry *registry;
-        char freezer_name[64];
-        char freezer_root[512];
-        char freezer_base[PATH_MAX];
-        bool freezer;
+        char instance_name[64];
+        /* Strict mode on the v1 freezer (NULL: not in strict mode, or on
+         * the unified hierarchy). */
+        FreezerV1 *freezer;
         /* Reservation groups (NULL: not usable here, groups_note says why). */
         GroupSet *groups;
         TreeSet *trees;
@@ -161,9 +162,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         if (r < 0)
                 return r;
 
-        /* One pace.<hash> freezer group per runtime directory, so a test
-         * instance never touches the system's. */
-        sweep_freezer_name(runtime_dir, d->freezer_name, sizeof(d->freezer_name));
+        /* One pace.<hash> group per hierarchy and runtime directory, so a
+         * test instance never touches the system's. */
+        sweep_instance_name(runtime_dir, d->instance_name, sizeof(d->instance_name));
 
         d->shared.configs[0] = d->config;
         d->scratch = calloc(1, sizeof(PaceTableBuffer));
@@ -248,44 +249,6 @@ static bool loop_gone(const CpuLoop *l, uint64_t unused) {
         return loop_exited(l);
 }
 
-/* The v1 freezer flips a static key (kernel text patching, IPIs to every
- * CPU) whenever the number of frozen groups goes between 0 and 1. An empty
- * group kept frozen while we run keeps it from ever reaching 0, which cut
- * the cost of a strict-mode switch from ~120 µs to the nice mode's level
- * (see README.md). */
-static int freezer_anchor(Dispatcher *d, bool on) {
-        char path[PATH_MAX + 32];
-        int fd;
-
-        snprintf(path, sizeof(path), "%s/anchor", d->freezer_base);
-        if (!on) {
-                snprintf(path, sizeof(path), "%s/anchor/freezer.state", d->freezer_base);
-                fd = open(path, O_WRONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                        (void) !write(fd, "THAWED", 6);
-                        close(fd);
-                }
-                snprintf(path, sizeof(path), "%s/anchor", d->freezer_base);
-                (void) rmdir(path);
-                return 0;
-        }
-        if (mkdir(d->freezer_base, 0755) < 0 && errno != EEXIST)
-                return negative_errno();
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
-                return negative_errno();
-        snprintf(path, sizeof(path), "%s/anchor/freezer.state", d->freezer_base);
-        fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        if (write(fd, "FROZEN", 6) < 0) {
-                int r = negative_errno();
-                close(fd);
-                return r;
-        }
-        close(fd);
-        return 0;
-}
-
 int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
         int r;
 
@@ -304,16 +267,14 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
         if (r < 0)
                 return r;
 
-        bool v1_freezer = false;
+        /* Strict mode on the v1 freezer where the host has one: its anchor
+         * is frozen for as long as we run (freezer-v1.h says why). */
         if (d->config.waiting == PACE_WAITING_FREEZE &&
-            rt_find_freezer("/proc", d->freezer_root, sizeof(d->freezer_root)) >= 0) {
-                v1_freezer = true;
-                snprintf(d->freezer_base, sizeof(d->freezer_base), "%s/%s", d->freezer_root, d->freezer_name);
-                d->freezer = true;
-                r = freezer_anchor(d, true);
+            freezer_v1_open("/proc", d->instance_name, &d->freezer) >= 0) {
+                r = freezer_v1_anchor(d->freezer);
                 if (r < 0) {
-                        snprintf(err, err_size, "cannot create the freezer cgroup %s/anchor: %s", d->freezer_base,
-                                 strerror(-r));
+                        snprintf(err, err_size, "cannot create the freezer cgroup %s/anchor: %s",
+                                 freezer_v1_base(d->freezer), strerror(-r));
                         return r;
                 }
         }
@@ -321,22 +282,22 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
         /* Reservation groups: without them members are found in /proc and
          * accounted per thread, which dispatcher_run() says once. */
         char base[PATH_MAX];
-        if (group_base_path(d->freezer_name, base, sizeof(base)) == 0)
+        if (group_base_path(d->instance_name, base, sizeof(base)) == 0)
                 (void) sweep_demote_groups(base); /* a crashed run's tree members */
         /* Other instances that died without cleaning up (SIGKILL of both
          * processes): their groups would hold real-time runtime and
          * cpusets for ever. */
         unsigned dead = 0;
-        (void) group_sweep_dead(d->freezer_name, sweep_demote_groups_void, &dead);
+        (void) group_sweep_dead(d->instance_name, sweep_demote_groups_void, &dead);
         d->dead_instances = dead;
         pid_t owner = held_protected_pid() > 0 ? held_protected_pid() : getpid();
-        r = group_set_new(d->freezer_name, PPM - d->config.non_rt_share_ppm, owner, &d->groups, d->groups_note,
+        r = group_set_new(d->instance_name, PPM - d->config.non_rt_share_ppm, owner, &d->groups, d->groups_note,
                           sizeof(d->groups_note));
         if (r < 0 && !d->groups_note[0])
                 snprintf(d->groups_note, sizeof(d->groups_note), "%s", strerror(-r));
         /* Strict mode freezes the v1 freezer's groups or, on the unified
          * hierarchy, each reservation's own group. */
-        if (d->config.waiting == PACE_WAITING_FREEZE && !v1_freezer && !(d->groups && group_set_unified(d->groups))) {
+        if (d->config.waiting == PACE_WAITING_FREEZE && !d->freezer && !(d->groups && group_set_unified(d->groups))) {
                 snprintf(err, err_size,
                          "\"waiting\": \"freeze\" needs the cgroup v1 freezer or reservation groups on the unified "
                          "hierarchy, and neither is available here (%s); use \"waiting\": \"nice\"",
@@ -351,8 +312,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
                         .waiting = d->config.waiting,
                         .cpu = l->cpu,
                         .max_threads = d->config.max_threads_per_reservation,
-                        .freezer_root = d->freezer ? d->freezer_root : NULL,
-                        .freezer_base = d->freezer ? d->freezer_base : NULL,
+                        .freezer = d->freezer,
                         .groups = d->groups,
                         .trees = d->trees,
                         .housekeeping_fd = d->housekeeping_efd,
@@ -461,20 +421,16 @@ static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
         return -EAGAIN;
 }
 
-/* Strict mode: reservation groups a predecessor left behind are thawed
- * and (at start) emptied into the hierarchy's root and removed, so no
- * process stays frozen because a dispatcher died. */
-static unsigned freezer_leftovers(Dispatcher *d, bool remove) {
-        return d->freezer ? sweep_freezer(d->freezer_root, d->freezer_base, remove) : 0;
-}
-
 static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
         uint64_t gen = 0;
         unsigned demoted = 0, groups;
 
         if (snapshot_published(d, &gen) == 0)
                 demoted = sweep_demote_table(d->scratch);
-        groups = freezer_leftovers(d, at_start);
+        /* Strict mode: v1 freezer groups a predecessor left behind are
+         * thawed and (at start) emptied into the hierarchy's root and
+         * removed, so no process stays frozen because a dispatcher died. */
+        groups = freezer_v1_sweep(d->freezer, at_start);
         if (demoted > 0 || groups > 0 || !at_start)
                 run_log(o, demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
                         "%s: %u thread(s) of reserved processes found at SCHED_FIFO %d and demoted to SCHED_OTHER"
@@ -846,7 +802,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         else if (d->groups)
                 run_log(o, d->groups_note[0] ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
                         "reservation groups in %s/%s (%s): members found and accounted by cgroup, %s, %s%s%s",
-                        group_set_root(d->groups), d->freezer_name, group_set_backend_name(d->groups),
+                        group_set_root(d->groups), d->instance_name, group_set_backend_name(d->groups),
                         group_set_weighs(d->groups) ? "waiting members weighed down by the cpu controller" :
                                                       "time taken while waiting counted against the budget",
                         group_set_confines(d->groups) ? "confined to their CPUs by a cpuset" :
@@ -931,10 +887,7 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
         free(d->loops);
         free(d->scratch);
         watchdog_free(d->watchdog);
-        if (d->freezer) {
-                (void) freezer_anchor(d, false);
-                (void) rmdir(d->freezer_base);
-        }
+        d->freezer = freezer_v1_close(d->freezer);
         group_set_free(d->groups);
         tree_set_free(d->trees);
         stats_file_unmap(d->shared.stats);

@@ -271,7 +271,7 @@ int held_new(const PaceTableReservation *res, bool allow_root, Held **ret) {
         h->pidfd = TAKE_FD(pidfd);
         h->procfd = TAKE_FD(procfd);
         h->taskfd = TAKE_FD(taskfd);
-        h->cg_state_fd = -EBADF;
+        h->freeze_fd = -EBADF;
         *ret = h;
         return 0;
 }
@@ -320,88 +320,23 @@ static void held_drop_dead(Held *h, const HeldContext *ctx) {
                         held_drop_thread(h, ctx, i);
 }
 
-/* Strict mode: a freezer cgroup of its own, so freezing it touches no one
- * else. Moved at first promotion; the whole thread group moves together via
- * cgroup.procs, and threads it creates later are born inside. */
+/* Strict mode on the v1 freezer: a group of its own, made at the first
+ * promotion (freezer-v1.h). */
 static int held_freezer_enter(Held *h, const HeldContext *ctx) {
-        char path[PATH_MAX], buf[4096], pidbuf[32];
-        int r;
-
-        if (h->cg_dir)
-                return 0;
-        if (!ctx->freezer_root || !ctx->freezer_base)
-                return -EOPNOTSUPP;
-
-        r = read_at(h->procfd, "cgroup", buf, sizeof(buf));
-        if (r < 0)
-                return r;
-        if (proc_cgroup_v1_path(buf, "freezer", path, sizeof(path)) < 0)
-                return -EOPNOTSUPP;
-        h->cg_orig = strdup(path);
-        if (!h->cg_orig)
-                return -ENOMEM;
-
-        if (mkdir(ctx->freezer_base, 0755) < 0 && errno != EEXIST)
-                return negative_errno();
-        snprintf(path, sizeof(path), "%s/res-%" PRIu64, ctx->freezer_base, h->id);
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
-                return negative_errno();
-        h->cg_dir = strdup(path);
-        if (!h->cg_dir)
-                return -ENOMEM;
-
-        snprintf(path, sizeof(path), "%s/freezer.state", h->cg_dir);
-        h->cg_state_fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (h->cg_state_fd < 0)
-                return negative_errno();
-
         bool thread = h->scope == PACE_TABLE_SCOPE_THREAD;
-        snprintf(path, sizeof(path), "%s/%s", h->cg_dir, thread ? "tasks" : "cgroup.procs");
-        snprintf(pidbuf, sizeof(pidbuf), "%" PRIi32, thread ? h->tid : h->pid);
-        return write_string_file(path, pidbuf);
+
+        if (h->freezer)
+                return 0;
+        return freezer_v1_enter(ctx->freezer, h->id, h->procfd, thread ? h->tid : h->pid, thread, &h->freezer);
 }
 
-static void held_freezer_leave(Held *h, const HeldContext *ctx) {
-        char path[PATH_MAX], dest[PATH_MAX], root[PATH_MAX];
-
-        if (!h->cg_dir)
-                return;
-        if (h->cg_state_fd >= 0)
-                (void) !pwrite(h->cg_state_fd, "THAWED", 6, 0);
-
-        /* Everything inside goes back, including children the client forked
-         * (they were born into our cgroup); if its old group is gone, to the
-         * root, which always exists. */
-        snprintf(path, sizeof(path), "%s/cgroup.procs", h->cg_dir);
-        snprintf(dest, sizeof(dest), "%s%s/cgroup.procs", ctx->freezer_root,
-                 h->cg_orig && strcmp(h->cg_orig, "/") != 0 ? h->cg_orig : "");
-        snprintf(root, sizeof(root), "%s/cgroup.procs", ctx->freezer_root);
-        FILE *f = fopen(path, "re");
-        if (f) {
-                char pid[32];
-                while (fgets(pid, sizeof(pid), f)) {
-                        pid[strcspn(pid, "\n")] = '\0';
-                        if (write_string_file(dest, pid) < 0)
-                                (void) write_string_file(root, pid);
-                }
-                fclose(f);
-        }
-        h->cg_state_fd = safe_close(h->cg_state_fd);
-        (void) rmdir(h->cg_dir);
-        free(h->cg_dir);
-        h->cg_dir = NULL;
-        free(h->cg_orig);
-        h->cg_orig = NULL;
-}
-
-/* The v1 freezer's words, or the unified hierarchy's cgroup.freeze. */
+/* Frozen or thawed: the v1 freezer group, or the unified hierarchy's
+ * cgroup.freeze. */
 static void held_freeze(Held *h, bool frozen) {
-        if (h->cg_state_fd < 0)
-                return;
-        if (h->cg_dir)
-                (void) !pwrite(h->cg_state_fd, frozen ? "FROZEN" : "THAWED", 6, 0);
-        else
-                (void) !pwrite(h->cg_state_fd, frozen ? "1" : "0", 1, 0);
+        if (h->freezer)
+                (void) freezer_v1_freeze(h->freezer, frozen);
+        else if (h->freeze_fd >= 0)
+                (void) !pwrite(h->freeze_fd, frozen ? "1" : "0", 1, 0);
 }
 
 static int held_thread_find(const Held *h, pid_t tid) {
@@ -414,9 +349,9 @@ static int held_thread_find(const Held *h, pid_t tid) {
 static void held_group_leave(Held *h, const HeldContext *ctx) {
         /* Strict mode on the unified hierarchy: the group's own freezer,
          * thawed before the members leave it. */
-        if (!h->cg_dir && h->cg_state_fd >= 0) {
-                held_freeze(h, false);
-                h->cg_state_fd = safe_close(h->cg_state_fd);
+        if (h->freeze_fd >= 0) {
+                (void) !pwrite(h->freeze_fd, "0", 1, 0);
+                h->freeze_fd = safe_close(h->freeze_fd);
         }
         if (h->group && ctx->groups)
                 group_release(ctx->groups, h->group);
@@ -438,7 +373,7 @@ static void held_mark_gone(Held *h, const HeldContext *ctx) {
         /* A tree's other processes may live on: theirs are restored (each
          * id checked); the gone process's own fail the check. */
         held_forget_threads(h, ctx, true);
-        held_freezer_leave(h, ctx);
+        h->freezer = freezer_v1_leave(h->freezer);
         h->gone = true;
         h->running = false;
         h->pidfd = safe_close(h->pidfd);
@@ -726,7 +661,7 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
                 return -ESRCH;
         }
 
-        if (ctx->waiting == PACE_WAITING_FREEZE && ctx->freezer_root) {
+        if (ctx->waiting == PACE_WAITING_FREEZE && ctx->freezer) {
                 r = held_freezer_enter(h, ctx);
                 if (r < 0)
                         return r;
@@ -758,11 +693,11 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
         /* Strict mode without the v1 freezer: the group freezes itself. A
          * reservation it cannot freeze would run unfrozen, at its own
          * policy, between its slots: never promoted then. */
-        if (ctx->waiting == PACE_WAITING_FREEZE && !ctx->freezer_root && h->cg_state_fd < 0) {
+        if (ctx->waiting == PACE_WAITING_FREEZE && !ctx->freezer && h->freeze_fd < 0) {
                 r = h->group ? group_freeze_fd(h->group) : -EOPNOTSUPP;
                 if (r < 0)
                         return r;
-                h->cg_state_fd = r;
+                h->freeze_fd = r;
         }
         /* The one thread of a thread-scope reservation is gone: its id may
          * be anyone's next, so the reservation is over for us. */
@@ -841,7 +776,7 @@ int held_demote(Held *h, const HeldContext *ctx) {
          * next owner our waiting policy. */
         held_drop_dead(h, ctx);
 
-        if (ctx->waiting == PACE_WAITING_FREEZE && h->cg_state_fd >= 0) {
+        if (ctx->waiting == PACE_WAITING_FREEZE && (h->freezer || h->freeze_fd >= 0)) {
                 /* Frozen first, so nothing runs between losing FIFO and
                  * stopping; then its own policy back, so a frozen thread is
                  * never left real-time if we die. */
@@ -877,7 +812,7 @@ Held *held_free(Held *h, const HeldContext *ctx) {
          * would be refused. */
         held_group_leave(h, ctx);
         held_forget_threads(h, ctx, true);
-        held_freezer_leave(h, ctx);
+        freezer_v1_leave(h->freezer);
         safe_close(h->pidfd);
         safe_close(h->procfd);
         safe_close(h->taskfd);
@@ -893,7 +828,7 @@ int held_new_inert(const PaceTableReservation *res, Held **ret) {
         h->id = res->id;
         h->pid = res->pid;
         h->start_time = res->start_time;
-        h->pidfd = h->procfd = h->taskfd = h->cg_state_fd = -EBADF;
+        h->pidfd = h->procfd = h->taskfd = h->freeze_fd = -EBADF;
         h->gone = true;
         h->logged = true;
         *ret = h;

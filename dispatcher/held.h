@@ -3,7 +3,7 @@
 
 /* The processes a dispatch thread holds: identity, their threads, the
  * original scheduling state of every thread it touched, and (strict mode)
- * their freezer cgroup. Core code: returns negative errno, never logs. */
+ * the group that freezes them. Core code: returns negative errno, never logs. */
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -12,6 +12,7 @@
 
 #include "acct.h"
 #include "config.h"
+#include "freezer-v1.h"
 #include "group.h"
 #include "pace-table.h"
 #include "sched-util.h"
@@ -37,10 +38,9 @@ typedef struct HeldContext {
          * client with a thousand threads cannot make the dispatcher eat the
          * CPU at SCHED_FIFO 99. 0: no limit. */
         uint32_t max_threads;
-        /* Strict mode: the freezer hierarchy's mount point and the
-         * dispatcher's own directory below it (pace.<hash>). */
-        const char *freezer_root;
-        const char *freezer_base;
+        /* Strict mode on the v1 freezer (freezer-v1.h); NULL: none, or
+         * the unified hierarchy, where each group freezes itself. */
+        const FreezerV1 *freezer;
         /* Reservation groups (group.h); NULL: members are found in
          * /proc/PID/task and accounted per thread. */
         GroupSet *groups;
@@ -81,10 +81,10 @@ typedef struct Held {
         PaceSchedAttr main_orig;
         HeldThread *threads;
         size_t n_threads, n_allocated;
-        /* strict mode */
-        char *cg_dir;
-        char *cg_orig;
-        int cg_state_fd;
+        /* Strict mode: its v1 freezer group, or on the unified hierarchy
+         * its reservation group's cgroup.freeze (-EBADF: none yet). */
+        FreezerV1Group *freezer;
+        int freeze_fd;
         /* What it covers (PACE_TABLE_SCOPE_*) and, for a thread, which. */
         uint32_t scope;
         pid_t tid;
@@ -140,7 +140,7 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority);
  * reservation (h->revoked): it ran at our priority elsewhere. */
 int held_demote(Held *h, const HeldContext *ctx);
 /* Restores every thread it touched to its original state and undoes the
- * freezer cgroup. Accepts NULL. */
+ * freezer group. Accepts NULL. */
 Held *held_free(Held *h, const HeldContext *ctx);
 
 /* CPU time the members received on ctx->cpu: the group's accounting, or

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "dispatcher.h"
+#include "freezer-v1.h"
 #include "pace-stats.h"
 #include "group.h"
 #include "monitor.h"
@@ -19,7 +20,6 @@
 #include "pace-build-config.h"
 #include "pace-limits.h"
 #include "privileges.h"
-#include "rt-check.h"
 #include "scope.h"
 #include "sweep.h"
 
@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
         _cleanup_free_ char *config_error = NULL;
         const char *runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
-        char freezer_root[512];
+        _cleanup_(freezer_v1_closep) FreezerV1 *freezer = NULL;
         PrivilegeReport report;
         PaceConfig config;
         char err[1024] = "";
@@ -299,10 +299,10 @@ int main(int argc, char **argv) {
 
         /* Reservation groups: the base directory's path, and its mount,
          * which must stay writable in the read-only view. */
-        char group_name[64], group_base[PATH_MAX], group_mount[PATH_MAX], cpu_mount[PATH_MAX], cpuset_mount[PATH_MAX];
+        char instance_name[64], group_base[PATH_MAX], group_mount[PATH_MAX], cpu_mount[PATH_MAX], cpuset_mount[PATH_MAX];
         bool groups = false, cpu_group = false, cpuset = false;
-        sweep_freezer_name(runtime_dir, group_name, sizeof(group_name));
-        if (group_base_path(group_name, group_base, sizeof(group_base)) == 0) {
+        sweep_instance_name(runtime_dir, instance_name, sizeof(instance_name));
+        if (group_base_path(instance_name, group_base, sizeof(group_base)) == 0) {
                 snprintf(group_mount, sizeof(group_mount), "%s", group_base);
                 char *slash = strrchr(group_mount, '/');
                 if (slash)
@@ -312,15 +312,17 @@ int main(int argc, char **argv) {
                 cpuset = group_cpuset_mount(cpuset_mount, sizeof(cpuset_mount)) == 0;
         }
 
+        /* Strict mode on the v1 freezer: its mount stays writable in the
+         * read-only view, and the monitor sweeps the instance's groups. */
+        if (config.waiting == PACE_WAITING_FREEZE)
+                (void) freezer_v1_open("/proc", instance_name, &freezer);
+
         /* Before any thread exists: capabilities are per thread. */
         PrivilegeLimits limits = {
                 .groups_path = groups ? group_mount : NULL,
                 .groups_cpu_path = cpu_group ? cpu_mount : NULL,
                 .groups_cpuset_path = cpuset ? cpuset_mount : NULL,
-                .writable_path = config.waiting == PACE_WAITING_FREEZE &&
-                                                 rt_find_freezer("/proc", freezer_root, sizeof(freezer_root)) == 0 ?
-                                         freezer_root :
-                                         NULL,
+                .writable_path = freezer ? freezer_v1_root(freezer) : NULL,
         };
         dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
         r = privileges_drop(&limits, &report, err, sizeof(err));
@@ -360,15 +362,8 @@ int main(int argc, char **argv) {
         };
         if (groups) {
                 mo.group_base = group_base;
-                mo.group_name = group_name;
+                mo.group_name = instance_name;
         }
-        char freezer_base[sizeof(freezer_root) + 80];
-        if (limits.writable_path) {
-                char name[64];
-                sweep_freezer_name(runtime_dir, name, sizeof(name));
-                snprintf(freezer_base, sizeof(freezer_base), "%s/%s", freezer_root, name);
-                mo.freezer_root = freezer_root;
-                mo.freezer_base = freezer_base;
-        }
+        mo.freezer = freezer;
         return monitor_run(&mo);
 }

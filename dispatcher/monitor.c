@@ -263,7 +263,7 @@ static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, ui
         *ret_demoted = 0;
         r = sweep_table_file(m->table_path, m->scratch, ret_demoted);
         *ret_demoted += sweep_demote_groups(m->o->group_base);
-        *ret_groups = m->o->freezer_base ? sweep_freezer(m->o->freezer_root, m->o->freezer_base, false) : 0;
+        *ret_groups = freezer_v1_sweep(m->o->freezer, false);
         *ret_ns = now_ns() - t0;
         return r;
 }
@@ -348,8 +348,7 @@ static int watch_child(Monitor *m) {
                              " ms later",
                              (int) m->child, how, demoted, PACE_RUNNING_PRIORITY, groups, (uint64_t) (sweep_ns / NSEC_PER_USEC),
                              (uint64_t) (exit_ns / NSEC_PER_MSEC));
-                if (m->o->freezer_base)
-                        (void) sweep_freezer(m->o->freezer_root, m->o->freezer_base, true);
+                (void) freezer_v1_sweep(m->o->freezer, true);
                 if (m->o->group_name)
                         (void) group_set_remove(m->o->group_name);
         }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dispatcher.h"
+#include "freezer-v1.h"
 
 /* What the child writes to its ready_fd. */
 #define MONITOR_READY 'R' /* the dispatch threads exist */
@@ -16,10 +17,10 @@
 
 typedef struct MonitorOptions {
         const char *runtime_dir;
-        /* Strict mode: the v1 freezer mount and pace.<hash> below it; NULL
+        /* Strict mode on the v1 freezer: the instance's groups there, thawed
+         * at once after a crash and removed once the child is gone; NULL
          * otherwise. */
-        const char *freezer_root;
-        const char *freezer_base;
+        const FreezerV1 *freezer;
         /* Reservation groups (group.h): the base directory whose members
          * are demoted at once after a crash, and the name to remove once
          * the child is gone. NULL: none. */

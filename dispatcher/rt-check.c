@@ -177,37 +177,3 @@ void rt_explain_eperm(const char *proc_root, const char *cgroup_root, char *err,
                  "SCHED_FIFO was refused (EPERM) although the process has CAP_SYS_NICE and its cgroups allow "
                  "real-time runtime; check for a seccomp filter or RestrictRealtime= in the unit.");
 }
-
-int rt_find_freezer(const char *proc_root, char *ret_path, size_t size) {
-        char path[256], line[4096];
-        FILE *f;
-        int r = -EOPNOTSUPP;
-
-        snprintf(path, sizeof(path), "%s/self/mountinfo", proc_root);
-        f = fopen(path, "re");
-        if (!f)
-                return negative_errno();
-        while (fgets(line, sizeof(line), f)) {
-                /* ... mount-point ... - cgroup cgroup rw,freezer */
-                char *sep = strstr(line, " - cgroup ");
-                if (!sep || !strstr(sep, "freezer"))
-                        continue;
-                char *p = line;
-                for (int field = 0; field < 4 && p; field++) {
-                        p = strchr(p, ' ');
-                        if (p)
-                                p++;
-                }
-                if (!p)
-                        continue;
-                size_t len = strcspn(p, " ");
-                if (len + 1 > size)
-                        continue;
-                memcpy(ret_path, p, len);
-                ret_path[len] = '\0';
-                r = 0;
-                break;
-        }
-        fclose(f);
-        return r;
-}

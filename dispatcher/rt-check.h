@@ -12,7 +12,3 @@ int rt_check_cgroup(const char *proc_root, const char *cgroup_root, char *err, s
 
 /* After SCHED_FIFO was refused anyway: the most likely reason, in words. */
 void rt_explain_eperm(const char *proc_root, const char *cgroup_root, char *err, size_t err_size);
-
-/* Strict mode: where the v1 freezer hierarchy is mounted. -EOPNOTSUPP if it
- * is not (e.g. a pure cgroup v2 system, which this version does not drive). */
-int rt_find_freezer(const char *proc_root, char *ret_path, size_t size);

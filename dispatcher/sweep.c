@@ -254,48 +254,6 @@ static uint64_t fnv1a(const char *s) {
         return h;
 }
 
-void sweep_freezer_name(const char *runtime_dir, char *ret, size_t size) {
+void sweep_instance_name(const char *runtime_dir, char *ret, size_t size) {
         snprintf(ret, size, "pace.%016" PRIx64, fnv1a(runtime_dir));
-}
-
-unsigned sweep_freezer(const char *freezer_root, const char *freezer_base, bool remove) {
-        _cleanup_close_ int dfd = -EBADF;
-        unsigned n = 0;
-        DIR *dir;
-
-        dfd = open(freezer_base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0 || !(dir = fdopendir(dfd)))
-                return 0;
-        TAKE_FD(dfd);
-        for (struct dirent *de; (de = readdir(dir));) {
-                char path[PATH_MAX + 300], root[PATH_MAX + 32];
-                if (strncmp(de->d_name, "res-", 4) != 0)
-                        continue;
-                snprintf(path, sizeof(path), "%s/%s/freezer.state", freezer_base, de->d_name);
-                int fd = open(path, O_WRONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                        (void) !write(fd, "THAWED", 6);
-                        close(fd);
-                }
-                n++;
-                if (!remove)
-                        continue;
-                snprintf(path, sizeof(path), "%s/%s/cgroup.procs", freezer_base, de->d_name);
-                snprintf(root, sizeof(root), "%s/cgroup.procs", freezer_root);
-                FILE *f = fopen(path, "re");
-                char pid[32];
-                while (f && fgets(pid, sizeof(pid), f)) {
-                        int rfd = open(root, O_WRONLY | O_CLOEXEC);
-                        if (rfd >= 0) {
-                                (void) !write(rfd, pid, strcspn(pid, "\n"));
-                                close(rfd);
-                        }
-                }
-                if (f)
-                        fclose(f);
-                snprintf(path, sizeof(path), "%s/%s", freezer_base, de->d_name);
-                (void) rmdir(path);
-        }
-        closedir(dir);
-        return n;
 }

@@ -2,7 +2,8 @@
 #pragma once
 
 /* Undoing what a dead dispatcher left behind: threads of reserved processes
- * still at the running priority, and strict mode's freezer groups. Shared by
+ * still at the running priority, and the unified hierarchy's frozen groups
+ * (the v1 freezer's are freezer_v1_sweep()'s). Shared by
  * the dispatcher's start-up sweep, its SIGABRT path and the monitor process
  * (monitor.c), which runs it the moment a dispatcher dies. Core code:
  * returns negative errno, never logs. */
@@ -35,11 +36,7 @@ void sweep_demote_groups_void(const char *group_base);
  * read or is not a pace table (-EBADMSG, -EPROTO). */
 int sweep_table_file(const char *path, PaceTableBuffer *scratch, unsigned *ret_demoted);
 
-/* The dispatcher's own freezer directory for a runtime directory:
- * pace.<hash of runtime_dir>, so a test instance never touches the system's. */
-void sweep_freezer_name(const char *runtime_dir, char *ret, size_t size);
-
-/* Thaws every res-* group under freezer_base and, if remove, moves their
- * processes to the hierarchy's root (freezer_root) and removes the groups.
- * Returns how many groups were found. */
-unsigned sweep_freezer(const char *freezer_root, const char *freezer_base, bool remove);
+/* The dispatcher instance's name for a runtime directory: pace.<hash of
+ * runtime_dir>, its directory in every cgroup hierarchy it uses (reservation
+ * groups, the v1 freezer), so a test instance never touches the system's. */
+void sweep_instance_name(const char *runtime_dir, char *ret, size_t size);
