@@ -13,13 +13,18 @@
  * most running time in any window of --window (sliding, every start), e.g.
  * the supply of a reservation in every window of its period.
  *
+ * --runs FILE also writes when it ran: a first line "T0 T1" (the measured
+ * time), then one line "START END" per run, in CLOCK_MONOTONIC ns, so the
+ * runs of several hourglasses on one CPU can be merged (bench/response:
+ * the longest time none of them ran is the CPU's non-real-time gap).
+ *
  * The same program is the reserved client (under pace-run, or with
  * --deadline RUNTIME/PERIOD: SCHED_DEADLINE with deadline = period), the
  * SCHED_FIFO hog (--fifo PRIO) and the competing SCHED_OTHER process. It
  * always ends by itself: --duration, and an alarm shortly after as a bound.
  *
  *   hourglass [--cpu N] [--duration 4s] [--warmup 1s] [--window 50ms] [--gap 10us]
- *             [--fifo PRIO | --deadline 30ms/50ms] [--label NAME]
+ *             [--fifo PRIO | --deadline 30ms/50ms] [--label NAME] [--runs FILE]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -141,16 +146,17 @@ int main(int argc, char **argv) {
                 { "fifo", required_argument, NULL, 'f' },
                 { "deadline", required_argument, NULL, 'D' },
                 { "label", required_argument, NULL, 'l' },
+                { "runs", required_argument, NULL, 'r' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
         uint64_t duration_ns = 4 * NSEC_PER_SEC, warmup_ns = NSEC_PER_SEC, window_ns = 0, gap_ns = 10 * NSEC_PER_USEC;
         uint64_t dl_runtime = 0, dl_period = 0;
         uint32_t cpu = UINT32_MAX, fifo = 0;
-        const char *label = "hourglass";
+        const char *label = "hourglass", *runs_path = NULL;
         int c;
 
-        while ((c = getopt_long(argc, argv, "c:d:w:W:g:f:D:l:h", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "c:d:w:W:g:f:D:l:r:h", options, NULL)) >= 0)
                 switch (c) {
                 case 'c':
                         if (parse_uint32(optarg, &cpu) < 0 || cpu >= CPU_SETSIZE) {
@@ -185,9 +191,13 @@ int main(int argc, char **argv) {
                 case 'l':
                         label = optarg;
                         break;
+                case 'r':
+                        runs_path = optarg;
+                        break;
                 case 'h':
                         printf("Usage: hourglass [--cpu N] [--duration D] [--warmup D] [--window D] [--gap D]\n"
-                               "                 [--fifo PRIO | --deadline RUNTIME/PERIOD] [--label NAME]\n");
+                               "                 [--fifo PRIO | --deadline RUNTIME/PERIOD] [--label NAME]\n"
+                               "                 [--runs FILE]\n");
                         return 0;
                 default:
                         return 2;
@@ -277,6 +287,22 @@ int main(int argc, char **argv) {
         }
         qsort(gaps, n_gaps, sizeof(uint64_t), cmp_u64);
         uint64_t p99 = n_gaps ? gaps[MIN((size_t) (0.99 * (double) (n_gaps - 1) + 0.5), n_gaps - 1)] : 0;
+
+        if (runs_path) {
+                FILE *f = fopen(runs_path, "we");
+                if (!f) {
+                        fprintf(stderr, "hourglass: cannot write %s: %m\n", runs_path);
+                        return 1;
+                }
+                fprintf(f, "%" PRIu64 " %" PRIu64 "\n", t0, t1);
+                for (size_t i = 0; i < n_runs; i++)
+                        if (runs[i].end > runs[i].start)
+                                fprintf(f, "%" PRIu64 " %" PRIu64 "\n", runs[i].start, runs[i].end);
+                if (fclose(f) != 0) {
+                        fprintf(stderr, "hourglass: cannot write %s: %m\n", runs_path);
+                        return 1;
+                }
+        }
 
         uint64_t wmin = 0, wmax = 0;
         if (window_ns > 0)
