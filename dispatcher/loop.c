@@ -464,6 +464,15 @@ static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
                 h->srv.next_look_ns = h->srv.window_end_ns;
                 return 0;
         }
+        /* Free time only where a server held back stops at once: demoted
+         * to nice 19 it would run on first for up to about 6 ms (the lag
+         * EEVDF owes a task that waited), yield after yield, and a 36 ms
+         * job then ran in one piece beside a gap probe. Frozen (strict
+         * mode) it cannot. */
+        if (l->run_free && l->ctx.waiting != PACE_WAITING_FREEZE) {
+                h->srv.next_look_ns = h->srv.window_end_ns;
+                return 0;
+        }
         if (l->run_free && !l->run_may_take) {
                 /* Held back for non-real-time work: nothing to look at
                  * until the rest of this free run may be taken (it will
@@ -491,13 +500,16 @@ static void loop_servers_at_run(CpuLoop *l, uint32_t k, uint64_t frame_start, ui
                         taken += h->srv_usage - h->srv_run_usage;
                 h->srv_run_usage = h->srv_usage;
         }
-        /* The free run that just ended: non-real-time work's alone, or the
-         * servers took `taken` of it, so the rest was non-real-time work's
-         * and ran no earlier than that long before its end. */
-        if (l->run_free && !l->run_taken)
-                l->last_free_end_ns = t;
-        else if (l->run_free && t > l->run_start_ns && t - l->run_start_ns > taken)
-                l->last_free_end_ns = MAX(l->last_free_end_ns, t - taken);
+        /* The free run that just ended: the servers took `taken` of it,
+         * held or not (a server demoted for non-real-time work's sake still
+         * runs first for a while at nice 19: the kernel owes it the lag it
+         * built up while it waited), and the rest, less what the dispatcher
+         * and interrupts may have used (SERVER_FREE_MARGIN_NS), was
+         * non-real-time work's, so it ran no earlier than that long before
+         * the run's end. A server that used all but a sliver leaves it
+         * nothing, and is then held back in the next free run too. */
+        if (l->run_free && t > l->run_start_ns && t - l->run_start_ns > taken + SERVER_FREE_MARGIN_NS)
+                l->last_free_end_ns = MAX(l->last_free_end_ns, t - taken - SERVER_FREE_MARGIN_NS);
         l->run_start_ns = t;
         l->run_owner = owner;
         l->run_free = owner == NULL;
@@ -512,21 +524,36 @@ static void loop_servers_at_run(CpuLoop *l, uint32_t k, uint64_t frame_start, ui
                 loop_server_set(l, l->servers[i], loop_server_priority(l, l->servers[i], t));
 }
 
-/* A server's look falls due within a run: its budget ran out, or a new
- * window began. */
+/* A server's look falls due within a run: its budget ran out, a new
+ * window began, or the rest of a free run it was held back in may be
+ * taken now. */
 static void loop_servers_look(CpuLoop *l, uint64_t now) {
+        bool due = false;
+
+        for (size_t i = 0; i < l->n_servers; i++)
+                due |= l->servers[i]->srv.next_look_ns > 0 && l->servers[i]->srv.next_look_ns <= now;
+        if (!due)
+                return;
+        uint64_t took = 0;
         for (size_t i = 0; i < l->n_servers; i++) {
                 Held *h = l->servers[i];
-                if (h->srv.next_look_ns > now)
-                        continue;
-                if (l->run_free && !l->run_taken) {
-                        /* Non-real-time work had this free run so far. */
-                        l->last_free_end_ns = now;
-                        l->run_may_take = server_may_take_free(now, l->run_next_free_ns,
-                                                               l->config->non_rt_max_gap_ns);
-                }
                 loop_server_usage(l, h, now);
-                loop_server_set(l, h, loop_server_priority(l, h, now));
+                if (h->srv_usage > h->srv_run_usage)
+                        took += h->srv_usage - h->srv_run_usage;
+        }
+        if (l->run_free && !l->run_taken) {
+                /* Held back so far: non-real-time work had this free run,
+                 * less what the servers still took of it (as at a run's
+                 * end, loop_servers_at_run()). */
+                if (now > l->run_start_ns && now - l->run_start_ns > took + SERVER_FREE_MARGIN_NS)
+                        l->last_free_end_ns = MAX(l->last_free_end_ns, now - took - SERVER_FREE_MARGIN_NS);
+                l->run_may_take = server_may_take_free(l->last_free_end_ns, l->run_next_free_ns,
+                                                       l->config->non_rt_max_gap_ns);
+        }
+        for (size_t i = 0; i < l->n_servers; i++) {
+                Held *h = l->servers[i];
+                if (h->srv.next_look_ns > 0 && h->srv.next_look_ns <= now)
+                        loop_server_set(l, h, loop_server_priority(l, h, now));
         }
 }
 

@@ -36,6 +36,12 @@ typedef struct ServerBudget {
         bool exhausted;
 } ServerBudget;
 
+/* Of a free run a server held but did not use up, this much is taken to
+ * have gone to the dispatcher and interrupts rather than to non-real-time
+ * work (the dispatcher's own wake-ups in a run cost tens of us each): only
+ * what is left beyond it counts as non-real-time work's turn. */
+#define SERVER_FREE_MARGIN_NS 250000ull
+
 /* Below this much budget left, the server counts as spent: a look for less
  * would cost more than it saves. */
 #define SERVER_BUDGET_FLOOR_NS 50000ull
