@@ -348,8 +348,8 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
                 (void) held_demote(from, &l->ctx);
         if (to) {
                 int r = held_promote(to, &l->ctx);
-                /* -EAGAIN: strict mode waits for its group (a scope the main
-                 * thread is asking the manager for): not an error yet. */
+                /* -EAGAIN: the reservation waits for its group (a scope the
+                 * main thread is asking the manager for): not an error yet. */
                 if (r < 0 && r != -EAGAIN && !to->logged) {
                         to->logged = true;
                         if (r == -ESRCH)
