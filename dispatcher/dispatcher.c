@@ -791,14 +791,21 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         _cleanup_(main_loop_done) MainLoop m = { .d = d, .o = o, .inotify_fd = -EBADF };
         int r;
 
-        if (d->groups && group_set_delegated(d->groups))
-                run_log(o, o->make_scope ? DISPATCHER_LOG_INFO : DISPATCHER_LOG_WARNING,
-                        "on the unified hierarchy under a manager: %s",
-                        o->make_scope ? "each reserved process gets a delegated scope from systemd (PartOf= its "
-                                        "own unit), with a subgroup of ours for its members, accounting and strict "
-                                        "mode; until it exists, and where it cannot be had, members are found in "
-                                        "/proc" :
-                                        "no way to ask the manager for scopes: members are found in /proc");
+        if (d->groups && group_set_delegated(d->groups) && o->make_scope)
+                /* What the subgroups can do here, as for groups of our own
+                 * (within LOG_MESSAGE_MAX, the longest case included). */
+                run_log(o, group_set_weighs(d->groups) ? DISPATCHER_LOG_INFO : DISPATCHER_LOG_WARNING,
+                        "on the unified hierarchy under a manager: each reserved tree gets a delegated scope from "
+                        "systemd (PartOf= its own unit) with a subgroup of ours: %s, %s; promoted once in it; where "
+                        "no scope can be had, members are found in /proc",
+                        group_set_weighs(d->groups) ? "waiting members weighed down by the cpu controller" :
+                                                      "no cpu controller offered: time taken while waiting counted "
+                                                      "against the budget",
+                        group_set_confines(d->groups) ? "confined to their CPUs by a cpuset" :
+                                                        "affinity checked around every run");
+        else if (d->groups && group_set_delegated(d->groups))
+                run_log(o, DISPATCHER_LOG_WARNING, "on the unified hierarchy under a manager: no way to ask the "
+                        "manager for scopes: members are found in /proc");
         else if (d->groups)
                 run_log(o, d->groups_note[0] ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
                         "reservation groups in %s/%s (%s): members found and accounted by cgroup, %s, %s%s%s",

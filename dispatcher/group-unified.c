@@ -292,7 +292,7 @@ static int unified_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
         if (g->scope == PACE_TABLE_SCOPE_THREAD)
                 return -EOPNOTSUPP;
         if (s->delegated) {
-                g->pending = true; /* the main thread asks for a scope */
+                __atomic_store_n(&g->pending, true, __ATOMIC_RELEASE); /* the main thread asks for a scope */
                 return 0;
         }
         int r = group_read_orig(proc_cgroup, NULL, g->orig, sizeof(g->orig));
@@ -370,7 +370,6 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
         char scope[1024], scope_dir[PATH_MAX + 1100];
         int r;
 
-        g->pending = false;
         /* Weights count among siblings only: our subgroup is the scope's
          * one child, so the scope itself must weigh little against the
          * slice's other units (the client's own among them). */
@@ -412,8 +411,11 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
 
 static void unified_housekeep(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *err,
                               size_t err_size) {
-        if (g->pending)
+        if (__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) {
                 delegated_enter(s, g, make_scope, userdata, err, err_size);
+                /* Entered, or never to be: the loop promotes again. */
+                __atomic_store_n(&g->pending, false, __ATOMIC_RELEASE);
+        }
         else if (s->delegated && __atomic_load_n(&g->entered, __ATOMIC_ACQUIRE))
                 delegated_gather(s, g, err, err_size);
 }

@@ -335,6 +335,10 @@ bool group_entered(const Group *g) {
         return __atomic_load_n(&g->entered, __ATOMIC_ACQUIRE);
 }
 
+bool group_settling(const Group *g) {
+        return __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE) && !group_entered(g);
+}
+
 bool group_confined(const Group *g) {
         return group_entered(g) && g->confined;
 }

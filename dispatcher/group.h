@@ -68,6 +68,9 @@ void group_release(GroupSet *s, Group *g);
  * cannot leave by sched_setaffinity(). NULL: not confined. */
 int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus);
 bool group_entered(const Group *g);
+/* A delegated group whose scope the main thread is still asking for or
+ * moving the members into (no promotion meanwhile: held_promote()). */
+bool group_settling(const Group *g);
 /* Whether the groups are on the unified hierarchy (a cgroup-v2-only host).
  * There a group has no per-CPU usage, no thread-scope member (v2 moves
  * whole processes), and it freezes itself: group_freeze_fd() opens its
@@ -101,7 +104,8 @@ typedef int (*GroupMakeScope)(void *userdata, pid_t pid, uint64_t id, uint64_t c
 size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *err, size_t err_size);
 /* Whether groups are subgroups of scopes the manager makes (systemd on a
  * unified-only host): a group is then entered only once the main thread
- * has its scope, and a reservation waits on /proc until then. */
+ * has its scope, and a reservation is not promoted until then (where no
+ * scope can be had, it is, with its members found in /proc). */
 bool group_set_delegated(const GroupSet *s);
 /* CPU time the members received on cpu (cpuacct.usage_percpu), in ns. */
 int group_usage_ns(GroupSet *s, Group *g, int cpu, uint64_t *ret);

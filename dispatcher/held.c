@@ -690,6 +690,14 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
          * is recorded before a cpuset narrows it. */
         held_group_enter(h, ctx);
         held_tree_watch(h, ctx);
+        /* Delegated: the manager moves the members into their scope and we
+         * into its subgroup; before Linux 6.2 each move into a cgroup with
+         * a cpuset of its own resets their affinity to that cpuset's, which
+         * held_demote() would take for a member that left its CPU. So not
+         * promoted until they are in place (or no scope can be had: then
+         * through /proc). */
+        if (h->group && group_settling(h->group))
+                return -EAGAIN;
         /* Strict mode without the v1 freezer: the group freezes itself. A
          * reservation it cannot freeze would run unfrozen, at its own
          * policy, between its slots: never promoted then. */

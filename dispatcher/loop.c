@@ -363,8 +363,8 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
 /* Promotes to to priority, and says once why it could not. */
 static int loop_promote(CpuLoop *l, Held *to, int priority) {
         int r = held_promote_at(to, &l->ctx, priority);
-        /* -EAGAIN: strict mode waits for its group (a scope the main
-         * thread is asking the manager for): not an error yet. */
+        /* -EAGAIN: the reservation waits for its group (a scope the
+         * main thread is asking the manager for): not an error yet. */
         if (r < 0 && r != -EAGAIN && !to->logged) {
                 to->logged = true;
                 if (r == -ESRCH)

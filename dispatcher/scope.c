@@ -43,11 +43,46 @@ static int append_property_s(sd_bus_message *m, const char *name, const char *va
         return sd_bus_message_append(m, "(sv)", name, "s", value);
 }
 
+/* Descendants forked between our listing and the manager's move were born
+ * where the tree was (orig, the client's unit): the manager moves them
+ * after it, a few rounds for what they fork meanwhile. Best effort: one
+ * left behind runs outside the reservation, at its own policy. */
+static void attach_stragglers(sd_bus *bus, const char *name, pid_t pid, const char *orig) {
+        static pid_t kids[SCOPE_MAX_PIDS];
+
+        for (int round = 0; round < 4; round++) {
+                _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+                size_t n = 0, k = 0;
+                int r;
+
+                (void) proc_list_descendants("/proc", pid, kids, ELEMENTSOF(kids), &n);
+                for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++) {
+                        _cleanup_free_ char *cg = NULL;
+                        if (sd_pid_get_cgroup(kids[i], &cg) >= 0 && strcmp(cg, orig) == 0)
+                                kids[k++] = kids[i];
+                }
+                if (k == 0)
+                        return;
+                r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                                   "org.freedesktop.systemd1.Manager", "AttachProcessesToUnit");
+                if (r >= 0)
+                        r = sd_bus_message_append(m, "ss", name, "");
+                if (r >= 0)
+                        r = sd_bus_message_open_container(m, 'a', "u");
+                for (size_t i = 0; r >= 0 && i < k; i++)
+                        r = sd_bus_message_append(m, "u", (uint32_t) kids[i]);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(m);
+                if (r < 0 || sd_bus_call(bus, m, 5 * 1000000ULL, NULL, NULL) < 0)
+                        return;
+        }
+}
+
 int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
-        _cleanup_free_ char *unit = NULL, *slice = NULL, *user_unit = NULL;
+        _cleanup_free_ char *unit = NULL, *slice = NULL, *user_unit = NULL, *orig = NULL;
         static pid_t kids[SCOPE_MAX_PIDS];
         char name[96], description[128];
         size_t n = 0;
@@ -59,6 +94,9 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
         if (r < 0)
                 return r;
         r = sd_pid_get_slice(pid, &slice);
+        if (r < 0)
+                return r;
+        r = sd_pid_get_cgroup(pid, &orig);
         if (r < 0)
                 return r;
         (void) proc_list_descendants("/proc", pid, kids, ELEMENTSOF(kids) - 1, &n);
@@ -111,6 +149,7 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
          * got: the process is in it already. */
         if (r < 0 && !sd_bus_error_has_name(&error, "org.freedesktop.systemd1.UnitExists"))
                 return r;
+        bool created = r >= 0;
 
         /* The manager moves the processes as the scope starts. */
         for (int i = 0; i < 1000; i++) {
@@ -121,6 +160,8 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
                         if (len > 5 && strcmp(cg + len - 5, "/pace") == 0)
                                 cg[len -= 5] = '\0';
                         if (len > nlen && strcmp(cg + len - nlen, name) == 0 && cg[len - nlen - 1] == '/') {
+                                if (created)
+                                        attach_stragglers(bus, name, pid, orig);
                                 int k = snprintf(ret, size, "%s", cg);
                                 return k < 0 || (size_t) k >= size ? -ENAMETOOLONG : 0;
                         }
