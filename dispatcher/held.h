@@ -110,7 +110,7 @@ typedef struct Held {
         bool server;
         ServerBudget srv;
         int srv_priority;
-        uint64_t srv_usage, srv_run_usage; /* now, and when the run in force began */
+        uint64_t srv_usage; /* the members' usage at the last look */
         bool logged_unconfined;
 } Held;
 

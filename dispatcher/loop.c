@@ -173,23 +173,6 @@ static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
         return NULL;
 }
 
-/* For each run, where the next free run begins (servers may take a free
- * run only if non-real-time work then waits at most non_rt_max_gap). */
-static void loop_index_free_runs(CpuLoop *l) {
-        uint32_t next = UINT32_MAX;
-
-        for (uint32_t k = 0; k < l->n_runs; k++)
-                if (l->runs[k].owner == PACE_SLOT_FREE) {
-                        next = l->runs[k].start + l->frame_slots; /* after the last free run: the next frame's first */
-                        break;
-                }
-        for (uint32_t k = l->n_runs; k-- > 0;) {
-                l->next_free[k] = next;
-                if (l->runs[k].owner == PACE_SLOT_FREE)
-                        next = l->runs[k].start;
-        }
-}
-
 /* Adopts l->spare (validated) as the table in force: carries over the
  * processes both tables name, identifies new ones, restores the ones that
  * left, and lays out this CPU's frame as runs of one owner each. */
@@ -264,7 +247,6 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
         l->n_runs = n;
         l->frame_slots = frame;
         l->rot = rot;
-        loop_index_free_runs(l);
         l->n_servers = 0;
         for (size_t i = 0; i < l->n_held; i++)
                 if (l->held[i]->server && !l->held[i]->gone)
@@ -410,8 +392,6 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
 static void loop_server_set(CpuLoop *l, Held *h, int priority) {
         if (loop_stopping(l))
                 priority = 0;
-        if (priority > 0 && l->run_free)
-                l->run_taken = true;
         if (h->srv_priority == priority)
                 return;
         if (priority == 0) {
@@ -464,22 +444,15 @@ static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
                 h->srv.next_look_ns = h->srv.window_end_ns;
                 return 0;
         }
-        /* Free time only where a server held back stops at once: demoted
-         * to nice 19 it would run on first for up to about 6 ms (the lag
-         * EEVDF owes a task that waited), yield after yield, and a 36 ms
-         * job then ran in one piece beside a gap probe. Frozen (strict
-         * mode) it cannot. */
-        if (l->run_free && l->ctx.waiting != PACE_WAITING_FREEZE) {
+        /* Never in free time. Demoted to nice 19 for non-real-time
+         * work's turn, a server ran on first for up to about 6 ms a yield
+         * (the lag EEVDF owes a task that waited), and a 36 ms job then ran
+         * in one piece beside a gap probe; frozen instead (strict mode),
+         * gaps of 34-38 ms still came now and then, cause not found. Free
+         * time is non-real-time work's until a server can be held back
+         * there without fail. */
+        if (l->run_free) {
                 h->srv.next_look_ns = h->srv.window_end_ns;
-                return 0;
-        }
-        if (l->run_free && !l->run_may_take) {
-                /* Held back for non-real-time work: nothing to look at
-                 * until the rest of this free run may be taken (it will
-                 * have had its turn by then) or the window ends. */
-                uint64_t gap = l->config->non_rt_max_gap_ns;
-                uint64_t at = l->run_next_free_ns > gap ? l->run_next_free_ns - gap : 0;
-                h->srv.next_look_ns = MIN(h->srv.window_end_ns, MAX(at, now + slot_ns));
                 return 0;
         }
         return PACE_SERVER_PRIORITY;
@@ -487,73 +460,25 @@ static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
 
 /* Run k of the frame that began at frame_start starts at t with table
  * owner owner (a server's own run included; NULL: free). */
-static void loop_servers_at_run(CpuLoop *l, uint32_t k, uint64_t frame_start, uint64_t t, Held *owner) {
-        uint64_t slot_ns = l->config->slot_ns;
-
-        if (l->n_servers == 0)
-                return;
-        uint64_t taken = 0;
-        for (size_t i = 0; i < l->n_servers; i++) {
-                Held *h = l->servers[i];
-                loop_server_usage(l, h, t);
-                if (h->srv_usage > h->srv_run_usage)
-                        taken += h->srv_usage - h->srv_run_usage;
-                h->srv_run_usage = h->srv_usage;
-        }
-        /* The free run that just ended: the servers took `taken` of it,
-         * held or not (a server demoted for non-real-time work's sake still
-         * runs first for a while at nice 19: the kernel owes it the lag it
-         * built up while it waited), and the rest, less what the dispatcher
-         * and interrupts may have used (SERVER_FREE_MARGIN_NS), was
-         * non-real-time work's, so it ran no earlier than that long before
-         * the run's end. A server that used all but a sliver leaves it
-         * nothing, and is then held back in the next free run too. */
-        if (l->run_free && t > l->run_start_ns && t - l->run_start_ns > taken + SERVER_FREE_MARGIN_NS)
-                l->last_free_end_ns = MAX(l->last_free_end_ns, t - taken - SERVER_FREE_MARGIN_NS);
-        l->run_start_ns = t;
+static void loop_servers_at_run(CpuLoop *l, uint64_t t, Held *owner) {
         l->run_owner = owner;
         l->run_free = owner == NULL;
-        l->run_taken = false;
-        if (l->run_free) {
-                l->run_next_free_ns = l->next_free[k] == UINT32_MAX ? UINT64_MAX :
-                                                                      frame_start + (uint64_t) l->next_free[k] * slot_ns;
-                l->run_may_take = server_may_take_free(l->last_free_end_ns, l->run_next_free_ns,
-                                                       l->config->non_rt_max_gap_ns);
-        }
-        for (size_t i = 0; i < l->n_servers; i++)
+        for (size_t i = 0; i < l->n_servers; i++) {
+                loop_server_usage(l, l->servers[i], t);
                 loop_server_set(l, l->servers[i], loop_server_priority(l, l->servers[i], t));
+        }
 }
 
 /* A server's look falls due within a run: its budget ran out, a new
  * window began, or the rest of a free run it was held back in may be
  * taken now. */
 static void loop_servers_look(CpuLoop *l, uint64_t now) {
-        bool due = false;
-
-        for (size_t i = 0; i < l->n_servers; i++)
-                due |= l->servers[i]->srv.next_look_ns > 0 && l->servers[i]->srv.next_look_ns <= now;
-        if (!due)
-                return;
-        uint64_t took = 0;
         for (size_t i = 0; i < l->n_servers; i++) {
                 Held *h = l->servers[i];
+                if (h->srv.next_look_ns == 0 || h->srv.next_look_ns > now)
+                        continue;
                 loop_server_usage(l, h, now);
-                if (h->srv_usage > h->srv_run_usage)
-                        took += h->srv_usage - h->srv_run_usage;
-        }
-        if (l->run_free && !l->run_taken) {
-                /* Held back so far: non-real-time work had this free run,
-                 * less what the servers still took of it (as at a run's
-                 * end, loop_servers_at_run()). */
-                if (now > l->run_start_ns && now - l->run_start_ns > took + SERVER_FREE_MARGIN_NS)
-                        l->last_free_end_ns = MAX(l->last_free_end_ns, now - took - SERVER_FREE_MARGIN_NS);
-                l->run_may_take = server_may_take_free(l->last_free_end_ns, l->run_next_free_ns,
-                                                       l->config->non_rt_max_gap_ns);
-        }
-        for (size_t i = 0; i < l->n_servers; i++) {
-                Held *h = l->servers[i];
-                if (h->srv.next_look_ns > 0 && h->srv.next_look_ns <= now)
-                        loop_server_set(l, h, loop_server_priority(l, h, now));
+                loop_server_set(l, h, loop_server_priority(l, h, now));
         }
 }
 
@@ -650,7 +575,7 @@ static void loop_active(CpuLoop *l) {
                 last_closes = l->runs[k].closes;
                 uint32_t run_end = k + 1 < l->n_runs ? l->runs[k + 1].start : l->frame_slots;
                 /* A server's own run is the servers' business. */
-                loop_servers_at_run(l, k, frame_start, t, owner);
+                loop_servers_at_run(l, t, owner);
                 if (owner && owner->server)
                         owner = NULL;
                 if (owner && held_budget_spent(owner, &l->ctx, (uint64_t) owner->budget_slots * slot_ns,
@@ -740,10 +665,9 @@ int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_sl
         l->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
         l->runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
         l->next_runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
-        l->next_free = calloc(max_frame_slots + 1, sizeof(uint32_t));
         l->servers = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
         if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_owner || !l->next_by_owner ||
-            !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs || !l->next_free ||
+            !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs ||
             !l->servers)
                 return -ENOMEM;
         return 0;
@@ -761,13 +685,11 @@ void loop_done(CpuLoop *l) {
         free(l->owner_scratch);
         free(l->runs);
         free(l->next_runs);
-        free(l->next_free);
         free(l->servers);
 }
 
 uint64_t loop_memory_needs(uint32_t max_frame_slots) {
         return 2 * sizeof(PaceTableBuffer) + 2 * ((uint64_t) max_frame_slots + 1) * sizeof(FrameRun) +
-               ((uint64_t) max_frame_slots + 1) * sizeof(uint32_t) +
                5 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
                ((uint64_t) PACE_MAX_RESERVATIONS + 1) * (sizeof(bool) + sizeof(uint32_t) + sizeof(FrameScratch)) +
                LOOP_STACK_SIZE + 2 * 4096;

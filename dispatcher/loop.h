@@ -102,20 +102,14 @@ typedef struct CpuLoop {
          * the pieces of a split reservation line up across CPUs and a
          * table swap never shifts anyone's slots in time. */
         uint32_t rot;
-        /* Per run of the frame in force: where (slots from the rotated
-         * frame's start, past frame_slots if in the next frame) the next
-         * free run after it begins; UINT32_MAX: none. */
-        uint32_t *next_free;
 
         /* Budget servers (server.h) of the table in force, and what their
-         * priorities depend on: the run in force (its table owner, whether
-         * it is free, whether a server may take it, whether one has) and
-         * when non-real-time work last had a free run to itself. */
+         * priorities depend on: the run in force (its table owner, or
+         * free). */
         Held **servers;
         size_t n_servers;
         Held *run_owner;
-        bool run_free, run_may_take, run_taken;
-        uint64_t run_start_ns, run_next_free_ns, last_free_end_ns;
+        bool run_free;
 } CpuLoop;
 
 /* Allocates every buffer the loop will ever use (a dispatch thread under

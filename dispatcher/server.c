@@ -40,7 +40,3 @@ bool server_budget_look(ServerBudget *b, uint64_t now_ns, uint64_t window_ns, ui
         b->next_look_ns = MIN(now_ns + step, b->window_end_ns);
         return true;
 }
-
-bool server_may_take_free(uint64_t last_free_end_ns, uint64_t next_free_ns, uint64_t max_gap_ns) {
-        return next_free_ns <= last_free_end_ns || next_free_ns - last_free_end_ns <= max_gap_ns;
-}

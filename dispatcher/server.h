@@ -9,20 +9,18 @@
  * (slots) makes a job that needs most of its budget finish near its
  * period's end; SCHED_DEADLINE's CBS hands the budget out the moment the job
  * arrives. A server does the same within a slot table: in each window of
- * its period, aligned to the frame, its threads hold SCHED_FIFO 97 while it
- * has budget left, so they run the moment they are runnable wherever no
- * owner's SCHED_FIFO 98 runs; in its own (backing) slots it holds 98. The
- * window-aligned replenishment is a deferrable server's rule, whose known
- * fault is back-to-back execution (a budget spent at a window's end and a
- * new one at the next window's start) stealing lower priorities' time. Here
- * it cannot: what others are guaranteed is not a priority level but slots —
- * an owner's slots run at 98 above the server, and free time is taken only
- * as far as non_rt_max_gap allows (server_may_take_free()) and only as much
- * as the server's own backing slots, which it then leaves free, give back
- * within the same window. So in every window of its period the free time is
- * at least the table's, and every owner still gets its slots; the sporadic
- * server's replenishment bookkeeping (paper 000's corrections) buys nothing
- * on top of that. */
+ * its period, aligned to the frame, its threads hold SCHED_FIFO 98 in its
+ * own (backing) slots and 97 in other owners' slots while it has budget
+ * left, so they run the moment they are runnable there (an owner's 98
+ * preempts them: they only use its slot while it is idle). Free time stays
+ * non-real-time work's (loop.c says why). The window-aligned replenishment
+ * is a deferrable server's rule, whose known fault is back-to-back
+ * execution (a budget spent at a window's end and a new one at the next
+ * window's start) stealing lower priorities' time. Here it cannot: what
+ * others are guaranteed is not a priority level but slots, which run above
+ * the server, and free time, which it never takes; the sporadic server's
+ * replenishment bookkeeping (paper 000's corrections) buys nothing on top
+ * of that. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,12 +33,6 @@ typedef struct ServerBudget {
         uint64_t next_look_ns;
         bool exhausted;
 } ServerBudget;
-
-/* Of a free run a server held but did not use up, this much is taken to
- * have gone to the dispatcher and interrupts rather than to non-real-time
- * work (the dispatcher's own wake-ups in a run cost tens of us each): only
- * what is left beyond it counts as non-real-time work's turn. */
-#define SERVER_FREE_MARGIN_NS 250000ull
 
 /* Below this much budget left, the server counts as spent: a look for less
  * would cost more than it saves. */
@@ -59,9 +51,3 @@ typedef struct ServerBudget {
  * on, so it gets the exact instant. Never past the window's end. */
 bool server_budget_look(ServerBudget *b, uint64_t now_ns, uint64_t window_ns, uint64_t budget_ns, uint64_t usage,
                         bool held, uint64_t min_look_ns);
-
-/* Whether a server may run in a free stretch that begins at or after
- * last_free_end_ns (the end of the last free time left to non-real-time
- * work) when the next free stretch after it begins at next_free_ns: only if
- * non-real-time work then waits at most max_gap_ns. */
-bool server_may_take_free(uint64_t last_free_end_ns, uint64_t next_free_ns, uint64_t max_gap_ns);

@@ -2,10 +2,11 @@
 /* Budget servers (PACE_RES_SERVER, dispatcher/server.h) under the real
  * dispatcher on CPU 1, tables written directly:
  *  - a spinning server gets its budget in every window and no more, beside
- *    a hog;
- *  - a server's thread that wakes at a random instant runs at once when it
- *    has budget (a slot reservation's waits for its next slot: measured in
- *    the same case for comparison, not asserted);
+ *    a hog, though another owner's idle slots would give it more;
+ *  - a server's thread that wakes at a random instant in its own or an idle
+ *    owner's slots runs at once when it has budget (a slot reservation's
+ *    waits for its next slot: measured in the same case for comparison,
+ *    not asserted);
  *  - a server whose budget exceeds non_rt_max_gap still leaves
  *    non-real-time work a turn within the gap (the hourglass);
  *  - after the dispatcher, no thread keeps priority 97.
@@ -14,8 +15,8 @@
  * when it would run out, so a spinner overruns by one wake-up latency, tens
  * of us; a point is 0.5 ms of a 50 ms window), -2 below (late wake-ups and
  * the switches, as test-dispatch-share). Wake-ups: the server's thread
- * holds SCHED_FIFO 97 whenever it has budget, so the kernel runs it as soon
- * as its timer fires; 500 us at the 90th percentile leaves room for this
+ * holds SCHED_FIFO 97 or 98 there whenever it has budget, so the kernel runs
+ * it as soon as its timer fires; 500 us at the median leaves room for this
  * VM's timer slack and interrupts (measured: tens of us). Gap: the
  * configured 20 ms plus 1 ms (the issue's bound: a wake-up late and the
  * nice-19 client's tick). */
@@ -30,9 +31,8 @@
 #define WARMUP_MS 1000
 #define MEASURE_MS 5000
 
-/* Servers take free time only in strict mode (server.h, loop.c: demoted
- * to nice 19 they would keep the CPU through a yield), which on this
- * machine's hierarchies means the v1 freezer. */
+/* In strict mode, as the cases were first written for servers that took
+ * free time; they never do now (loop.c), in either mode. */
 static bool have_v1_freezer(void) {
         return access("/sys/fs/cgroup/freezer/cgroup.procs", W_OK) == 0;
 }
@@ -49,7 +49,33 @@ static void server_env_init(DispatchEnv *e) {
 }
 
 /* 30% of 50 ms backed by 3 slots of every 10. */
-#define PATTERN_30_SPREAD "AAA.......AAA.......AAA.......AAA.......AAA......."
+/* 30% of 50 ms backed by 3 slots of every 10 (A), beside 40% (B) held by a
+ * process that sleeps: a server runs at 97 in B's idle slots, never in the
+ * free ones. */
+#define PATTERN_30_BESIDE_IDLE "AAABBBB...AAABBBB...AAABBBB...AAABBBB...AAABBBB..."
+
+/* B of PATTERN_30_BESIDE_IDLE: a child that only sleeps. */
+static pid_t spawn_sleeper(DispatchEnv *e) {
+        ASSERT_TRUE(e->n_children < MAX_CHILDREN);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                alarm(CHILD_LIFETIME_S);
+                for (;;)
+                        pause();
+        }
+        e->children[e->n_children++] = pid;
+        return pid;
+}
+
+/* A server of 30% (A, flags) beside the idle B, as one table. */
+static void publish_beside_idle(DispatchEnv *e, pid_t client, uint32_t flags) {
+        TestReservation res[] = {
+                { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A', .flags = flags },
+                { .pid = spawn_sleeper(e), .period_slots = 50, .budget_slots = 20, .letter = 'B' },
+        };
+        env_publish(e, 1000000, PATTERN_30_BESIDE_IDLE, res, 2);
+}
 
 TEST(a_spinning_server_gets_its_budget_and_no_more) {
         DispatchEnv e;
@@ -61,9 +87,7 @@ TEST(a_spinning_server_gets_its_budget_and_no_more) {
         env_create_table(&e);
         pid_t client = env_spawn_hog(&e, 0);
         pid_t hog = env_spawn_hog(&e, 0);
-        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
-                                .flags = PACE_RES_SERVER };
-        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        publish_beside_idle(&e, client, PACE_RES_SERVER);
         if (!env_wait_log(&e, "generation 1 in force", 2000)) {
                 env_dump_log(&e);
                 env_cleanup(&e);
@@ -131,9 +155,7 @@ static void wake_latency(uint32_t flags, uint64_t *ret_p50, uint64_t *ret_p90, u
         }
         e.children[e.n_children++] = client;
         close(p[1]);
-        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
-                                .flags = flags };
-        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        publish_beside_idle(&e, client, flags);
         ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         FILE *f = fdopen(p[0], "r");
         ASSERT_TRUE(f);
@@ -158,7 +180,9 @@ TEST(a_server_thread_runs_when_it_wakes) {
         printf("  wake-up to running beside a hog, 30%% of 50 ms: server p50 %" PRIu64 " us p90 %" PRIu64
                " us (%u jobs); slots p50 %" PRIu64 " us p90 %" PRIu64 " us (%u jobs)\n",
                s50, s90, sn, t50, t90, tn);
-        ASSERT_CMP(s90, <=, 500u);
+        /* 70% of the instants fall in its own or B's idle slots, where it
+         * holds a priority: the median wakes at once. */
+        ASSERT_CMP(s50, <=, 500u);
 }
 
 /* A spinning child on CPU 1 that records the longest stretch it did not
@@ -339,9 +363,7 @@ TEST(threads_that_exit_take_no_budget_with_them) {
         if (client == 0)
                 churning_child();
         e.children[e.n_children++] = client;
-        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
-                                .flags = PACE_RES_SERVER };
-        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        publish_beside_idle(&e, client, PACE_RES_SERVER);
         ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         test_sleep_ms(WARMUP_MS);
         share_measure(TEST_CPU, (pid_t[]) { client, hog }, 2, MEASURE_MS, s);
@@ -364,9 +386,7 @@ TEST(a_killed_dispatcher_leaves_no_server_at_97) {
         env_start(&e);
         env_create_table(&e);
         pid_t client = env_spawn_hog(&e, 0);
-        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
-                                .flags = PACE_RES_SERVER };
-        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        publish_beside_idle(&e, client, PACE_RES_SERVER);
         ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         pid_t child = env_dispatcher_child(&e);
         ASSERT_TRUE(child > 0);
@@ -400,9 +420,7 @@ TEST(nothing_keeps_the_server_priority_after_the_dispatcher) {
         env_start(&e);
         env_create_table(&e);
         pid_t client = env_spawn_hog(&e, 0);
-        TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A',
-                                .flags = PACE_RES_SERVER };
-        env_publish(&e, 1000000, PATTERN_30_SPREAD, &res, 1);
+        publish_beside_idle(&e, client, PACE_RES_SERVER);
         ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         /* It does get 97: in the free runs it may take. */
         unsigned seen[100] = {};

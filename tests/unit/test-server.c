@@ -111,11 +111,4 @@ TEST(no_window_no_budget) {
         ASSERT_FALSE(server_budget_look(&b, 100 * MS, 0, budget, 0, true, min_look));
 }
 
-TEST(free_time_is_taken_only_within_the_gap) {
-        ASSERT_TRUE(server_may_take_free(100 * MS, 120 * MS, 20 * MS));
-        ASSERT_FALSE(server_may_take_free(100 * MS, 120 * MS + 1, 20 * MS));
-        ASSERT_TRUE(server_may_take_free(100 * MS, 100 * MS, 20 * MS));
-        ASSERT_TRUE(server_may_take_free(130 * MS, 120 * MS, 20 * MS));
-}
-
 TEST_MAIN()
