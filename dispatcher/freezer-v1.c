@@ -20,7 +20,6 @@ struct FreezerV1 {
         char root[PATH_MAX];
         char base[PATH_MAX + 80];
         /* anchor tried: close undoes it, and removes base */
-        bool anchored;
 };
 
 struct FreezerV1Group {
@@ -98,7 +97,6 @@ static int write_state(const char *dir, const char *state) {
 int freezer_v1_anchor(FreezerV1 *f) {
         char path[sizeof(f->base) + 16];
 
-        f->anchored = true;
         if (mkdir(f->base, 0755) < 0 && errno != EEXIST)
                 return negative_errno();
         snprintf(path, sizeof(path), "%s/anchor", f->base);
@@ -112,12 +110,15 @@ FreezerV1 *freezer_v1_close(FreezerV1 *f) {
 
         if (!f)
                 return NULL;
-        if (f->anchored) {
-                snprintf(path, sizeof(path), "%s/anchor", f->base);
+        /* Whoever anchored it (a dispatcher the monitor replaced, say):
+         * the instance ends with whoever closes last, and what is still in
+         * use refuses to go (rmdir of a group with members or children). */
+        snprintf(path, sizeof(path), "%s/anchor", f->base);
+        if (access(path, F_OK) == 0) {
                 (void) write_state(path, "THAWED");
                 (void) rmdir(path);
-                (void) rmdir(f->base);
         }
+        (void) rmdir(f->base);
         free(f);
         return NULL;
 }

@@ -40,8 +40,10 @@ int freezer_v1_anchor(FreezerV1 *f);
  * the instance's directory below it. */
 const char *freezer_v1_root(const FreezerV1 *f);
 const char *freezer_v1_base(const FreezerV1 *f);
-/* Thaws and removes the anchor and the instance's directory if this object
- * made them (a dispatcher's, not the monitor's). Accepts NULL. */
+/* Thaws and removes the anchor and the instance's directory, whoever made
+ * them: a dispatcher the monitor replaced made them, and the instance ends
+ * with whoever closes last (what is still in use refuses to go). Accepts
+ * NULL. */
 FreezerV1 *freezer_v1_close(FreezerV1 *f);
 DEFINE_TRIVIAL_CLEANUP_FUNC(FreezerV1 *, freezer_v1_close);
 
