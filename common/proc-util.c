@@ -19,7 +19,11 @@
 #define PF_KTHREAD 0x00200000UL
 
 int read_small_file(const char *path, char *buf, size_t size) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        return read_small_file_at(AT_FDCWD, path, buf, size);
+}
+
+int read_small_file_at(int dirfd, const char *name, char *buf, size_t size) {
+        _cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
         ssize_t n;
 
         if (fd < 0)

@@ -15,6 +15,8 @@ typedef struct ProcInfo {
 /* A small file (procfs, cgroupfs) into buf, NUL-terminated, in one read.
  * -ESRCH if it does not exist (a process that is gone). */
 int read_small_file(const char *path, char *buf, size_t size);
+/* The same for name relative to dirfd (e.g. a pinned /proc/PID). */
+int read_small_file_at(int dirfd, const char *name, char *buf, size_t size);
 
 /* Reads what pace needs to know about a process. -ESRCH if it is gone.
  * proc_root is normally "/proc" (tests may point elsewhere). */

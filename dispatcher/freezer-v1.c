@@ -177,27 +177,13 @@ unsigned freezer_v1_sweep(const FreezerV1 *f, bool remove) {
         return n;
 }
 
-/* The process's /proc/PID/cgroup; -ESRCH once it has exited. */
-static int read_proc_cgroup(int procfd, char *buf, size_t size) {
-        _cleanup_close_ int fd = openat(procfd, "cgroup", O_RDONLY | O_CLOEXEC);
-        ssize_t n;
-
-        if (fd < 0)
-                return errno == ENOENT ? -ESRCH : negative_errno();
-        n = read(fd, buf, size - 1);
-        if (n < 0)
-                return errno == ESRCH ? -ESRCH : negative_errno();
-        buf[n] = '\0';
-        return 0;
-}
-
 /* A group of its own, so freezing it touches no one else. */
 int freezer_v1_enter(const FreezerV1 *f, uint64_t id, int procfd, pid_t member, bool thread,
                      FreezerV1Group **ret) {
         char dir[sizeof(f->base) + 32], path[sizeof(dir) + 32], buf[4096], orig[PATH_MAX], text[32];
         int r;
 
-        r = read_proc_cgroup(procfd, buf, sizeof(buf));
+        r = read_small_file_at(procfd, "cgroup", buf, sizeof(buf));
         if (r < 0)
                 return r;
         if (proc_cgroup_v1_path(buf, "freezer", orig, sizeof(orig)) < 0)

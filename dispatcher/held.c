@@ -168,19 +168,6 @@ static void registry_release(ThreadRegistry *reg, RegistryEntry *e, bool restore
         free(e);
 }
 
-static int read_at(int dirfd, const char *name, char *buf, size_t size) {
-        _cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
-        ssize_t n;
-
-        if (fd < 0)
-                return errno == ENOENT ? -ESRCH : negative_errno();
-        n = read(fd, buf, size - 1);
-        if (n < 0)
-                return errno == ESRCH ? -ESRCH : negative_errno();
-        buf[n] = '\0';
-        return 0;
-}
-
 /* The monitor (monitor.c): our parent, at SCHED_FIFO 99. Promoting it would
  * drop it below the clients it has to demote, and demoting it would leave
  * nobody to notice our death. */
@@ -214,16 +201,16 @@ int held_new(const PaceTableReservation *res, bool allow_root, Held **ret) {
         procfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (procfd < 0)
                 return -ESRCH;
-        r = read_at(procfd, "stat", stat, sizeof(stat));
+        r = read_small_file_at(procfd, "stat", stat, sizeof(stat));
         if (r < 0)
                 return r;
         r = proc_stat_parse(stat, &start_time, &flags);
         if (r < 0)
                 return r;
-        r = read_at(procfd, "status", status, sizeof(status));
+        r = read_small_file_at(procfd, "status", status, sizeof(status));
         if (r < 0)
                 return r;
-        r = read_at(procfd, "limits", limits, sizeof(limits));
+        r = read_small_file_at(procfd, "limits", limits, sizeof(limits));
         if (r < 0)
                 return r;
         taskfd = openat(procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -455,7 +442,7 @@ static pid_t tgid_of_owned(pid_t tid, uid_t uid) {
         char path[64], buf[2048];
         ProcOwner owner;
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", tid);
-        if (read_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
+        if (read_small_file_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
                 return -1;
         const char *line = strstr(buf, "\nTgid:");
         if (!line || proc_status_owner(buf, &owner) < 0 || !proc_owner_is(&owner, uid))
@@ -733,7 +720,7 @@ int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
                 /* The thread's own figure: /proc/TID/... of a thread that
                  * is not the leader would describe its whole process. */
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/schedstat", e->tgid, e->tid);
-                if (read_at(AT_FDCWD, path, buf, sizeof(buf)) == 0)
+                if (read_small_file_at(AT_FDCWD, path, buf, sizeof(buf)) == 0)
                         sum += strtoull(buf, NULL, 10);
         }
         *ret = sum;
@@ -763,7 +750,7 @@ bool held_any_runnable(Held *h) {
                 char path[64], buf[512];
                 const RegistryEntry *e = h->threads[(h->rotation + k) % h->n_threads].entry;
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", e->tgid, e->tid);
-                if (read_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
+                if (read_small_file_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
                         continue;
                 /* "tid (comm) S ...": comm may hold spaces and parentheses. */
                 const char *p = strrchr(buf, ')');
