@@ -45,32 +45,30 @@ static int libcgroup_error(int r) {
 /* The base group, through libcgroup: what it is made for. With
  * CGFLAG_DELETE_RECURSIVE the tasks of every subgroup go to the base's
  * parent, the hierarchy's root. */
-static int base_delete(const char *name, const char *controller) {
+static struct cgroup *base_cgroup(const char *name, const char *controller) {
         struct cgroup *cg = cgroup_new_cgroup(name);
-        int r;
+
+        if (cg && !cgroup_add_controller(cg, controller))
+                cgroup_free(&cg);
+        return cg;
+}
+
+static int base_delete(const char *name, const char *controller) {
+        struct cgroup *cg = base_cgroup(name, controller);
 
         if (!cg)
                 return -ENOMEM;
-        if (!cgroup_add_controller(cg, controller)) {
-                cgroup_free(&cg);
-                return -ENOMEM;
-        }
-        r = cgroup_delete_cgroup_ext(cg, CGFLAG_DELETE_RECURSIVE);
+        int r = cgroup_delete_cgroup_ext(cg, CGFLAG_DELETE_RECURSIVE);
         cgroup_free(&cg);
         return libcgroup_error(r);
 }
 
 static int base_create(const char *name, const char *controller) {
-        struct cgroup *cg = cgroup_new_cgroup(name);
-        int r;
+        struct cgroup *cg = base_cgroup(name, controller);
 
         if (!cg)
                 return -ENOMEM;
-        if (!cgroup_add_controller(cg, controller)) {
-                cgroup_free(&cg);
-                return -ENOMEM;
-        }
-        r = cgroup_create_cgroup(cg, 0);
+        int r = cgroup_create_cgroup(cg, 0);
         cgroup_free(&cg);
         return libcgroup_error(r);
 }
