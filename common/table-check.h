@@ -34,7 +34,8 @@ uint32_t frame_switches(const uint16_t *slots, uint32_t frame_slots);
  * each time it must step aside for non-real-time work (at most one per
  * non_rt_max_gap of the window, and one more), and one budget check per
  * slot at most, counted as a quarter of a switch (a wake-up and one usage
- * read, no policy change). Rounded up. */
+ * read, no policy change). Rounded up. Servers take no free time for now
+ * (dispatcher/loop.c), so the yields' part is spare. */
 uint32_t frame_server_switches(uint32_t period_slots, uint32_t frame_slots, const PaceConfig *config);
 
 /* Whether the free time of a frame, less what the dispatcher costs at its

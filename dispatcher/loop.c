@@ -402,10 +402,7 @@ static void loop_server_set(CpuLoop *l, Held *h, int priority) {
         }
 }
 
-/* What server h may hold now, in the run in force: nothing once its
- * window's budget is spent; in its own slots the running priority (they
- * back its budget); in free time the server priority as far as the gap
- * allows; in another owner's slots the server priority, below the owner's. */
+/* The members' usage now, into h->srv_usage. */
 static void loop_server_usage(CpuLoop *l, Held *h, uint64_t now) {
         uint64_t u;
 
@@ -415,7 +412,10 @@ static void loop_server_usage(CpuLoop *l, Held *h, uint64_t now) {
         h->srv_usage = u;
 }
 
-/* h->srv_usage must be fresh. */
+/* What server h may hold now, in the run in force (h->srv_usage fresh):
+ * nothing once its window's budget is spent; in its own slots the running
+ * priority (they back its budget); in another owner's slots the server
+ * priority, below the owner's; nothing in free time. */
 static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
         uint64_t slot_ns = l->config->slot_ns;
 

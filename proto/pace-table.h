@@ -36,9 +36,9 @@
 
 /* PaceTableReservation.flags: a budget server. Its slots are laid out as any
  * reservation's, but they only back it: in each window of its period (frame-
- * aligned) its threads hold the server priority whenever it has budget left,
- * so they run the moment they are runnable, in free slots (as far as
- * non_rt_max_gap allows) and in slots their owners leave idle; measured
+ * aligned) its threads hold a real-time priority whenever it has budget
+ * left, so they run the moment they are runnable in its own slots and in
+ * slots their owners leave idle (never in free ones); measured
  * consumption demotes them when the budget is spent, and the slots it did
  * not need go to non-real-time work. Never together with PACE_RES_PIECE. */
 #define PACE_RES_SERVER 0x2u
