@@ -45,6 +45,13 @@ typedef enum KeyId {
         KEY_MAX_RESERVATIONS,
         KEY_MAX_MESSAGE_BYTES,
         KEY_RESERVE_ROOT_PROCESSES,
+        KEY_RTKIT,
+        KEY_RTKIT_PERIOD_US,
+        KEY_RTKIT_UTILIZATION,
+        KEY_RTKIT_KIND,
+        KEY_RTKIT_MAX_REALTIME_PRIORITY,
+        KEY_RTKIT_MIN_NICE_LEVEL,
+        KEY_RTKIT_RTTIME_USEC_MAX,
         _KEY_MAX,
 } KeyId;
 
@@ -79,6 +86,12 @@ static const char *const waiting_names[] = {
         NULL,
 };
 
+static const char *const rtkit_kind_names[] = {
+        [PACE_RTKIT_KIND_SERVER] = "server",
+        [PACE_RTKIT_KIND_SLOTS] = "slots",
+        NULL,
+};
+
 static const KeyDef keys[_KEY_MAX] = {
         [KEY_COMMENT] = { "$comment", KIND_ANY, 0, 0, false, NULL, NULL },
         /* Below 5% the kernel's RT throttling and the fair server no longer have
@@ -102,6 +115,15 @@ static const KeyDef keys[_KEY_MAX] = {
         [KEY_MAX_RESERVATIONS] = { "max_reservations", KIND_INTEGER, 1, PACE_MAX_RESERVATIONS, false, NULL, NULL },
         [KEY_MAX_MESSAGE_BYTES] = { "max_message_bytes", KIND_INTEGER, 256, PACE_MAX_MESSAGE_SIZE, false, NULL, NULL },
         [KEY_RESERVE_ROOT_PROCESSES] = { "reserve_root_processes", KIND_BOOL, 0, 0, false, NULL, NULL },
+        [KEY_RTKIT] = { "rtkit", KIND_BOOL, 0, 0, false, NULL, NULL },
+        [KEY_RTKIT_PERIOD_US] = { "rtkit_period_us", KIND_INTEGER, 100, 1000000, false, " (microseconds)", NULL },
+        [KEY_RTKIT_UTILIZATION] = { "rtkit_utilization", KIND_NUMBER, 0.001, 0.95, false, NULL, NULL },
+        [KEY_RTKIT_KIND] = { "rtkit_kind", KIND_CHOICE, 0, 0, false, NULL, rtkit_kind_names },
+        /* 99 is the dispatcher's own; a client may never be told it gets it. */
+        [KEY_RTKIT_MAX_REALTIME_PRIORITY] = { "rtkit_max_realtime_priority", KIND_INTEGER, 1, 98, false, NULL, NULL },
+        [KEY_RTKIT_MIN_NICE_LEVEL] = { "rtkit_min_nice_level", KIND_INTEGER, -20, 19, false, NULL, NULL },
+        [KEY_RTKIT_RTTIME_USEC_MAX] = { "rtkit_rttime_usec_max", KIND_INTEGER, 1000, 3600000000.0, false,
+                                        " (microseconds)", NULL },
 };
 
 void pace_config_init(PaceConfig *config) {
@@ -123,6 +145,16 @@ void pace_config_init(PaceConfig *config) {
                 .max_reservations = PACE_MAX_RESERVATIONS,
                 .max_message_bytes = PACE_MAX_MESSAGE_SIZE,
                 .reserve_root_processes = false,
+                .rtkit = true,
+                /* Audio: PipeWire's quantum is 5-21 ms and its cycle takes a
+                 * fraction of a millisecond; 1 ms in every 10 ms holds bursts
+                 * well beyond that and admits a few such threads per CPU. */
+                .rtkit_period_ns = 10000 * NSEC_PER_USEC,
+                .rtkit_utilization_ppm = 100000,
+                .rtkit_kind = PACE_RTKIT_KIND_SERVER,
+                .rtkit_max_realtime_priority = 20,
+                .rtkit_min_nice_level = -15,
+                .rtkit_rttime_usec_max = 200000,
                 .allowed_groups_set = false,
                 .cpus_set = false,
                 .n_cpus = 0,
@@ -318,14 +350,17 @@ static unsigned edit_distance(const char *a, const char *b) {
 }
 
 static int error_unknown_key(char **ret_error, const char *key) {
-        char q[QUOTE_MAX * 4 + 16], known[512], hint[96] = "";
+        char q[QUOTE_MAX * 4 + 16], known[1024], hint[96] = "";
         unsigned best = 3; /* more than two edits away is not a typo */
         size_t n = 0;
 
         for (size_t i = 0; i < _KEY_MAX; i++) {
                 unsigned d = edit_distance(key, keys[i].name);
 
-                n += (size_t) snprintf(known + n, sizeof(known) - n, "%s%s", i == 0 ? "" : ", ", keys[i].name);
+                /* Never past the end, should the list outgrow the buffer. */
+                if (n < sizeof(known))
+                        n += (size_t) snprintf(known + n, sizeof(known) - n, "%s%s", i == 0 ? "" : ", ",
+                                               keys[i].name);
                 if (d < best) {
                         best = d;
                         snprintf(hint, sizeof(hint), "; did you mean \"%s\"?", keys[i].name);
@@ -512,6 +547,8 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
         case KIND_BOOL:
                 if (id == KEY_RESERVE_ROOT_PROCESSES)
                         return get_bool(item, def, &c->reserve_root_processes, ret_error);
+                if (id == KEY_RTKIT)
+                        return get_bool(item, def, &c->rtkit, ret_error);
                 return -EINVAL;
         default:
                 return -EINVAL;
@@ -568,6 +605,24 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
                 break;
         case KEY_MAX_MESSAGE_BYTES:
                 c->max_message_bytes = (uint32_t) i;
+                break;
+        case KEY_RTKIT_PERIOD_US:
+                c->rtkit_period_ns = (uint64_t) i * NSEC_PER_USEC;
+                break;
+        case KEY_RTKIT_UTILIZATION:
+                c->rtkit_utilization_ppm = (uint32_t) round_u64(d * PPM);
+                break;
+        case KEY_RTKIT_KIND:
+                c->rtkit_kind = (PaceRtkitKind) choice;
+                break;
+        case KEY_RTKIT_MAX_REALTIME_PRIORITY:
+                c->rtkit_max_realtime_priority = (int32_t) i;
+                break;
+        case KEY_RTKIT_MIN_NICE_LEVEL:
+                c->rtkit_min_nice_level = (int32_t) i;
+                break;
+        case KEY_RTKIT_RTTIME_USEC_MAX:
+                c->rtkit_rttime_usec_max = i;
                 break;
         default:
                 return -EINVAL;
@@ -654,6 +709,15 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
                                     format_number(a, sizeof(a), raw[KEY_MAX_CONNECTIONS_PER_USER]),
                                     format_number(b, sizeof(b), (double) c->max_connections),
                                     given[KEY_MAX_CONNECTIONS] ? "" : " (default)");
+
+        /* A grant rounds the period down to whole slots: one shorter than a
+         * slot would be refused at every call. */
+        if (c->rtkit_period_ns < c->slot_ns && given[KEY_RTKIT_PERIOD_US])
+                return config_error(ret_error,
+                                    "\"rtkit_period_us\": %s%s is shorter than \"slot_us\": %s%s; "
+                                    "allowed: at least one slot",
+                                    format_number(a, sizeof(a), raw[KEY_RTKIT_PERIOD_US]), "",
+                                    format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default);
 
         if (c->max_frame_ns < c->non_rt_max_gap_ns)
                 return config_error(ret_error,
@@ -770,6 +834,7 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
                 [KEY_SLOT_US] = 1000,
                 [KEY_NON_RT_MAX_GAP_MS] = 20,
                 [KEY_MAX_FRAME_MS] = 1200,
+                [KEY_RTKIT_PERIOD_US] = 10000,
         };
         bool given[_KEY_MAX] = {};
         const char *end = NULL, *nul;
@@ -858,6 +923,9 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
                         return r;
         }
 
+        /* The default RealtimeKit1 period follows long slots up. */
+        if (!given[KEY_RTKIT_PERIOD_US] && c.rtkit_period_ns < c.slot_ns)
+                c.rtkit_period_ns = c.slot_ns;
         r = check_cross_keys(&c, raw, given, ret_error);
         if (r >= 0 && c.max_connections_per_user > c.max_connections)
                 c.max_connections_per_user = c.max_connections;

@@ -22,6 +22,12 @@ typedef enum PaceWaiting {
         PACE_WAITING_FREEZE, /* strict: frozen (cgroup freezer) between slots */
 } PaceWaiting;
 
+/* The reservation kind RealtimeKit1 grants (pace.proto's Kind). */
+typedef enum PaceRtkitKind {
+        PACE_RTKIT_KIND_SERVER,
+        PACE_RTKIT_KIND_SLOTS,
+} PaceRtkitKind;
+
 typedef struct PaceConfig {
         uint32_t non_rt_share_ppm;          /* "non_rt_share": 0.05..0.95, default 0.25 */
         uint64_t slot_ns;                   /* "slot_us": 50..100000 us, default 1000 */
@@ -52,6 +58,15 @@ typedef struct PaceConfig {
         bool allowed_groups_set;
         uint32_t n_allowed_groups;
         uint32_t allowed_groups[PACE_MAX_ALLOWED_GROUPS];
+        /* RealtimeKit1 (pace-rtkit): what a caller that names only a
+         * priority gets. */
+        bool rtkit;                         /* "rtkit": serve org.freedesktop.RealtimeKit1, default true */
+        uint64_t rtkit_period_ns;           /* "rtkit_period_us": default 10000 */
+        uint32_t rtkit_utilization_ppm;     /* "rtkit_utilization": default 0.1 */
+        PaceRtkitKind rtkit_kind;           /* "rtkit_kind": "server" (default) | "slots" */
+        int32_t rtkit_max_realtime_priority; /* MaxRealtimePriority: 1..98, default 20 */
+        int32_t rtkit_min_nice_level;       /* MinNiceLevel: -20..19, default -15 */
+        int64_t rtkit_rttime_usec_max;      /* RTTimeUSecMax: default 200000 */
         bool cpus_set;                      /* "cpus" given; otherwise all online CPUs */
         uint32_t n_cpus;
         int32_t cpus[PACE_MAX_CPUS];        /* ascending, no duplicates */

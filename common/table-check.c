@@ -203,6 +203,24 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                               PACE_MAX_RESERVATIONS);
         if (t->n_slots > PACE_TABLE_MAX_SLOTS)
                 return refuse(err, err_size, "%" PRIu32 " slots, limit %u", t->n_slots, PACE_TABLE_MAX_SLOTS);
+        if (t->n_nice > PACE_MAX_NICE_THREADS)
+                return refuse(err, err_size, "%" PRIu32 " nice levels, limit %u", t->n_nice, PACE_MAX_NICE_THREADS);
+        for (uint32_t i = 0; i < t->n_nice; i++) {
+                const PaceTableNice *n = &t->nice[i];
+
+                /* The floor is the checker's own: a broker that asks for
+                 * less than the administrator allows is refused whole. */
+                if (n->pid <= 1 || n->tid <= 0)
+                        return refuse(err, err_size, "nice level %" PRIu32 ": pid %" PRIi32 " tid %" PRIi32
+                                      " is not a user process's thread", i, n->pid, n->tid);
+                if (n->nice < config->rtkit_min_nice_level || n->nice > 19)
+                        return refuse(err, err_size, "nice level %" PRIu32 ": %" PRIi32 " is outside %" PRIi32
+                                      "..19 (rtkit_min_nice_level)", i, n->nice, config->rtkit_min_nice_level);
+                for (uint32_t j = 0; j < i; j++)
+                        if (t->nice[j].tid == n->tid)
+                                return refuse(err, err_size, "nice level %" PRIu32 ": thread %" PRIi32
+                                              " listed twice", i, n->tid);
+        }
 
         for (uint32_t c = 0; c < t->n_cpus; c++) {
                 const PaceTableCpu *cpu = &t->cpus[c];
@@ -238,7 +256,7 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                                 res_cpu_index[i] = (int32_t) c;
                 if (res->id == 0)
                         return refuse(err, err_size, "reservation %" PRIu32 " has id 0", i);
-                if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER | PACE_RES_ALIGNED))
+                if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER | PACE_RES_ALIGNED | PACE_RES_ON_BEHALF))
                         return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
                                       res->flags);
                 /* A server's budget is spent wherever it runs: pieces on

@@ -11,6 +11,8 @@
 
 #define PACE_MAX_CPUS 64u
 #define PACE_MAX_RESERVATIONS 1024u
+/* Threads given a nice level (NiceRequest) at once, broker-wide. */
+#define PACE_MAX_NICE_THREADS 256u
 #define PACE_MAX_FRAME_SLOTS 65536u
 
 #define PACE_DEFAULT_RUNTIME_DIR "/run/pace"

@@ -22,7 +22,7 @@
 #include "pace-limits.h"
 
 #define PACE_TABLE_MAGIC 0x31454341504bULL /* "KPACE1" */
-#define PACE_TABLE_VERSION 2u
+#define PACE_TABLE_VERSION 3u
 
 /* Total slots of all CPUs' frames in one buffer. */
 #define PACE_TABLE_MAX_SLOTS (256u * 1024u)
@@ -55,6 +55,10 @@
  * for. Never together with PACE_RES_SERVER (a server's slots only back it)
  * or PACE_RES_PIECE (pieces on other CPUs could not be one block). */
 #define PACE_RES_ALIGNED 0x4u
+/* PaceTableReservation.flags: granted on behalf of another process (a
+ * delegate's request, RealtimeKit1): unused by the dispatcher, kept so that
+ * a restarted broker still knows which ones ResetKnown drops. */
+#define PACE_RES_ON_BEHALF 0x8u
 
 /* PaceTableReservation.scope: what the reservation covers (pace.proto's
  * Scope). The dispatcher keeps the members in a cgroup of the reservation's
@@ -89,6 +93,19 @@ typedef struct PaceTableReservation {
         uint32_t reserved;
 } PaceTableReservation;
 
+/* A nice level for one thread (pace.proto's NiceRequest). The dispatcher
+ * sets SCHED_OTHER with it once, after checking that thread tid belongs to
+ * process pid started at start_time and running as uid, and that nice is
+ * not below its own configuration's rtkit_min_nice_level; it puts the old
+ * policy and nice back once the entry is gone from the table. */
+typedef struct PaceTableNice {
+        int32_t pid;
+        int32_t tid;
+        uint64_t start_time;
+        uint32_t uid;
+        int32_t nice;
+} PaceTableNice;
+
 typedef struct PaceTableCpu {
         int32_t cpu;
         /* Slots in this CPU's repeating frame; 0 when nothing is reserved on it
@@ -105,12 +122,13 @@ typedef struct PaceTableBuffer {
         uint32_t n_cpus;
         uint32_t n_reservations;
         uint32_t n_slots;
-        uint32_t reserved;
+        uint32_t n_nice;
         /* The broker's next reservation id: ids are never reused, not even
          * across a broker restart. Unused by the dispatcher. */
         uint64_t next_id;
         PaceTableCpu cpus[PACE_MAX_CPUS];
         PaceTableReservation reservations[PACE_MAX_RESERVATIONS];
+        PaceTableNice nice[PACE_MAX_NICE_THREADS];
         /* Owner of each slot: PACE_SLOT_FREE, or 1 + an index into reservations[]. */
         uint16_t slots[PACE_TABLE_MAX_SLOTS];
 } PaceTableBuffer;

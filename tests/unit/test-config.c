@@ -56,6 +56,13 @@ static void assert_config_eq(const PaceConfig *a, const PaceConfig *b) {
         ASSERT_EQ(a->client_timeout_ns, b->client_timeout_ns);
         ASSERT_EQ(a->switch_cost_ns, b->switch_cost_ns);
         ASSERT_EQ(a->waiting, b->waiting);
+        ASSERT_EQ(a->rtkit, b->rtkit);
+        ASSERT_EQ(a->rtkit_period_ns, b->rtkit_period_ns);
+        ASSERT_EQ(a->rtkit_utilization_ppm, b->rtkit_utilization_ppm);
+        ASSERT_EQ(a->rtkit_kind, b->rtkit_kind);
+        ASSERT_EQ(a->rtkit_max_realtime_priority, b->rtkit_max_realtime_priority);
+        ASSERT_EQ(a->rtkit_min_nice_level, b->rtkit_min_nice_level);
+        ASSERT_EQ(a->rtkit_rttime_usec_max, b->rtkit_rttime_usec_max);
         ASSERT_EQ(a->cpus_set, b->cpus_set);
         ASSERT_EQ(a->n_cpus, b->n_cpus);
         for (uint32_t i = 0; i < a->n_cpus && i < PACE_MAX_CPUS; i++)
@@ -761,6 +768,51 @@ TEST(reserve_root_processes) {
         ASSERT_PARSE_FAILS("{\"reserve_root_processes\": 1}", "\"reserve_root_processes\": expected true or false, "
                            "got 1; allowed: true or false");
         ASSERT_PARSE_FAILS("{\"reserve_root_processes\": \"yes\"}", "expected true or false");
+}
+
+TEST(rtkit_keys) {
+        PaceConfig c;
+
+        pace_config_init(&c);
+        ASSERT_TRUE(c.rtkit);
+        ASSERT_EQ(c.rtkit_period_ns, 10 * NSEC_PER_MSEC);
+        ASSERT_EQ(c.rtkit_utilization_ppm, 100000);
+        ASSERT_EQ(c.rtkit_kind, PACE_RTKIT_KIND_SERVER);
+        ASSERT_EQ(c.rtkit_max_realtime_priority, 20);
+        ASSERT_EQ(c.rtkit_min_nice_level, -15);
+        ASSERT_EQ(c.rtkit_rttime_usec_max, 200000);
+
+        ASSERT_PARSES("{\"rtkit\": false, \"rtkit_period_us\": 5000, \"rtkit_utilization\": 0.25, "
+                      "\"rtkit_kind\": \"slots\", \"rtkit_max_realtime_priority\": 98, "
+                      "\"rtkit_min_nice_level\": -20, \"rtkit_rttime_usec_max\": 1000}", &c);
+        ASSERT_FALSE(c.rtkit);
+        ASSERT_EQ(c.rtkit_period_ns, 5 * NSEC_PER_MSEC);
+        ASSERT_EQ(c.rtkit_utilization_ppm, 250000);
+        ASSERT_EQ(c.rtkit_kind, PACE_RTKIT_KIND_SLOTS);
+        ASSERT_EQ(c.rtkit_max_realtime_priority, 98);
+        ASSERT_EQ(c.rtkit_min_nice_level, -20);
+        ASSERT_EQ(c.rtkit_rttime_usec_max, 1000);
+
+        /* The default period follows slots longer than itself; one that
+         * is written down must hold a slot. */
+        ASSERT_PARSES("{\"slot_us\": 20000, \"non_rt_max_gap_ms\": 40}", &c);
+        ASSERT_EQ(c.rtkit_period_ns, 20 * NSEC_PER_MSEC);
+        ASSERT_PARSE_FAILS("{\"slot_us\": 20000, \"non_rt_max_gap_ms\": 40, \"rtkit_period_us\": 10000}",
+                           "\"rtkit_period_us\": 10000 is shorter than \"slot_us\": 20000; allowed: at least one slot");
+
+        ASSERT_PARSE_FAILS("{\"rtkit_max_realtime_priority\": 99}",
+                           "\"rtkit_max_realtime_priority\": 99 is out of range; allowed: an integer from 1 to 98");
+        ASSERT_PARSE_FAILS("{\"rtkit_max_realtime_priority\": 0}", "is out of range");
+        ASSERT_PARSE_FAILS("{\"rtkit_min_nice_level\": -21}",
+                           "\"rtkit_min_nice_level\": -21 is out of range; allowed: an integer from -20 to 19");
+        ASSERT_PARSE_FAILS("{\"rtkit_min_nice_level\": 20}", "is out of range");
+        ASSERT_PARSE_FAILS("{\"rtkit_utilization\": 0.96}", "\"rtkit_utilization\": 0.96 is out of range");
+        ASSERT_PARSE_FAILS("{\"rtkit_utilization\": 0}", "is out of range");
+        ASSERT_PARSE_FAILS("{\"rtkit_period_us\": 99}", "\"rtkit_period_us\": 99 is out of range");
+        ASSERT_PARSE_FAILS("{\"rtkit_rttime_usec_max\": 999}", "is out of range");
+        ASSERT_PARSE_FAILS("{\"rtkit_kind\": \"aligned\"}",
+                           "\"rtkit_kind\": \"aligned\" is not allowed; allowed: \"server\" or \"slots\"");
+        ASSERT_PARSE_FAILS("{\"rtkit\": \"yes\"}", "\"rtkit\": expected true or false");
 }
 
 TEST(load_not_a_file) {

@@ -106,7 +106,7 @@ TEST(reservations) {
         t.reservations[0].budget_slots = 51;
         assert_refused("budget of 51 slots");
         sound_table();
-        t.reservations[0].flags = 8;
+        t.reservations[0].flags = 0x10;
         assert_refused("unknown flags");
 }
 
@@ -160,7 +160,7 @@ TEST(budget_servers) {
         /* A server's budget is spent wherever it runs: never in pieces. */
         t.reservations[0].flags = PACE_RES_SERVER | PACE_RES_PIECE;
         assert_refused("cannot be split");
-        t.reservations[0].flags = 0x8;
+        t.reservations[0].flags = 0x10;
         assert_refused("unknown flags");
 
         /* Its wake-ups are charged: at 0.5 ms a switch, the slot layout
@@ -369,6 +369,38 @@ TEST(aligned_reservations) {
         t.reservations[0].flags |= PACE_RES_ALIGNED;
         t.reservations[1].flags |= PACE_RES_ALIGNED;
         assert_refused("an aligned reservation cannot be split over CPUs");
+}
+
+TEST(nice_levels) {
+        char err[256] = "";
+
+        sound_table();
+        t.reservations[0].flags = PACE_RES_ON_BEHALF;
+        ASSERT_OK(table_check(&t, &config, err, sizeof(err)));
+
+        sound_table();
+        t.n_nice = 2;
+        t.nice[0] = (PaceTableNice) { .pid = 100, .tid = 101, .start_time = 5, .uid = 1000, .nice = -15 };
+        t.nice[1] = (PaceTableNice) { .pid = 100, .tid = 100, .start_time = 5, .uid = 1000, .nice = 19 };
+        ASSERT_OK(table_check(&t, &config, err, sizeof(err)));
+
+        /* Below the checker's own floor, whatever the broker believes. */
+        t.nice[0].nice = -16;
+        assert_refused("-16 is outside -15..19");
+        t.nice[0].nice = 20;
+        assert_refused("20 is outside");
+        t.nice[0].nice = -15;
+        t.nice[1].tid = 101;
+        assert_refused("thread 101 listed twice");
+        t.nice[1].tid = 100;
+        t.nice[1].pid = 1;
+        assert_refused("is not a user process's thread");
+        t.nice[1].pid = 100;
+        t.nice[1].tid = 0;
+        assert_refused("is not a user process's thread");
+        t.nice[1].tid = 100;
+        t.n_nice = PACE_MAX_NICE_THREADS + 1;
+        assert_refused("nice levels, limit");
 }
 
 TEST(garbage_never_crashes_and_is_refused) {
