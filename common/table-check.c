@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "macro.h"
+#include "frame-math.h"
 #include "table-check.h"
 
 _printf_(3, 4) static int refuse(char *err, size_t err_size, const char *fmt, ...) {
@@ -17,88 +18,6 @@ _printf_(3, 4) static int refuse(char *err, size_t err_size, const char *fmt, ..
                 va_end(ap);
         }
         return -EBADMSG;
-}
-
-uint32_t frame_min_supply(const uint16_t *slots, uint32_t frame_slots, uint16_t owner, uint32_t window) {
-        uint32_t held = 0, min;
-
-        if (frame_slots == 0 || window == 0)
-                return 0;
-        if (window > frame_slots)
-                window = frame_slots;
-
-        /* Sliding window over the cyclic frame: O(frame). */
-        for (uint32_t i = 0; i < window; i++)
-                held += slots[i] == owner;
-        min = held;
-        for (uint32_t start = 1; start < frame_slots; start++) {
-                held -= slots[start - 1] == owner;
-                held += slots[(start + window - 1) % frame_slots] == owner;
-                min = MIN(min, held);
-        }
-        return min;
-}
-
-uint32_t frame_max_busy_run(const uint16_t *slots, uint32_t frame_slots) {
-        uint32_t first_free = UINT32_MAX, run = 0, longest = 0;
-
-        for (uint32_t i = 0; i < frame_slots; i++)
-                if (slots[i] == PACE_SLOT_FREE) {
-                        first_free = i;
-                        break;
-                }
-        if (first_free == UINT32_MAX)
-                return frame_slots;
-
-        /* Start counting just after a free slot so wrapped runs are whole. */
-        for (uint32_t k = 1; k <= frame_slots; k++) {
-                uint32_t i = (first_free + k) % frame_slots;
-                if (slots[i] == PACE_SLOT_FREE)
-                        run = 0;
-                else
-                        longest = MAX(longest, ++run);
-        }
-        return longest;
-}
-
-uint32_t frame_switches(const uint16_t *slots, uint32_t frame_slots) {
-        uint32_t n = 0;
-
-        for (uint32_t i = 0; i < frame_slots; i++)
-                n += slots[i] != slots[(i + 1) % frame_slots];
-        return n;
-}
-
-uint32_t frame_server_switches(uint32_t period_slots, uint32_t frame_slots, const PaceConfig *config) {
-        uint64_t gap = config->non_rt_max_gap_ns ? config->non_rt_max_gap_ns : config->slot_ns;
-        uint64_t period_ns = (uint64_t) period_slots * config->slot_ns;
-        uint64_t yields = (period_ns + gap - 1) / gap + 1;
-        uint64_t per_window_quarters = 4 * (2 + 2 * yields) + period_slots;
-
-        if (period_slots == 0)
-                return 0;
-        uint64_t quarters = per_window_quarters * (frame_slots / period_slots);
-        return (uint32_t) MIN((quarters + 3) / 4, (uint64_t) UINT32_MAX);
-}
-
-int frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config) {
-        /* In ns, 128-bit free: a frame is at most 65536 slots of 100 ms. */
-        unsigned __int128 free_ns = (unsigned __int128) free_slots * config->slot_ns;
-        unsigned __int128 cost_ns = (unsigned __int128) switches * config->switch_cost_ns;
-        unsigned __int128 frame_ns = (unsigned __int128) frame_slots * config->slot_ns;
-
-        if (free_ns < cost_ns)
-                return false;
-        return (free_ns - cost_ns) * PPM >= frame_ns * config->non_rt_share_ppm;
-}
-
-static uint64_t gcd_u64(uint64_t a, uint64_t b) {
-        while (b) {
-                uint64_t t = a % b;
-                a = b;
-                b = t;
-        }
-        return a;
 }
 
 /* Which piece of reservation `id` owns global slot g (every CPU's frame
@@ -144,7 +63,7 @@ static int check_split(const PaceTableBuffer *t, uint32_t i, uint32_t max_frame,
                 pieces[n++] = j;
                 budget += o->budget_slots;
                 /* Frames divide the longest frame, so the lcm does too. */
-                span = span / gcd_u64(span, frame[n - 1]) * frame[n - 1];
+                span = lcm_u64(span, frame[n - 1]);
         }
         if (span > max_frame || budget > res->period_slots)
                 return refuse(err, err_size, "reservation %" PRIu64 ": pieces hold %" PRIu32 " slots of a %" PRIu32
@@ -321,16 +240,7 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
 
                 if (res->uid == 0)
                         continue;
-                for (uint32_t j = 0; j < t->n_reservations; j++)
-                        if (t->reservations[j].uid == res->uid) {
-                                /* A split reservation counts once. */
-                                bool first_piece = true;
-                                for (uint32_t k = 0; k < j; k++)
-                                        first_piece &= t->reservations[k].id != t->reservations[j].id;
-                                count += first_piece;
-                                util += (uint64_t) t->reservations[j].budget_slots * PPM /
-                                        t->reservations[j].period_slots;
-                        }
+                FRAME_USER_TOTALS(t->reservations, t->n_reservations, res->uid, &count, &util);
                 if (count > config->max_reservations_per_user)
                         return refuse(err, err_size, "uid %" PRIu32 " holds %" PRIu32 " reservations, limit %" PRIu32,
                                       res->uid, count, config->max_reservations_per_user);
