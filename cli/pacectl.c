@@ -30,6 +30,7 @@
 #include "pace/pace.h"
 #include "parse-util.h"
 #include "table-shm.h"
+#include "time-util.h"
 
 enum {
         EXIT_OK = 0,
@@ -925,11 +926,7 @@ static int do_table(const char *socket_path) {
                 return EXIT_TRANSPORT;
         r = table_reader_open(path, &reader);
         if (r >= 0)
-                for (int tries = 0; tries < 100; tries++) {
-                        r = table_reader_snapshot(reader, t, &gen);
-                        if (r != -EAGAIN)
-                                break;
-                }
+                r = table_reader_snapshot_retry(reader, t, &gen);
         if (r < 0) {
                 fprintf(stderr, "%s: cannot read the dispatch table %s: %s\n", cli_program, path, strerror(-r));
                 return EXIT_TRANSPORT;
@@ -1018,13 +1015,6 @@ typedef enum TopEvent {
         TOP_REDRAW,
         TOP_QUIT,
 } TopEvent;
-
-static uint64_t monotonic_ns(void) {
-        struct timespec ts;
-
-        (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
 
 static int write_all(int fd, const char *buf, size_t size) {
         while (size > 0) {

@@ -32,6 +32,7 @@
 #include "proc-util.h"
 #include "table-shm.h"
 #include "test.h"
+#include "time-util.h"
 
 #define TEST_CPU 1
 #define TEST_SYSTEM_CPU 0
@@ -49,11 +50,6 @@ typedef struct DispatchEnv {
         unsigned n_children;
 } DispatchEnv;
 
-static inline uint64_t test_now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
 
 static inline void test_sleep_ms(unsigned ms) {
         struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L };
@@ -359,10 +355,10 @@ static inline int policy_of(pid_t tid) {
  * `every_us` for `ms`; returns the fraction of samples at SCHED_FIFO. */
 static inline double sample_fifo_fraction(pid_t tid, unsigned ms, unsigned every_us, unsigned *ret_samples) {
         unsigned fifo = 0, n = 0;
-        uint64_t end = test_now_ns() + (uint64_t) ms * 1000000ULL;
+        uint64_t end = monotonic_ns() + (uint64_t) ms * 1000000ULL;
 
         pin_self(TEST_SYSTEM_CPU);
-        while (test_now_ns() < end) {
+        while (monotonic_ns() < end) {
                 int p = policy_of(tid);
                 if (p < 0)
                         break;
