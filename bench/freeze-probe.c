@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* freeze-probe: how long the kernel's cgroup freezer takes to freeze and to
- * thaw a group of spinning threads, for bench/backends (issue 13).
+ * thaw a group of spinning threads, for bench/backends.
  *
  * For each N in --threads it forks a child with N threads spinning on --cpu
  * (default 1) at SCHED_FIFO --spin-priority (default 1; 0: SCHED_OTHER),

@@ -2,7 +2,7 @@
 #pragma once
 
 /* Validation of a dispatch table against limits the checker holds itself.
- * This is the dispatcher's trust boundary (DESIGN.md invariant 3) and the
+ * This is the dispatcher's trust boundary (invariant 3 in README.md) and the
  * definition of invariants 1 and 2 at the table level; the broker's tests use
  * the same code as their property oracle. */
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pace-broker over a real socket: every bad input of issue 2 gets a clear
+/* pace-broker over a real socket: every bad input gets a clear
  * error and changes nothing; reservations die with their process. */
 #include <errno.h>
 #include <pthread.h>
@@ -823,7 +823,7 @@ TEST(a_restarted_broker_adopts_the_reservations_in_force) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
-/* Issue 14: reservation kinds over the wire. */
+/* Reservation kinds over the wire. */
 static const char *config_kinds =
         "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_reservations_per_user\": 8,"
         "  \"max_utilization_per_user\": 1.5 }";

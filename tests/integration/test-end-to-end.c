@@ -66,7 +66,7 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         ASSERT_CMP(fifo, <, samples * 9 / 10);
 
         /* Shares over 5 s. 60% granted; 40% left for the other hog. The
-         * band is 2 points (issue 3); the dispatcher tests explain why it
+         * band is 2 points; the dispatcher tests explain why it
          * holds on this VM, and foreign load on CPU 1 can only lower both. */
         double shares[3];
         share_measure(CPU, (pid_t[]) { client, other, dispatcher_child(&s) }, 3, 5000, shares);
@@ -522,7 +522,7 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
 
         ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         ASSERT_EQ(pieces, 2);
-        /* The whole grant, within the 2 points of issue 4; each CPU gave
+        /* The whole grant, within 2 points; each CPU gave
          * about its piece (3 points: the nice-19 leftovers of the free time
          * land on whichever CPU the threads were last pinned to). */
         ASSERT_CMP(on_cpu[0] + on_cpu[1], >=, 58.0);
@@ -881,7 +881,7 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         ASSERT_EQ(broker_stop(&s.broker), 0);
 }
 
-/* Issue 5: scopes, groups and accounting. */
+/* Scopes, groups and accounting. */
 
 /* Whether a thread id is listed in a cgroup file. */
 static bool listed_in(const char *path, pid_t id) {

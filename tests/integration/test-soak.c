@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Load and soak (issue 7): 64 concurrent clients, 10,000 reserve/release
+/* Load and soak: 64 concurrent clients, 10,000 reserve/release
  * cycles with random parameters (many refused) while status is polled;
  * every table the broker publishes passes the dispatcher's validator; the
  * broker's fds, memory and reservations return to their baseline; and a
