@@ -18,7 +18,7 @@
 
 #include "cpu-share.h"
 #include "sched-util.h"
-#include "test-dispatch-util.h"
+#include "dispatch-harness.h"
 
 #define CONFIG_2CPUS "{ \"slot_us\": 1000, \"cpus\": [0, 1], \"reserve_root_processes\": true }"
 #define KILLS 5 /* the monitor allows 5 restarts in 10 s */

@@ -7,7 +7,7 @@
 #include <dirent.h>
 #include <sys/mman.h>
 
-#include "test-dispatch-util.h"
+#include "dispatch-harness.h"
 
 static unsigned long ctxt_switches(pid_t pid) {
         char path[384], line[256];

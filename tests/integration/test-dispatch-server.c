@@ -26,7 +26,7 @@
 #include <stdlib.h>
 
 #include "cpu-share.h"
-#include "test-dispatch-util.h"
+#include "dispatch-harness.h"
 
 #define WARMUP_MS 1000
 #define MEASURE_MS 5000
