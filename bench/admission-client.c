@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
         }
 
         int ret = 1;
-        uint64_t fill_start = bench_now_ns();
+        uint64_t fill_start = monotonic_ns();
         for (uint32_t i = 0; i < live + 1; i++) {
                 pid_t pid = spawn_sleeper();
                 if (pid < 0) {
@@ -155,14 +155,14 @@ int main(int argc, char **argv) {
                         goto finish;
                 }
         }
-        uint64_t fill_ns = bench_now_ns() - fill_start;
+        uint64_t fill_ns = monotonic_ns() - fill_start;
 
         pace_reserve_params q = params;
         q.pid = children[live];
         size_t n = 0;
-        uint64_t start = bench_now_ns();
+        uint64_t start = monotonic_ns();
         for (; n < pairs; n++) {
-                uint64_t t0 = bench_now_ns();
+                uint64_t t0 = monotonic_ns();
                 if (t0 - start > duration_ns)
                         break;
                 pace_grant g;
@@ -177,9 +177,9 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "admission-client: release: %s\n", pace_strerror(r));
                         goto finish;
                 }
-                lat[n] = bench_now_ns() - t0;
+                lat[n] = monotonic_ns() - t0;
         }
-        uint64_t elapsed = bench_now_ns() - start;
+        uint64_t elapsed = monotonic_ns() - start;
 
         if (samples_path) {
                 FILE *f = fopen(samples_path, "we");

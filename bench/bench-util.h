@@ -9,16 +9,7 @@
 #include <time.h>
 
 #include "macro.h"
-
-static inline uint64_t bench_clock_ns(clockid_t id) {
-        struct timespec ts;
-        clock_gettime(id, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
-static inline uint64_t bench_now_ns(void) {
-        return bench_clock_ns(CLOCK_MONOTONIC);
-}
+#include "time-util.h"
 
 /* The q-quantile (0..1) of n sorted values, nearest rank; 0 when empty. */
 static inline uint64_t bench_percentile(const uint64_t *sorted, size_t n, double q) {

@@ -25,8 +25,8 @@
 static volatile uint64_t burn_sink;
 
 static void burn_cpu(uint64_t ns) {
-        uint64_t until = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
-        while (bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
+        uint64_t until = clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
+        while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
                 for (int i = 0; i < 1000; i++)
                         burn_sink += (uint64_t) i;
 }
@@ -92,14 +92,14 @@ int main(int argc, char **argv) {
                 return 1;
 
         size_t missed = 0;
-        uint64_t t0 = bench_clock_ns(CLOCK_MONOTONIC) + 10 * NSEC_PER_MSEC;
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC) + 10 * NSEC_PER_MSEC;
         for (size_t k = 0; k < n; k++) {
                 uint64_t release = t0 + k * period;
                 struct timespec ts = { .tv_sec = (time_t) (release / NSEC_PER_SEC), .tv_nsec = (long) (release % NSEC_PER_SEC) };
                 while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
                         ;
                 burn_cpu(work_ns);
-                finish[k] = bench_clock_ns(CLOCK_MONOTONIC);
+                finish[k] = clock_ns(CLOCK_MONOTONIC);
                 response[k] = finish[k] - release;
                 if (response[k] > period)
                         missed++;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* freeze-probe: how long the kernel's cgroup freezer takes to freeze and to
- * thaw a group of spinning threads, for bench/backends (issue 13).
+ * thaw a group of spinning threads, for bench/backends.
  *
  * For each N in --threads it forks a child with N threads spinning on --cpu
  * (default 1) at SCHED_FIFO --spin-priority (default 1; 0: SCHED_OTHER),
@@ -104,12 +104,12 @@ static void pin(int cpu) {
 }
 
 static void spin(Stamp *st) {
-        uint64_t prev = bench_now_ns();
+        uint64_t prev = monotonic_ns();
         atomic_store_explicit(&st->last, prev, memory_order_relaxed);
         atomic_store(&st->tid, (int) gettid());
         atomic_fetch_add(&sh->ready, 1);
         for (;;) {
-                uint64_t t = bench_now_ns();
+                uint64_t t = monotonic_ns();
                 if (t - prev > sh->gap_ns)
                         atomic_store_explicit(&st->resume, t, memory_order_release);
                 atomic_store_explicit(&st->last, t, memory_order_release);
@@ -273,7 +273,7 @@ static int wait_frozen(Group *g, bool use_poll, uint64_t t0) {
                 int r = group_frozen(g);
                 if (r != 0)
                         return r;
-                uint64_t now = bench_now_ns();
+                uint64_t now = monotonic_ns();
                 if (stop || now - t0 > WAIT_BOUND_NS)
                         return -ETIMEDOUT;
                 if (use_poll) {
@@ -299,7 +299,7 @@ static int wait_resumed(unsigned n, uint64_t t0, uint64_t *ret) {
                         *ret = first;
                         return 0;
                 }
-                if (stop || bench_now_ns() - t0 > WAIT_BOUND_NS)
+                if (stop || monotonic_ns() - t0 > WAIT_BOUND_NS)
                         return -ETIMEDOUT;
         }
 }
@@ -516,9 +516,9 @@ int main(int argc, char **argv) {
                 close(go[1]);
 
                 /* Every spinner running, then a warm-up stretch. */
-                uint64_t deadline = bench_now_ns() + 2 * NSEC_PER_SEC;
+                uint64_t deadline = monotonic_ns() + 2 * NSEC_PER_SEC;
                 while (r == 0 && atomic_load(&sh->ready) < n && !stop)
-                        if (bench_now_ns() > deadline) {
+                        if (monotonic_ns() > deadline) {
                                 fprintf(stderr, "freeze-probe: only %u of %u spinners started\n", atomic_load(&sh->ready), n);
                                 r = -ETIMEDOUT;
                         } else
@@ -534,23 +534,23 @@ int main(int argc, char **argv) {
                                 fprintf(stderr, "freeze-probe: SCHED_FIFO %d for spinner %u: %m\n", spin_priority, j);
                         }
                 }
-                uint64_t next = bench_now_ns() + 50 * NSEC_PER_MSEC;
+                uint64_t next = monotonic_ns() + 50 * NSEC_PER_MSEC;
 
                 for (uint32_t i = 0; r == 0 && i < iterations && !stop; i++) {
                         uint64_t resumed = 0;
                         sleep_until(next);
-                        uint64_t t0 = bench_now_ns();
+                        uint64_t t0 = monotonic_ns();
                         int k1 = group_freeze(&g, true);
-                        uint64_t t1 = bench_now_ns();
+                        uint64_t t1 = monotonic_ns();
                         int k2 = k1 < 0 ? k1 : wait_frozen(&g, use_poll, t0);
-                        uint64_t t2 = bench_now_ns();
+                        uint64_t t2 = monotonic_ns();
                         uint64_t last = 0;
                         for (unsigned j = 0; j < n; j++)
                                 last = MAX(last, atomic_load_explicit(&sh->s[j].last, memory_order_acquire));
                         sleep_until(t0 + frozen_ns);
-                        uint64_t t3 = bench_now_ns();
+                        uint64_t t3 = monotonic_ns();
                         int k3 = group_freeze(&g, false);
-                        uint64_t t4 = bench_now_ns();
+                        uint64_t t4 = monotonic_ns();
                         int k4 = k3 < 0 ? k3 : wait_resumed(n, t3, &resumed);
                         next = t3 + running_ns;
                         if (k1 < 0 || k3 < 0) {

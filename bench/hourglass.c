@@ -247,13 +247,13 @@ int main(int argc, char **argv) {
         if (!runs || !gaps)
                 return 1;
 
-        uint64_t t0 = bench_clock_ns(CLOCK_MONOTONIC) + warmup_ns, t1 = t0 + duration_ns, prev, t;
-        while ((prev = bench_clock_ns(CLOCK_MONOTONIC)) < t0)
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC) + warmup_ns, t1 = t0 + duration_ns, prev, t;
+        while ((prev = clock_ns(CLOCK_MONOTONIC)) < t0)
                 ;
-        uint64_t cpu0 = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         runs[0].start = prev;
         for (;;) {
-                t = bench_clock_ns(CLOCK_MONOTONIC);
+                t = clock_ns(CLOCK_MONOTONIC);
                 if (t - prev > gap_ns) {
                         if (n + 1 < cap) {
                                 runs[n].end = prev;
@@ -266,7 +266,7 @@ int main(int argc, char **argv) {
                 if (t >= t1)
                         break;
         }
-        uint64_t cpu_used = bench_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        uint64_t cpu_used = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         runs[n].end = t;
         size_t n_runs = n + 1, n_gaps = n;
         /* The measured time is [t0, t1] exactly, wherever its own runs fall:

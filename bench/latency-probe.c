@@ -107,9 +107,7 @@ static int read_schedule(const char *path, uint64_t id, int cpu, Schedule *ret) 
         k = table_reader_open(path, &r);
         if (k < 0)
                 return k;
-        do
-                k = table_reader_snapshot(r, b, &gen);
-        while (k == -EAGAIN);
+        k = table_reader_snapshot_retry(r, b, &gen);
         if (k < 0)
                 return k;
 
@@ -296,8 +294,8 @@ int main(int argc, char **argv) {
         _cleanup_free_ Schedule *s = malloc(sizeof(Schedule));
         if (!s)
                 return 1;
-        uint64_t give_up = bench_now_ns() + 2 * NSEC_PER_SEC;
-        while ((r = read_schedule(table_path, g.id, g.cpu, s)) == -ENOENT && bench_now_ns() < give_up)
+        uint64_t give_up = monotonic_ns() + 2 * NSEC_PER_SEC;
+        while ((r = read_schedule(table_path, g.id, g.cpu, s)) == -ENOENT && monotonic_ns() < give_up)
                 usleep(1000);
         if (r < 0) {
                 fprintf(stderr, "latency-probe: cannot find reservation %" PRIu64 " in %s: %s\n", g.id, table_path,
@@ -307,9 +305,9 @@ int main(int argc, char **argv) {
 
         /* The first promotion: from then on the dispatcher has pinned us
          * (first touch) and will not pin us again. */
-        give_up = bench_now_ns() + 3 * NSEC_PER_SEC;
+        give_up = monotonic_ns() + 3 * NSEC_PER_SEC;
         while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
-                if (bench_now_ns() > give_up) {
+                if (monotonic_ns() > give_up) {
                         fprintf(stderr, "latency-probe: never promoted (is the dispatcher running?)\n");
                         return 1;
                 }
@@ -321,7 +319,7 @@ int main(int argc, char **argv) {
                 }
         }
 
-        uint64_t begin = bench_now_ns() + warmup_ns, end = begin + duration_ns;
+        uint64_t begin = monotonic_ns() + warmup_ns, end = begin + duration_ns;
         /* Every run start could be sampled; twice that is room enough. */
         uint64_t per_frame = s->n_starts, frame_ns = s->frame_slots * s->slot_ns;
         size_t cap = (size_t) (duration_ns / frame_ns + 2) * per_frame * 2 + 16;
@@ -335,15 +333,15 @@ int main(int argc, char **argv) {
                 return 1;
         size_t nf = 0;
 
-        while (bench_now_ns() < begin)
+        while (monotonic_ns() < begin)
                 ;
-        uint64_t prev = bench_now_ns();
+        uint64_t prev = monotonic_ns();
         uint64_t next = next_start(s, prev + 1);
         /* The run end being watched, and the run start after it: the last
          * reading before that start is the last one of the run. */
         uint64_t fend = next_end(s, prev + 1), fnext = next_start(s, fend);
         for (;;) {
-                uint64_t t = bench_now_ns();
+                uint64_t t = monotonic_ns();
                 if (flag && t >= fnext) {
                         if (nf < cap)
                                 flag[nf++] = (int64_t) (prev - fend);

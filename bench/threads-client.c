@@ -109,7 +109,7 @@ static void *churner(void *arg) {
                 if (create_cpu_g >= 0 && !only_cpu(create_cpu_g))
                         (void) pin_self(create_cpu_g);
                 pthread_t t;
-                born[i] = bench_now_ns();
+                born[i] = monotonic_ns();
                 if (pthread_create(&t, &attr, churn_one, NULL) == 0)
                         atomic_fetch_add(&created, 1);
         }
@@ -249,8 +249,8 @@ int main(int argc, char **argv) {
         /* The dispatcher pins a thread to its reservation's CPU once, at
          * first touch, and never again: wait for that (up to 3 s), then go
          * elsewhere to create the rest. */
-        uint64_t deadline = bench_now_ns() + 3 * NSEC_PER_SEC;
-        while (!only_cpu(g.cpu) && bench_now_ns() < deadline)
+        uint64_t deadline = monotonic_ns() + 3 * NSEC_PER_SEC;
+        while (!only_cpu(g.cpu) && monotonic_ns() < deadline)
                 usleep(1000);
         if (!only_cpu(g.cpu))
                 fail("the dispatcher never touched the main thread", ETIMEDOUT);
@@ -294,10 +294,10 @@ int main(int argc, char **argv) {
                atomic_load(&spinner_tid), g.period_ns, g.budget_ns, g.cpu);
 
         struct timespec until;
-        uint64_t end = bench_now_ns() + hold_ns;
+        uint64_t end = monotonic_ns() + hold_ns;
         for (;;) {
                 siginfo_t si;
-                uint64_t now = bench_now_ns();
+                uint64_t now = monotonic_ns();
                 if (now >= end)
                         break;
                 until.tv_sec = (time_t) ((end - now) / NSEC_PER_SEC);
@@ -305,7 +305,7 @@ int main(int argc, char **argv) {
                 int sig = sigtimedwait(&all, &si, &until);
                 if (sig == SIGUSR1) {
                         printf("stats %" PRIu64 " %" PRIu64 "\n", (uint64_t) atomic_load(&created),
-                               bench_clock_ns(CLOCK_PROCESS_CPUTIME_ID));
+                               clock_ns(CLOCK_PROCESS_CPUTIME_ID));
                         continue;
                 }
                 if (sig < 0 && (errno == EINTR || errno == EAGAIN))

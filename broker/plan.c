@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame-math.h"
 #include "macro.h"
 #include "parse-util.h"
 #include "plan.h"
@@ -48,23 +49,6 @@ _printf_(3, 4) static void explain(char *why, size_t why_size, const char *fmt, 
         va_start(ap, fmt);
         vsnprintf(why, why_size, fmt, ap);
         va_end(ap);
-}
-
-static uint64_t gcd64(uint64_t a, uint64_t b) {
-        while (b) {
-                uint64_t t = a % b;
-                a = b;
-                b = t;
-        }
-        return a;
-}
-
-static uint32_t lcm32(uint32_t a, uint32_t b) {
-        if (a == 0)
-                return b;
-        if (b == 0)
-                return a;
-        return (uint32_t) ((uint64_t) a / gcd64(a, b) * b);
 }
 
 static uint32_t ceil_div_ppm(uint64_t x, uint32_t ppm) {
@@ -206,33 +190,16 @@ static uint32_t servers_switches(const Plan *p, int32_t cpu, uint32_t frame) {
         return (uint32_t) MIN(sum, (uint64_t) UINT32_MAX);
 }
 
-static uint32_t owned_slots(const uint32_t *slots, uint32_t frame) {
-        uint32_t n = 0;
-        for (uint32_t i = 0; i < frame; i++)
-                n += slots[i] != 0;
-        return n;
-}
-
 static uint32_t cpu_reserved_ppm(const PlanCpu *c) {
         if (c->frame_slots == 0)
                 return 0;
-        return (uint32_t) ((uint64_t) owned_slots(c->slots, c->frame_slots) * PPM / c->frame_slots);
+        return (uint32_t) ((uint64_t) frame_busy_slots(c->slots, c->frame_slots) * PPM / c->frame_slots);
 }
 
 static uint64_t user_granted_ppm(const Plan *p, uid_t uid, uint32_t *ret_count) {
-        uint64_t sum = 0;
-        uint32_t count = 0;
+        uint64_t sum;
 
-        for (uint32_t i = 0; i < p->n_entries; i++)
-                if (p->entries[i].uid == uid) {
-                        sum += (uint64_t) p->entries[i].budget_slots * PPM / p->entries[i].period_slots;
-                        /* The pieces of a split reservation count once. */
-                        bool first = true;
-                        for (uint32_t j = 0; j < i; j++)
-                                first &= p->entries[j].id != p->entries[i].id;
-                        count += first;
-                }
-        *ret_count = count;
+        FRAME_USER_TOTALS(p->entries, p->n_entries, uid, ret_count, &sum);
         return sum;
 }
 
@@ -477,29 +444,22 @@ static int place_aligned(const Plan *p, uint32_t *slots, uint32_t frame, uint32_
  * an extra one of `extra_server_period` included when non-zero), covers the
  * non-real-time share, and no busy run passes non_rt_max_gap. */
 static bool frame_ok(const Plan *p, const uint32_t *s, uint32_t frame, int32_t cpu, uint32_t extra_server_period) {
-        uint32_t free_slots = frame - owned_slots(s, frame);
+        uint32_t free_slots = frame - frame_busy_slots(s, frame);
         uint64_t switches = servers_switches(p, cpu, frame);
 
         if (extra_server_period)
                 switches += frame_server_switches(extra_server_period, frame, &p->config);
-        for (uint32_t i = 0; i < frame; i++)
-                switches += s[i] != s[(i + 1) % frame];
+        switches += frame_switches(s, frame);
         if (!frame_free_share_ok(free_slots, (uint32_t) MIN(switches, (uint64_t) UINT32_MAX), frame, &p->config))
                 return false;
-
-        uint32_t run = 0, longest = 0;
-        for (uint32_t k = 0; k < 2 * frame; k++) {
-                run = s[k % frame] ? run + 1 : 0;
-                longest = MAX(longest, run);
-        }
-        return longest <= p->max_gap_slots;
+        return frame_max_busy_run(s, frame) <= p->max_gap_slots;
 }
 
 /* Tries (period, budget) on one CPU in scratch; 0 and the new frame length if
  * it fits with every guarantee intact. */
 static int try_cpu(Plan *p, const PlanCpu *c, uint32_t cpu_index, const PlanRequest *req, uint32_t period,
                    uint32_t budget, uint32_t owner, uint32_t *ret_frame, bool *ret_window_short) {
-        uint32_t frame = lcm32(c->frame_slots, period);
+        uint32_t frame = lcm_u32(c->frame_slots, period);
         uint32_t *s = p->scratch;
         int r;
 
@@ -700,7 +660,7 @@ static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t 
                                 return -ENOMEM;
                         }
                 }
-                frame[o] = lcm32(c->frame_slots, period);
+                frame[o] = lcm_u32(c->frame_slots, period);
                 for (uint32_t i = 0; i < frame[o]; i++)
                         p->split_scratch[o][i] = c->frame_slots ? c->slots[i % c->frame_slots] : 0;
         }
@@ -738,7 +698,7 @@ static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t 
                 if (pieces[o] == 0)
                         continue;
                 used++;
-                span = lcm32(span, frame[o]);
+                span = lcm_u32(span, frame[o]);
                 /* The budget servers already there are charged at the
                  * frame the piece gives that CPU. */
                 if (!frame_ok(p, p->split_scratch[o], frame[o], p->cpus[order[o]].cpu, 0))
@@ -1081,7 +1041,7 @@ static void remove_entry(Plan *p, uint32_t i) {
         uint32_t frame = 0;
         for (uint32_t j = 0; j < p->n_entries; j++)
                 if (p->entries[j].cpu == c->cpu)
-                        frame = lcm32(frame, p->entries[j].period_slots);
+                        frame = lcm_u32(frame, p->entries[j].period_slots);
         if (frame > 0 && !frame_ok(p, c->slots, frame, c->cpu, 0))
                 frame = c->frame_slots;
         for (uint32_t s = frame; s < c->frame_slots; s++)
@@ -1272,7 +1232,7 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
                 uint32_t frame = 0;
                 for (uint32_t j = 0; j < p->n_entries; j++)
                         if (p->entries[j].cpu == pc->cpu)
-                                frame = lcm32(frame, p->entries[j].period_slots);
+                                frame = lcm_u32(frame, p->entries[j].period_slots);
                 /* The lcm of what is kept, unless a budget server's charge,
                  * rounded per frame, fails at that length: then the frame
                  * the table had (as in remove_entry()). */

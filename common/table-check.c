@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "macro.h"
+#include "frame-math.h"
 #include "table-check.h"
 
 _printf_(3, 4) static int refuse(char *err, size_t err_size, const char *fmt, ...) {
@@ -17,88 +18,6 @@ _printf_(3, 4) static int refuse(char *err, size_t err_size, const char *fmt, ..
                 va_end(ap);
         }
         return -EBADMSG;
-}
-
-uint32_t frame_min_supply(const uint16_t *slots, uint32_t frame_slots, uint16_t owner, uint32_t window) {
-        uint32_t held = 0, min;
-
-        if (frame_slots == 0 || window == 0)
-                return 0;
-        if (window > frame_slots)
-                window = frame_slots;
-
-        /* Sliding window over the cyclic frame: O(frame). */
-        for (uint32_t i = 0; i < window; i++)
-                held += slots[i] == owner;
-        min = held;
-        for (uint32_t start = 1; start < frame_slots; start++) {
-                held -= slots[start - 1] == owner;
-                held += slots[(start + window - 1) % frame_slots] == owner;
-                min = MIN(min, held);
-        }
-        return min;
-}
-
-uint32_t frame_max_busy_run(const uint16_t *slots, uint32_t frame_slots) {
-        uint32_t first_free = UINT32_MAX, run = 0, longest = 0;
-
-        for (uint32_t i = 0; i < frame_slots; i++)
-                if (slots[i] == PACE_SLOT_FREE) {
-                        first_free = i;
-                        break;
-                }
-        if (first_free == UINT32_MAX)
-                return frame_slots;
-
-        /* Start counting just after a free slot so wrapped runs are whole. */
-        for (uint32_t k = 1; k <= frame_slots; k++) {
-                uint32_t i = (first_free + k) % frame_slots;
-                if (slots[i] == PACE_SLOT_FREE)
-                        run = 0;
-                else
-                        longest = MAX(longest, ++run);
-        }
-        return longest;
-}
-
-uint32_t frame_switches(const uint16_t *slots, uint32_t frame_slots) {
-        uint32_t n = 0;
-
-        for (uint32_t i = 0; i < frame_slots; i++)
-                n += slots[i] != slots[(i + 1) % frame_slots];
-        return n;
-}
-
-uint32_t frame_server_switches(uint32_t period_slots, uint32_t frame_slots, const PaceConfig *config) {
-        uint64_t gap = config->non_rt_max_gap_ns ? config->non_rt_max_gap_ns : config->slot_ns;
-        uint64_t period_ns = (uint64_t) period_slots * config->slot_ns;
-        uint64_t yields = (period_ns + gap - 1) / gap + 1;
-        uint64_t per_window_quarters = 4 * (2 + 2 * yields) + period_slots;
-
-        if (period_slots == 0)
-                return 0;
-        uint64_t quarters = per_window_quarters * (frame_slots / period_slots);
-        return (uint32_t) MIN((quarters + 3) / 4, (uint64_t) UINT32_MAX);
-}
-
-int frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config) {
-        /* In ns, 128-bit free: a frame is at most 65536 slots of 100 ms. */
-        unsigned __int128 free_ns = (unsigned __int128) free_slots * config->slot_ns;
-        unsigned __int128 cost_ns = (unsigned __int128) switches * config->switch_cost_ns;
-        unsigned __int128 frame_ns = (unsigned __int128) frame_slots * config->slot_ns;
-
-        if (free_ns < cost_ns)
-                return false;
-        return (free_ns - cost_ns) * PPM >= frame_ns * config->non_rt_share_ppm;
-}
-
-static uint64_t gcd_u64(uint64_t a, uint64_t b) {
-        while (b) {
-                uint64_t t = a % b;
-                a = b;
-                b = t;
-        }
-        return a;
 }
 
 /* Which piece of reservation `id` owns global slot g (every CPU's frame
@@ -144,7 +63,7 @@ static int check_split(const PaceTableBuffer *t, uint32_t i, uint32_t max_frame,
                 pieces[n++] = j;
                 budget += o->budget_slots;
                 /* Frames divide the longest frame, so the lcm does too. */
-                span = span / gcd_u64(span, frame[n - 1]) * frame[n - 1];
+                span = lcm_u64(span, frame[n - 1]);
         }
         if (span > max_frame || budget > res->period_slots)
                 return refuse(err, err_size, "reservation %" PRIu64 ": pieces hold %" PRIu32 " slots of a %" PRIu32
@@ -183,15 +102,9 @@ static bool cpu_managed(const PaceConfig *config, int32_t cpu) {
         return false;
 }
 
-int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, size_t err_size) {
-        uint32_t max_frame = pace_config_frame_slots(config);
-        uint32_t max_gap = (uint32_t) (config->non_rt_max_gap_ns / config->slot_ns);
-        uint32_t next_slot = 0;
-        /* Per-reservation slot counts; static size, no allocation on the
-         * dispatcher's path. */
-        uint32_t held[PACE_MAX_RESERVATIONS];
-        int32_t res_cpu_index[PACE_MAX_RESERVATIONS];
-
+/* Sizes and the slot length: what every other check relies on to stay
+ * inside *t. */
+static int check_bounds(const PaceTableBuffer *t, const PaceConfig *config, char *err, size_t err_size) {
         if (t->slot_ns != config->slot_ns)
                 return refuse(err, err_size, "slot is %" PRIu64 " ns, configured %" PRIu64 " ns", t->slot_ns,
                               config->slot_ns);
@@ -203,13 +116,18 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                               PACE_MAX_RESERVATIONS);
         if (t->n_slots > PACE_TABLE_MAX_SLOTS)
                 return refuse(err, err_size, "%" PRIu32 " slots, limit %u", t->n_slots, PACE_TABLE_MAX_SLOTS);
+        return 0;
+}
+
+/* Nice levels: within their limit, each a user process's thread named
+ * once, none below the checker's own floor (a broker that asks for less
+ * than the administrator allows is refused whole). */
+static int check_nice_levels(const PaceTableBuffer *t, const PaceConfig *config, char *err, size_t err_size) {
         if (t->n_nice > PACE_MAX_NICE_THREADS)
                 return refuse(err, err_size, "%" PRIu32 " nice levels, limit %u", t->n_nice, PACE_MAX_NICE_THREADS);
         for (uint32_t i = 0; i < t->n_nice; i++) {
                 const PaceTableNice *n = &t->nice[i];
 
-                /* The floor is the checker's own: a broker that asks for
-                 * less than the administrator allows is refused whole. */
                 if (n->pid <= 1 || n->tid <= 0)
                         return refuse(err, err_size, "nice level %" PRIu32 ": pid %" PRIi32 " tid %" PRIi32
                                       " is not a user process's thread", i, n->pid, n->tid);
@@ -221,6 +139,14 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                                 return refuse(err, err_size, "nice level %" PRIu32 ": thread %" PRIi32
                                               " listed twice", i, n->tid);
         }
+        return 0;
+}
+
+/* Every CPU managed, listed once, its frame dividing the longest one, the
+ * frames back to back over exactly n_slots. */
+static int check_cpus(const PaceTableBuffer *t, const PaceConfig *config, uint32_t max_frame, char *err,
+                      size_t err_size) {
+        uint32_t next_slot = 0;
 
         for (uint32_t c = 0; c < t->n_cpus; c++) {
                 const PaceTableCpu *cpu = &t->cpus[c];
@@ -246,90 +172,102 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
         if (next_slot != t->n_slots)
                 return refuse(err, err_size, "%" PRIu32 " slots but the frames cover %" PRIu32, t->n_slots,
                               next_slot);
+        return 0;
+}
 
-        for (uint32_t i = 0; i < t->n_reservations; i++) {
-                const PaceTableReservation *res = &t->reservations[i];
+/* The index into t->cpus of the CPU reservation i runs on, or -1. */
+static int32_t reservation_cpu_index(const PaceTableBuffer *t, uint32_t i) {
+        int32_t found = -1;
 
-                res_cpu_index[i] = -1;
-                for (uint32_t c = 0; c < t->n_cpus; c++)
-                        if (t->cpus[c].cpu == res->cpu)
-                                res_cpu_index[i] = (int32_t) c;
-                if (res->id == 0)
-                        return refuse(err, err_size, "reservation %" PRIu32 " has id 0", i);
-                if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER | PACE_RES_ALIGNED | PACE_RES_ON_BEHALF))
-                        return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
-                                      res->flags);
-                /* A server's budget is spent wherever it runs: pieces on
-                 * other CPUs could not know what is left. */
-                if ((res->flags & PACE_RES_PIECE) && (res->flags & PACE_RES_SERVER))
-                        return refuse(err, err_size, "reservation %" PRIu64 ": a budget server cannot be split "
-                                      "over CPUs", res->id);
-                /* Aligned names a layout of the reservation's own slots: a
-                 * server's slots only back it, and pieces on several CPUs
-                 * cannot be one block. */
-                if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_SERVER))
-                        return refuse(err, err_size, "reservation %" PRIu64 ": aligned and budget server at once; "
-                                      "a reservation is one kind", res->id);
-                if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_PIECE))
-                        return refuse(err, err_size, "reservation %" PRIu64 ": an aligned reservation cannot be "
-                                      "split over CPUs", res->id);
-                /* An id appears once, or once per CPU as the pieces of one
-                 * split reservation that agree on everything but CPU and
-                 * budget. */
-                uint32_t siblings = 0;
-                for (uint32_t j = 0; j < t->n_reservations; j++) {
-                        const PaceTableReservation *o = &t->reservations[j];
-                        if (j == i || o->id != res->id)
-                                continue;
-                        if (!(res->flags & PACE_RES_PIECE) || !(o->flags & PACE_RES_PIECE))
-                                return refuse(err, err_size, "reservation id %" PRIu64 " used twice", res->id);
-                        if (o->pid != res->pid || o->start_time != res->start_time || o->uid != res->uid ||
-                            o->scope != res->scope || o->tid != res->tid || o->period_slots != res->period_slots ||
-                            o->cpu == res->cpu)
-                                return refuse(err, err_size, "pieces of reservation %" PRIu64
-                                              " disagree on process, scope, owner or period, or share a CPU",
-                                              res->id);
-                        siblings++;
-                }
-                if ((res->flags & PACE_RES_PIECE) && siblings == 0)
-                        return refuse(err, err_size, "reservation %" PRIu64 " is a piece of nothing", res->id);
-                if (res->scope > PACE_TABLE_SCOPE_TREE)
-                        return refuse(err, err_size, "reservation %" PRIu64 ": unknown scope %" PRIu32, res->id,
-                                      res->scope);
-                if ((res->scope == PACE_TABLE_SCOPE_THREAD) != (res->tid > 0))
-                        return refuse(err, err_size, "reservation %" PRIu64 ": thread id %" PRIi32
-                                      " does not fit its scope %" PRIu32, res->id, res->tid, res->scope);
-                /* pid 1 and the idle task are never ours to promote. */
-                if (res->pid <= 1)
-                        return refuse(err, err_size, "reservation %" PRIu64 ": pid %" PRId32 " is not allowed",
-                                      res->id, res->pid);
-                if (res_cpu_index[i] < 0)
-                        return refuse(err, err_size, "reservation %" PRIu64 ": CPU %" PRId32 " has no frame",
-                                      res->id, res->cpu);
-                uint32_t frame = t->cpus[res_cpu_index[i]].frame_slots;
-                if (res->period_slots == 0 || frame == 0 || frame % res->period_slots != 0)
-                        return refuse(err, err_size, "reservation %" PRIu64 ": period of %" PRIu32
-                                      " slots does not divide its CPU's frame (%" PRIu32 ")",
-                                      res->id, res->period_slots, frame);
-                if (res->budget_slots == 0 || res->budget_slots > res->period_slots)
-                        return refuse(err, err_size, "reservation %" PRIu64 ": budget of %" PRIu32
-                                      " slots in a period of %" PRIu32, res->id, res->budget_slots,
-                                      res->period_slots);
-                /* One reservation per process, or one per thread: two
-                 * CPU loops driving the same thread would undo each
-                 * other's promotions. */
-                for (uint32_t j = 0; j < i; j++) {
-                        const PaceTableReservation *o = &t->reservations[j];
-                        if (o->pid != res->pid || o->id == res->id)
-                                continue;
-                        if (o->scope == PACE_TABLE_SCOPE_THREAD && res->scope == PACE_TABLE_SCOPE_THREAD && o->tid != res->tid)
-                                continue;
-                        return refuse(err, err_size, "pid %" PRIi32 " holds reservations %" PRIu64 " and %" PRIu64,
-                                      res->pid, o->id, res->id);
-                }
-                held[i] = 0;
+        for (uint32_t c = 0; c < t->n_cpus; c++)
+                if (t->cpus[c].cpu == t->reservations[i].cpu)
+                        found = (int32_t) c;
+        return found;
+}
+
+/* Reservation i on its own and against those before it: id, flags, kind,
+ * pieces, scope, process, CPU, period and budget. */
+static int check_reservation(const PaceTableBuffer *t, uint32_t i, const int32_t *res_cpu_index, char *err,
+                             size_t err_size) {
+        const PaceTableReservation *res = &t->reservations[i];
+
+        if (res->id == 0)
+                return refuse(err, err_size, "reservation %" PRIu32 " has id 0", i);
+        if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER | PACE_RES_ALIGNED | PACE_RES_ON_BEHALF))
+                return refuse(err, err_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
+                              res->flags);
+        /* A server's budget is spent wherever it runs: pieces on
+         * other CPUs could not know what is left. */
+        if ((res->flags & PACE_RES_PIECE) && (res->flags & PACE_RES_SERVER))
+                return refuse(err, err_size, "reservation %" PRIu64 ": a budget server cannot be split "
+                              "over CPUs", res->id);
+        /* Aligned names a layout of the reservation's own slots: a
+         * server's slots only back it, and pieces on several CPUs
+         * cannot be one block. */
+        if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_SERVER))
+                return refuse(err, err_size, "reservation %" PRIu64 ": aligned and budget server at once; "
+                              "a reservation is one kind", res->id);
+        if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_PIECE))
+                return refuse(err, err_size, "reservation %" PRIu64 ": an aligned reservation cannot be "
+                              "split over CPUs", res->id);
+        /* An id appears once, or once per CPU as the pieces of one
+         * split reservation that agree on everything but CPU and
+         * budget. */
+        uint32_t siblings = 0;
+        for (uint32_t j = 0; j < t->n_reservations; j++) {
+                const PaceTableReservation *o = &t->reservations[j];
+                if (j == i || o->id != res->id)
+                        continue;
+                if (!(res->flags & PACE_RES_PIECE) || !(o->flags & PACE_RES_PIECE))
+                        return refuse(err, err_size, "reservation id %" PRIu64 " used twice", res->id);
+                if (o->pid != res->pid || o->start_time != res->start_time || o->uid != res->uid ||
+                    o->scope != res->scope || o->tid != res->tid || o->period_slots != res->period_slots ||
+                    o->cpu == res->cpu)
+                        return refuse(err, err_size, "pieces of reservation %" PRIu64
+                                      " disagree on process, scope, owner or period, or share a CPU",
+                                      res->id);
+                siblings++;
         }
+        if ((res->flags & PACE_RES_PIECE) && siblings == 0)
+                return refuse(err, err_size, "reservation %" PRIu64 " is a piece of nothing", res->id);
+        if (res->scope > PACE_TABLE_SCOPE_TREE)
+                return refuse(err, err_size, "reservation %" PRIu64 ": unknown scope %" PRIu32, res->id,
+                              res->scope);
+        if ((res->scope == PACE_TABLE_SCOPE_THREAD) != (res->tid > 0))
+                return refuse(err, err_size, "reservation %" PRIu64 ": thread id %" PRIi32
+                              " does not fit its scope %" PRIu32, res->id, res->tid, res->scope);
+        /* pid 1 and the idle task are never ours to promote. */
+        if (res->pid <= 1)
+                return refuse(err, err_size, "reservation %" PRIu64 ": pid %" PRId32 " is not allowed",
+                              res->id, res->pid);
+        if (res_cpu_index[i] < 0)
+                return refuse(err, err_size, "reservation %" PRIu64 ": CPU %" PRId32 " has no frame",
+                              res->id, res->cpu);
+        uint32_t frame = t->cpus[res_cpu_index[i]].frame_slots;
+        if (res->period_slots == 0 || frame == 0 || frame % res->period_slots != 0)
+                return refuse(err, err_size, "reservation %" PRIu64 ": period of %" PRIu32
+                              " slots does not divide its CPU's frame (%" PRIu32 ")",
+                              res->id, res->period_slots, frame);
+        if (res->budget_slots == 0 || res->budget_slots > res->period_slots)
+                return refuse(err, err_size, "reservation %" PRIu64 ": budget of %" PRIu32
+                              " slots in a period of %" PRIu32, res->id, res->budget_slots,
+                              res->period_slots);
+        /* One reservation per process, or one per thread: two
+         * CPU loops driving the same thread would undo each
+         * other's promotions. */
+        for (uint32_t j = 0; j < i; j++) {
+                const PaceTableReservation *o = &t->reservations[j];
+                if (o->pid != res->pid || o->id == res->id)
+                        continue;
+                if (o->scope == PACE_TABLE_SCOPE_THREAD && res->scope == PACE_TABLE_SCOPE_THREAD && o->tid != res->tid)
+                        continue;
+                return refuse(err, err_size, "pid %" PRIi32 " holds reservations %" PRIu64 " and %" PRIu64,
+                              res->pid, o->id, res->id);
+        }
+        return 0;
+}
 
+static int check_user_limits(const PaceTableBuffer *t, const PaceConfig *config, char *err, size_t err_size) {
         /* Per-user totals: the dispatcher enforces the limits too, so a broker
          * that lost its mind cannot hand one user the machine. */
         for (uint32_t i = 0; i < t->n_reservations; i++) {
@@ -339,16 +277,7 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
 
                 if (res->uid == 0)
                         continue;
-                for (uint32_t j = 0; j < t->n_reservations; j++)
-                        if (t->reservations[j].uid == res->uid) {
-                                /* A split reservation counts once. */
-                                bool first_piece = true;
-                                for (uint32_t k = 0; k < j; k++)
-                                        first_piece &= t->reservations[k].id != t->reservations[j].id;
-                                count += first_piece;
-                                util += (uint64_t) t->reservations[j].budget_slots * PPM /
-                                        t->reservations[j].period_slots;
-                        }
+                FRAME_USER_TOTALS(t->reservations, t->n_reservations, res->uid, &count, &util);
                 if (count > config->max_reservations_per_user)
                         return refuse(err, err_size, "uid %" PRIu32 " holds %" PRIu32 " reservations, limit %" PRIu32,
                                       res->uid, count, config->max_reservations_per_user);
@@ -357,48 +286,57 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                         return refuse(err, err_size, "uid %" PRIu32 " holds %" PRIu64 " ppm, limit %" PRIu32 " ppm",
                                       res->uid, util, config->max_utilization_per_user_ppm);
         }
+        return 0;
+}
 
-        for (uint32_t c = 0; c < t->n_cpus; c++) {
-                const PaceTableCpu *cpu = &t->cpus[c];
-                const uint16_t *slots = &t->slots[cpu->first_slot];
-                uint32_t free_slots = 0, server_switches = 0;
+/* CPU c's frame: every owner exists and lives on this CPU (counted into
+ * held[]), the free share after dispatch costs, and the longest busy run. */
+static int check_frame(const PaceTableBuffer *t, uint32_t c, const PaceConfig *config, uint32_t max_gap,
+                       const int32_t *res_cpu_index, uint32_t *held, char *err, size_t err_size) {
+        const PaceTableCpu *cpu = &t->cpus[c];
+        const uint16_t *slots = &t->slots[cpu->first_slot];
+        uint32_t free_slots = 0, server_switches = 0;
 
-                if (cpu->frame_slots == 0)
+        if (cpu->frame_slots == 0)
+                return 0;
+        for (uint32_t i = 0; i < t->n_reservations; i++)
+                if (res_cpu_index[i] == (int32_t) c && (t->reservations[i].flags & PACE_RES_SERVER))
+                        server_switches += frame_server_switches(t->reservations[i].period_slots,
+                                                                 cpu->frame_slots, config);
+        for (uint32_t s = 0; s < cpu->frame_slots; s++) {
+                uint16_t owner = slots[s];
+                if (owner == PACE_SLOT_FREE) {
+                        free_slots++;
                         continue;
-                for (uint32_t i = 0; i < t->n_reservations; i++)
-                        if (res_cpu_index[i] == (int32_t) c && (t->reservations[i].flags & PACE_RES_SERVER))
-                                server_switches += frame_server_switches(t->reservations[i].period_slots,
-                                                                         cpu->frame_slots, config);
-                for (uint32_t s = 0; s < cpu->frame_slots; s++) {
-                        uint16_t owner = slots[s];
-                        if (owner == PACE_SLOT_FREE) {
-                                free_slots++;
-                                continue;
-                        }
-                        if (owner > t->n_reservations)
-                                return refuse(err, err_size, "CPU %" PRId32 " slot %" PRIu32 ": owner %u does not exist",
-                                              cpu->cpu, s, owner);
-                        if (res_cpu_index[owner - 1] != (int32_t) c)
-                                return refuse(err, err_size, "CPU %" PRId32 " slot %" PRIu32
-                                              ": reservation %" PRIu64 " belongs to CPU %" PRId32,
-                                              cpu->cpu, s, t->reservations[owner - 1].id,
-                                              t->reservations[owner - 1].cpu);
-                        held[owner - 1]++;
                 }
-
-                if (!frame_free_share_ok(free_slots, frame_switches(slots, cpu->frame_slots) + server_switches,
-                                         cpu->frame_slots, config))
-                        return refuse(err, err_size, "CPU %" PRId32 ": %" PRIu32 " of %" PRIu32
-                                      " slots free, below the non-real-time share of %" PRIu32 " ppm"
-                                      " after dispatch costs",
-                                      cpu->cpu, free_slots, cpu->frame_slots, config->non_rt_share_ppm);
-                uint32_t run = frame_max_busy_run(slots, cpu->frame_slots);
-                if (run > max_gap)
-                        return refuse(err, err_size, "CPU %" PRId32 ": %" PRIu32
-                                      " consecutive reserved slots, non-real-time work may wait at most %" PRIu32,
-                                      cpu->cpu, run, max_gap);
+                if (owner > t->n_reservations)
+                        return refuse(err, err_size, "CPU %" PRId32 " slot %" PRIu32 ": owner %u does not exist",
+                                      cpu->cpu, s, owner);
+                if (res_cpu_index[owner - 1] != (int32_t) c)
+                        return refuse(err, err_size, "CPU %" PRId32 " slot %" PRIu32
+                                      ": reservation %" PRIu64 " belongs to CPU %" PRId32,
+                                      cpu->cpu, s, t->reservations[owner - 1].id,
+                                      t->reservations[owner - 1].cpu);
+                held[owner - 1]++;
         }
 
+        if (!frame_free_share_ok(free_slots, frame_switches(slots, cpu->frame_slots) + server_switches,
+                                 cpu->frame_slots, config))
+                return refuse(err, err_size, "CPU %" PRId32 ": %" PRIu32 " of %" PRIu32
+                              " slots free, below the non-real-time share of %" PRIu32 " ppm"
+                              " after dispatch costs",
+                              cpu->cpu, free_slots, cpu->frame_slots, config->non_rt_share_ppm);
+        uint32_t run = frame_max_busy_run(slots, cpu->frame_slots);
+        if (run > max_gap)
+                return refuse(err, err_size, "CPU %" PRId32 ": %" PRIu32
+                              " consecutive reserved slots, non-real-time work may wait at most %" PRIu32,
+                              cpu->cpu, run, max_gap);
+        return 0;
+}
+
+/* Every reservation holds exactly its grant, in every window of its period. */
+static int check_grants(const PaceTableBuffer *t, uint32_t max_frame, const int32_t *res_cpu_index,
+                        const uint32_t *held, char *err, size_t err_size) {
         for (uint32_t i = 0; i < t->n_reservations; i++) {
                 const PaceTableReservation *res = &t->reservations[i];
                 const PaceTableCpu *cpu = &t->cpus[res_cpu_index[i]];
@@ -422,4 +360,40 @@ int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, s
                                       res->id, min, res->budget_slots);
         }
         return 0;
+}
+
+int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, size_t err_size) {
+        uint32_t max_frame = pace_config_frame_slots(config);
+        uint32_t max_gap = (uint32_t) (config->non_rt_max_gap_ns / config->slot_ns);
+        /* Per-reservation slot counts and CPUs; static size, no allocation
+         * on the dispatcher's path. */
+        uint32_t held[PACE_MAX_RESERVATIONS];
+        int32_t res_cpu_index[PACE_MAX_RESERVATIONS];
+        int r;
+
+        r = check_bounds(t, config, err, err_size);
+        if (r < 0)
+                return r;
+        r = check_nice_levels(t, config, err, err_size);
+        if (r < 0)
+                return r;
+        r = check_cpus(t, config, max_frame, err, err_size);
+        if (r < 0)
+                return r;
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                res_cpu_index[i] = reservation_cpu_index(t, i);
+                held[i] = 0;
+                r = check_reservation(t, i, res_cpu_index, err, err_size);
+                if (r < 0)
+                        return r;
+        }
+        r = check_user_limits(t, config, err, err_size);
+        if (r < 0)
+                return r;
+        for (uint32_t c = 0; c < t->n_cpus; c++) {
+                r = check_frame(t, c, config, max_gap, res_cpu_index, held, err, err_size);
+                if (r < 0)
+                        return r;
+        }
+        return check_grants(t, max_frame, res_cpu_index, held, err, err_size);
 }

@@ -215,6 +215,14 @@ int table_reader_snapshot(const TableReader *r, PaceTableBuffer *out, uint64_t *
         return 0;
 }
 
+int table_reader_snapshot_retry(const TableReader *r, PaceTableBuffer *out, uint64_t *ret_generation) {
+        int k = -EAGAIN;
+
+        for (unsigned tries = 0; tries < 100 && k == -EAGAIN; tries++)
+                k = table_reader_snapshot(r, out, ret_generation);
+        return k;
+}
+
 int table_reader_wait(const TableReader *r, uint64_t seen, const struct timespec *timeout) {
         PaceTableHeader *h = header_of(r->base);
 

@@ -39,6 +39,10 @@ uint64_t table_reader_generation(const TableReader *r);
  * validates). Returns -EAGAIN if the writer changed it during the copy (torn),
  * -ENODATA if nothing is published yet. */
 int table_reader_snapshot(const TableReader *r, PaceTableBuffer *out, uint64_t *ret_generation);
+/* table_reader_snapshot(), looking again while the copy comes out torn: a
+ * writer publishes a few times a second at most, so a hundred tries in a
+ * row never all meet one. Still -EAGAIN if they did; other errors at once. */
+int table_reader_snapshot_retry(const TableReader *r, PaceTableBuffer *out, uint64_t *ret_generation);
 /* Sleeps until the generation differs from `seen`, or the timeout (NULL:
  * none) passes. Returns 0, -ETIMEDOUT or -EINTR. */
 int table_reader_wait(const TableReader *r, uint64_t seen, const struct timespec *timeout);

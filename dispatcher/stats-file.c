@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "stats-file.h"
+#include "time-util.h"
 
 int stats_file_open(const char *runtime_dir, int *ret_fd) {
         _cleanup_close_ int dfd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -57,12 +58,6 @@ PaceStatsFile *stats_file_unmap(PaceStatsFile *f) {
         return NULL;
 }
 
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
 int stats_file_claim(PaceStatsFile *f, uint64_t id, int32_t cpu, PaceStatsEntry **ret) {
         for (uint32_t i = 0; i < PACE_STATS_MAX_ENTRIES; i++) {
                 PaceStatsEntry *e = &f->entries[i];
@@ -76,7 +71,7 @@ int stats_file_claim(PaceStatsFile *f, uint64_t id, int32_t cpu, PaceStatsEntry 
                 e->threads = 0;
                 e->cpu_time_ns = e->window_ns = e->delivered_ns = 0;
                 e->periods = e->periods_blocked = e->periods_wanted_more = 0;
-                e->updated_ns = now_ns();
+                e->updated_ns = monotonic_ns();
                 acct_entry_write_end(e);
                 *ret = e;
                 return 0;

@@ -15,14 +15,10 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "time-util.h"
 
 #define SHARE_MAX_PIDS 8
 
-static inline uint64_t share_now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
 
 /* CPU time of a whole process (every thread, living or gone), in ns: the
  * kernel's process CPU clock. /proc/PID/stat's utime + stime would do, but
@@ -64,13 +60,13 @@ static inline void share_measure(int cpu, const pid_t *pids, unsigned n, unsigne
         double best_others = 1e9;
 
         for (unsigned attempt = 0; attempt < 3; attempt++) {
-                uint64_t c0[SHARE_MAX_PIDS], t0 = share_now_ns(), i0 = share_cpu_idle_ns(cpu), t1, i1;
+                uint64_t c0[SHARE_MAX_PIDS], t0 = monotonic_ns(), i0 = share_cpu_idle_ns(cpu), t1, i1;
                 double ours = 0, got[SHARE_MAX_PIDS];
 
                 for (unsigned i = 0; i < n; i++)
                         c0[i] = share_cpu_time_ns(pids[i]);
                 nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-                t1 = share_now_ns();
+                t1 = monotonic_ns();
                 i1 = share_cpu_idle_ns(cpu);
                 for (unsigned i = 0; i < n; i++) {
                         got[i] = 100.0 * (double) (share_cpu_time_ns(pids[i]) - c0[i]) / (double) (t1 - t0);

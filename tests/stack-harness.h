@@ -15,6 +15,7 @@
 
 #include "broker-harness.h"
 #include "pace/pace.h"
+#include "time-util.h"
 
 /* The CPU spawn() pins its children to (the tests leave CPU 0 to the
  * system and their own samplers). */
@@ -39,7 +40,6 @@ typedef struct Stack {
 /* The socket of the last stack started: for children forked later. */
 extern const char *stack_socket;
 
-uint64_t now_ns(void);
 void sleep_ms(unsigned ms);
 void pin(int cpu);
 /* The policy without the SCHED_RESET_ON_FORK flag the kernel ORs into it. */

@@ -18,7 +18,7 @@
 
 #include "cpu-share.h"
 #include "sched-util.h"
-#include "test-dispatch-util.h"
+#include "dispatch-harness.h"
 
 #define CONFIG_2CPUS "{ \"slot_us\": 1000, \"cpus\": [0, 1], \"reserve_root_processes\": true }"
 #define KILLS 5 /* the monitor allows 5 restarts in 10 s */
@@ -153,29 +153,29 @@ static Kill kill_once(pid_t monitor, const pid_t client[2], int how) {
         enter_fifo99();
         /* Both clients run in the same slots: wait for an instant (at most a
          * frame) at which both are real-time. */
-        uint64_t deadline = test_now_ns() + 200 * 1000000ULL;
-        while (!(is_fifo(client[0]) && is_fifo(client[1])) && test_now_ns() < deadline)
+        uint64_t deadline = monotonic_ns() + 200 * 1000000ULL;
+        while (!(is_fifo(client[0]) && is_fifo(client[1])) && monotonic_ns() < deadline)
                 nap(SAMPLE_NS);
         k.both_fifo = is_fifo(client[0]) && is_fifo(client[1]);
-        uint64_t t0 = test_now_ns();
+        uint64_t t0 = monotonic_ns();
         if (how == 0)
                 kill(victim, SIGKILL);
         else
                 syscall(SYS_tgkill, victim, thread, how == 1 ? SIGKILL : SIGSEGV);
         deadline = t0 + 1000 * 1000000ULL;
-        while ((is_fifo(client[0]) || is_fifo(client[1])) && test_now_ns() < deadline)
+        while ((is_fifo(client[0]) || is_fifo(client[1])) && monotonic_ns() < deadline)
                 nap(SAMPLE_NS);
-        k.recovery_ns = test_now_ns() - t0;
+        k.recovery_ns = monotonic_ns() - t0;
 
         /* Now a new child must appear and promote both again. */
         bool seen[2] = { false, false };
         deadline = t0 + 2 * RESUME_LIMIT_NS;
-        while (!(seen[0] && seen[1]) && test_now_ns() < deadline) {
+        while (!(seen[0] && seen[1]) && monotonic_ns() < deadline) {
                 seen[0] = seen[0] || is_fifo(client[0]);
                 seen[1] = seen[1] || is_fifo(client[1]);
                 nap(200000);
         }
-        k.resume_ns = test_now_ns() - t0;
+        k.resume_ns = monotonic_ns() - t0;
         leave_fifo99();
         ASSERT_TRUE(monitor_child(monitor) != victim);
         return k;
@@ -322,14 +322,14 @@ TEST(strict_mode_kill_thaws_the_client) {
 
         enter_fifo99();
         /* Kill it while the client is outside its slot, i.e. frozen. */
-        uint64_t deadline = test_now_ns() + 200 * 1000000ULL;
-        while (is_fifo(client) && test_now_ns() < deadline)
+        uint64_t deadline = monotonic_ns() + 200 * 1000000ULL;
+        while (is_fifo(client) && monotonic_ns() < deadline)
                 nap(SAMPLE_NS);
-        while (!is_fifo(client) && test_now_ns() < deadline)
+        while (!is_fifo(client) && monotonic_ns() < deadline)
                 nap(SAMPLE_NS);
-        while (is_fifo(client) && test_now_ns() < deadline)
+        while (is_fifo(client) && monotonic_ns() < deadline)
                 nap(SAMPLE_NS);
-        uint64_t t0 = test_now_ns();
+        uint64_t t0 = monotonic_ns();
         kill(victim, SIGKILL);
         leave_fifo99();
         /* Outside its slot and with no dispatcher, it must run as an
@@ -339,11 +339,11 @@ TEST(strict_mode_kill_thaws_the_client) {
         uint64_t ran_ns = cpu_time_ns(client) - c0;
         /* A SCHED_OTHER sampler sees it real-time: only one CPU is reserved. */
         bool again = false;
-        while (!again && test_now_ns() < t0 + RESUME_LIMIT_NS) {
+        while (!again && monotonic_ns() < t0 + RESUME_LIMIT_NS) {
                 again = is_fifo(client);
                 nap(200000);
         }
-        uint64_t resumed_ns = test_now_ns() - t0;
+        uint64_t resumed_ns = monotonic_ns() - t0;
         print_monitor_lines(&e, "monitor: dispatcher pid");
         env_cleanup(&e);
         printf("  after the kill the client ran %.1f ms of 100 ms; real-time again: %s (%.0f ms after the kill)\n",

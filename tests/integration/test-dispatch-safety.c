@@ -7,7 +7,7 @@
 #include <dirent.h>
 #include <sys/mman.h>
 
-#include "test-dispatch-util.h"
+#include "dispatch-harness.h"
 
 static unsigned long ctxt_switches(pid_t pid) {
         char path[384], line[256];
@@ -120,10 +120,10 @@ _Noreturn static void record_gaps(GapLog *log, bool stay) {
         alarm(CHILD_LIFETIME_S);
         while (!atomic_load(&log->go))
                 ;
-        uint64_t begin = test_now_ns(), last = begin, end = begin + HOURGLASS_NS;
+        uint64_t begin = monotonic_ns(), last = begin, end = begin + HOURGLASS_NS;
         log->t_start = begin;
         for (;;) {
-                uint64_t now = test_now_ns();
+                uint64_t now = monotonic_ns();
                 unsigned n = atomic_load_explicit(&log->n, memory_order_relaxed);
                 if (now - last > HOURGLASS_GAP_NS && n < MAX_GAPS) {
                         log->gaps[n] = (Gap) { last, now };
@@ -349,9 +349,9 @@ TEST(corrupted_table_refused) {
         bool refused = env_wait_log(&e, needle, 1000);
 
         test_sleep_ms(500);
-        uint64_t t0 = test_now_ns(), c0 = cpu_time_ns(client);
+        uint64_t t0 = monotonic_ns(), c0 = cpu_time_ns(client);
         test_sleep_ms(3000);
-        double share = 100.0 * (double) (cpu_time_ns(client) - c0) / (double) (test_now_ns() - t0);
+        double share = 100.0 * (double) (cpu_time_ns(client) - c0) / (double) (monotonic_ns() - t0);
         printf("  after the garbage table: reserved %.2f%% over 3 s (grant 60%%)\n", share);
         if (!refused)
                 env_dump_log(&e);
@@ -418,13 +418,13 @@ TEST(reservation_removed_restores) {
         ASSERT_TRUE(wait_for_fifo(client, 500));
 
         env_publish(&e, 1000000, "", NULL, 0);
-        uint64_t t0 = test_now_ns(), took;
+        uint64_t t0 = monotonic_ns(), took;
         /* Polled from CPU 0: on CPU 1 the poller would wait behind the
          * client's FIFO slots. */
         pin_self(TEST_SYSTEM_CPU);
-        while (!is_restored(client, 5) && test_now_ns() - t0 < 1000000000ULL)
+        while (!is_restored(client, 5) && monotonic_ns() - t0 < 1000000000ULL)
                 usleep(500);
-        took = test_now_ns() - t0;
+        took = monotonic_ns() - t0;
         pin_self(TEST_CPU);
         assert_restored(client, 5);
         unsigned n;

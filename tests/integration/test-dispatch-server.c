@@ -26,7 +26,7 @@
 #include <stdlib.h>
 
 #include "cpu-share.h"
-#include "test-dispatch-util.h"
+#include "dispatch-harness.h"
 
 #define WARMUP_MS 1000
 #define MEASURE_MS 5000
@@ -120,10 +120,10 @@ static void periodic_child(int fd) {
                 t.tv_sec = (time_t) (at / 1000000000ULL);
                 t.tv_nsec = (long) (at % 1000000000ULL);
                 clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);
-                uint64_t late = test_now_ns() - at;
+                uint64_t late = monotonic_ns() - at;
                 dprintf(fd, "%" PRIu64 "\n", late / 1000);
-                uint64_t end = test_now_ns() + 2000000ULL;
-                while (test_now_ns() < end)
+                uint64_t end = monotonic_ns() + 2000000ULL;
+                while (monotonic_ns() < end)
                         ;
                 clock_gettime(CLOCK_MONOTONIC, &t);
         }
@@ -189,9 +189,9 @@ TEST(a_server_thread_runs_when_it_wakes) {
  * run during ms, and writes it (ns) to fd. */
 static void gap_probe(int fd, unsigned ms) {
         alarm(CHILD_LIFETIME_S);
-        uint64_t last = test_now_ns(), end = last + (uint64_t) ms * 1000000ULL, longest = 0;
+        uint64_t last = monotonic_ns(), end = last + (uint64_t) ms * 1000000ULL, longest = 0;
         while (last < end) {
-                uint64_t now = test_now_ns();
+                uint64_t now = monotonic_ns();
                 if (now - last > longest)
                         longest = now - last;
                 last = now;
@@ -344,9 +344,9 @@ TEST(a_periodic_job_in_a_server_leaves_non_real_time_work_its_gap) {
  * schedstat leaves with it, so a server that summed its threads' figures
  * would see its usage shrink and spend its budget again. */
 static void *spin_then_exit(void *arg) {
-        uint64_t end = test_now_ns() + 3000000ULL;
+        uint64_t end = monotonic_ns() + 3000000ULL;
         (void) arg;
-        while (test_now_ns() < end)
+        while (monotonic_ns() < end)
                 ;
         return NULL;
 }
@@ -403,15 +403,15 @@ TEST(a_killed_dispatcher_leaves_no_server_at_97) {
         ASSERT_TRUE(child > 0);
         pin_self(TEST_SYSTEM_CPU);
         bool at97 = false;
-        for (uint64_t end = test_now_ns() + 1000000000ULL; !at97 && test_now_ns() < end;)
+        for (uint64_t end = monotonic_ns() + 1000000000ULL; !at97 && monotonic_ns() < end;)
                 at97 = sched_getparam(client, &sp) == 0 && sp.sched_priority == PACE_SERVER_PRIORITY;
         ASSERT_TRUE(at97);
-        uint64_t t0 = test_now_ns();
+        uint64_t t0 = monotonic_ns();
         ASSERT_OK(kill(child, SIGKILL));
         uint64_t demoted_ns = 0;
-        while (test_now_ns() - t0 < 500000000ULL) {
+        while (monotonic_ns() - t0 < 500000000ULL) {
                 if (sched_getparam(client, &sp) == 0 && sp.sched_priority == 0) {
-                        demoted_ns = test_now_ns() - t0;
+                        demoted_ns = monotonic_ns() - t0;
                         break;
                 }
                 usleep(100);

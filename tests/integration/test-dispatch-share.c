@@ -12,7 +12,7 @@
 #include <inttypes.h>
 
 #include "cpu-share.h"
-#include "test-dispatch-util.h"
+#include "dispatch-harness.h"
 
 #define WARMUP_MS 1000
 #define MEASURE_MS 5000

@@ -57,7 +57,7 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
          * and sometimes not (between them). Sampled from CPU 0. */
         pin(0);
         unsigned fifo = 0, samples = 0;
-        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
                 fifo += policy_of(client) == SCHED_FIFO;
                 sleep_ms(1);
         }
@@ -66,7 +66,7 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         ASSERT_CMP(fifo, <, samples * 9 / 10);
 
         /* Shares over 5 s. 60% granted; 40% left for the other hog. The
-         * band is 2 points (issue 3); the dispatcher tests explain why it
+         * band is 2 points; the dispatcher tests explain why it
          * holds on this VM, and foreign load on CPU 1 can only lower both. */
         double shares[3];
         share_measure(CPU, (pid_t[]) { client, other, dispatcher_child(&s) }, 3, 5000, shares);
@@ -78,18 +78,18 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
 
         /* Killing the client frees its slots within a frame or so. */
         reap(client);
-        uint64_t k0 = now_ns();
+        uint64_t k0 = monotonic_ns();
         while (n_reservations(s.broker.socket) != 0) {
-                ASSERT_CMP(now_ns() - k0, <, NSEC_PER_SEC);
+                ASSERT_CMP(monotonic_ns() - k0, <, NSEC_PER_SEC);
                 sleep_ms(2);
         }
-        printf("  slots freed %.1f ms after the client died\n", (double) (now_ns() - k0) / 1e6);
+        printf("  slots freed %.1f ms after the client died\n", (double) (monotonic_ns() - k0) / 1e6);
         /* And the dispatcher let them go at its next frame boundary: from
          * two frames (100 ms) after the death the hog has CPU 1 to itself
          * (it had 40% before; 90 leaves room for interrupts and neighbours). */
         uint64_t settle = k0 + 100 * NSEC_PER_MSEC;
-        if (now_ns() < settle)
-                sleep_ms((unsigned) ((settle - now_ns()) / NSEC_PER_MSEC) + 1);
+        if (monotonic_ns() < settle)
+                sleep_ms((unsigned) ((settle - monotonic_ns()) / NSEC_PER_MSEC) + 1);
         share_measure(CPU, (pid_t[]) { other }, 1, 500, shares);
         printf("  the hog, from 100 ms after the death: %.2f%%\n", shares[0]);
         ASSERT_CMP(shares[0], >=, 90.0);
@@ -126,7 +126,7 @@ TEST(a_server_from_pace_run_runs_at_the_server_priority_within_its_budget) {
         sleep_ms(500);
         pin(0);
         unsigned at97 = 0, at98 = 0, samples = 0;
-        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
                 struct sched_param sp;
                 if (sched_getparam(client, &sp) == 0) {
                         at97 += sp.sched_priority == 97;
@@ -174,7 +174,7 @@ static void allocation_client(const char *socket, pace_kind kind, int fd) {
                         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
                 while ((uint64_t) (c.tv_sec - c0.tv_sec) * NSEC_PER_SEC + (uint64_t) c.tv_nsec <
                        (uint64_t) c0.tv_nsec + 16 * NSEC_PER_MSEC);
-                dprintf(fd, "%" PRIu64 "\n", (now_ns() - start) / 1000);
+                dprintf(fd, "%" PRIu64 "\n", (monotonic_ns() - start) / 1000);
         }
         _exit(0);
 }
@@ -359,10 +359,10 @@ static void *split_thread(void *arg) {
         int me = (int) (intptr_t) arg;
         while (!atomic_load(&split_log->go))
                 ;
-        uint64_t begin = now_ns(), last = begin, end = split_log->t_start + SPLIT_RUN_NS;
+        uint64_t begin = monotonic_ns(), last = begin, end = split_log->t_start + SPLIT_RUN_NS;
         int cpu = sched_getcpu();
         for (;;) {
-                uint64_t t = now_ns();
+                uint64_t t = monotonic_ns();
                 int c = sched_getcpu();
                 bool done = t > end;
                 if (t - last > SPLIT_GAP_NS || c != cpu || done) {
@@ -399,7 +399,7 @@ static void split_client(const char *socket) {
         for (int i = 0; i < 2; i++)
                 pthread_create(&th[i], NULL, split_thread, (void *) (intptr_t) i);
         usleep(300 * 1000);
-        split_log->t_start = now_ns();
+        split_log->t_start = monotonic_ns();
         atomic_store(&split_log->go, 1);
         for (int i = 0; i < 2; i++)
                 pthread_join(th[i], NULL);
@@ -522,7 +522,7 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
 
         ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         ASSERT_EQ(pieces, 2);
-        /* The whole grant, within the 2 points of issue 4; each CPU gave
+        /* The whole grant, within 2 points; each CPU gave
          * about its piece (3 points: the nice-19 leftovers of the free time
          * land on whichever CPU the threads were last pinned to). */
         ASSERT_CMP(on_cpu[0] + on_cpu[1], >=, 58.0);
@@ -709,7 +709,7 @@ TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_c
 
         /* The dispatcher's own CPU time, how many threads ever run
          * real-time, and what the client and a competing hog get, over 3 s. */
-        uint64_t d0 = share_cpu_time_ns(child), t0 = now_ns();
+        uint64_t d0 = share_cpu_time_ns(child), t0 = monotonic_ns();
         uint64_t c0 = share_cpu_time_ns(client), h0 = share_cpu_time_ns(other);
         unsigned most_fifo = 0;
         char taskdir[64];
@@ -726,7 +726,7 @@ TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_c
                 most_fifo = MAX(most_fifo, fifo);
                 sleep_ms(250);
         }
-        uint64_t d1 = share_cpu_time_ns(child), t1 = now_ns();
+        uint64_t d1 = share_cpu_time_ns(child), t1 = monotonic_ns();
         double dispatcher_share = 100.0 * (double) (d1 - d0) / (double) (t1 - t0);
         double client_share = 100.0 * (double) (share_cpu_time_ns(client) - c0) / (double) (t1 - t0);
         double hog_share = 100.0 * (double) (share_cpu_time_ns(other) - h0) / (double) (t1 - t0);
@@ -881,7 +881,7 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         ASSERT_EQ(broker_stop(&s.broker), 0);
 }
 
-/* Issue 5: scopes, groups and accounting. */
+/* Scopes, groups and accounting. */
 
 /* Whether a thread id is listed in a cgroup file. */
 static bool listed_in(const char *path, pid_t id) {
@@ -1008,9 +1008,9 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         ASSERT_EQ(n_tids, 8);
         for (size_t i = 0; i < n_tids; i++)
                 c0[i] = thread_cpu_ns(client, tids[i]);
-        uint64_t w0 = now_ns();
+        uint64_t w0 = monotonic_ns();
         sleep_ms(2000);
-        double least = 100, most = 0, window = (double) (now_ns() - w0);
+        double least = 100, most = 0, window = (double) (monotonic_ns() - w0);
         for (size_t i = 0; i < n_tids; i++) {
                 c1[i] = thread_cpu_ns(client, tids[i]);
                 double share = 100.0 * (double) (c1[i] - c0[i]) / window;
@@ -1034,7 +1034,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         double proc = -1;
         for (unsigned i = 0; i < MAX_POLLS && changes < 2; i++) {
                 poll_c[i] = share_cpu_time_ns(client);
-                poll_t[i] = now_ns();
+                poll_t[i] = monotonic_ns();
                 ASSERT_TRUE(stack_find_reservation(s.broker.socket, id, &g));
                 if (g.accounting.valid &&
                     (g.accounting.window_ns != last_window || g.accounting.delivered_ns != last_delivered)) {
@@ -1083,7 +1083,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         size_t n_known = task_ids(client, known, ELEMENTSOF(known));
         ASSERT_EQ(n_known, 8);
         atomic_store(&scope_shared->go_late, 1);
-        for (uint64_t until = now_ns() + 5 * NSEC_PER_SEC; !late && now_ns() < until;) {
+        for (uint64_t until = monotonic_ns() + 5 * NSEC_PER_SEC; !late && monotonic_ns() < until;) {
                 pid_t now_ids[64];
                 size_t n_now = task_ids(client, now_ids, ELEMENTSOF(now_ids));
                 for (size_t i = 0; i < n_now && !late; i++)
@@ -1093,15 +1093,15 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         if (!late)
                 TEST_FAIL_("the client did not start a 9th thread within 5 s (go_late %d)",
                            atomic_load(&scope_shared->go_late));
-        uint64_t born = now_ns(), promoted = 0;
+        uint64_t born = monotonic_ns(), promoted = 0;
         char late_cgroup[96], res_name[48];
         snprintf(late_cgroup, sizeof(late_cgroup), "/proc/%d/task/%d/cgroup", (int) client, (int) late);
         snprintf(res_name, sizeof(res_name), "/res-%" PRIu64, id);
         ASSERT_TRUE(cgroup_path_contains(late_cgroup, "cpuacct", res_name)); /* born inside */
         pin(0);
-        while (now_ns() - born < 500 * NSEC_PER_MSEC && !promoted)
+        while (monotonic_ns() - born < 500 * NSEC_PER_MSEC && !promoted)
                 if (policy_of(late) == SCHED_FIFO)
-                        promoted = now_ns();
+                        promoted = monotonic_ns();
         ASSERT_TRUE(promoted != 0);
         printf("  a thread born after the grant was SCHED_FIFO %.1f ms after its birth\n",
                (double) (promoted - born) / 1e6);
@@ -1111,7 +1111,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
          * share of samples with any thread real-time stays near the grant
          * (every thread moves together). */
         unsigned any_rt = 0, samples = 0;
-        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
                 any_rt += any_thread_realtime(client);
                 sleep_ms(1);
         }
@@ -1169,7 +1169,7 @@ TEST(a_tree_scope_covers_the_children_of_a_pace_run_command) {
         ASSERT_CMP(n, >=, 2);
         pin(0);
         unsigned fifo[8] = {}, samples = 0;
-        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
                 for (unsigned i = 0; i < n; i++)
                         fifo[i] += policy_of(kids[i]) == SCHED_FIFO;
                 sleep_ms(1);
@@ -1301,7 +1301,7 @@ static void churn_client(const void *arg) {
                 pace_grant g;
                 if (pace_reserve(p, &params, &g) < 0)
                         continue; /* refused: the others hold too much */
-                for (uint64_t end = now_ns() + ((state >> 40) % 30) * NSEC_PER_MSEC; now_ns() < end;)
+                for (uint64_t end = monotonic_ns() + ((state >> 40) % 30) * NSEC_PER_MSEC; monotonic_ns() < end;)
                         ;
                 if (i == 39)
                         _exit(0); /* die holding the last one: the pidfd frees it */

@@ -182,7 +182,7 @@ static void *affinity_thread(void *arg) {
         spin_until_fifo();
         uint64_t next = 0;
         for (;;) {
-                uint64_t t = now_ns();
+                uint64_t t = monotonic_ns();
                 if (t < next)
                         continue;
                 set_affinity(0, mode == 0 ? 0 : where, -1); /* errors ignored: the attack just tries */
@@ -280,7 +280,7 @@ static void *pi_holder(void *arg) {
         for (;;) {
                 set_affinity(0, 0, -1);
                 pthread_mutex_lock(&pi_lock);
-                for (uint64_t end = now_ns() + 2 * NSEC_PER_MSEC; now_ns() < end;)
+                for (uint64_t end = monotonic_ns() + 2 * NSEC_PER_MSEC; monotonic_ns() < end;)
                         ;
                 pthread_mutex_unlock(&pi_lock);
                 atomic_fetch_add_explicit(&sh->counter, 1, memory_order_relaxed);
@@ -425,17 +425,17 @@ static void run_cpu1_cost_attack(void (*fn)(void), const char *what, unsigned wa
         pid_t victim = hog_on(STACK_CPU);
         sleep_ms(500);
         unsigned t0 = atomic_load(&sh->threads);
-        uint64_t w0 = now_ns();
+        uint64_t w0 = monotonic_ns();
         /* Granted 10%: 90% is free, less the switch costs. The hog keeps 80
          * (10 points for the nice-19 leftovers of a spinning client and the
          * dispatcher's fair cost); the dispatcher's own time stays under 3%
          * (a single-threaded client costs it 0.1-0.2%, dispatcher/README.md). */
         pid_t rt = dispatch_thread_of(child, STACK_CPU);
         ASSERT_TRUE(rt > 0);
-        uint64_t rt0 = thread_cpu_ns(child, rt), rw0 = now_ns();
+        uint64_t rt0 = thread_cpu_ns(child, rt), rw0 = monotonic_ns();
         share_measure(STACK_CPU, (pid_t[]) { victim, child, bad }, 3, 3000, shares);
-        double rt_share = 100.0 * (double) (thread_cpu_ns(child, rt) - rt0) / (double) (now_ns() - rw0);
-        double rate = (double) (atomic_load(&sh->threads) - t0) / ((double) (now_ns() - w0) / 1e9);
+        double rt_share = 100.0 * (double) (thread_cpu_ns(child, rt) - rt0) / (double) (monotonic_ns() - rw0);
+        double rate = (double) (atomic_load(&sh->threads) - t0) / ((double) (monotonic_ns() - w0) / 1e9);
         printf("  %s: %u threads created (%.0f/s while measured, errno %d); over 3 s on CPU 1: hog %.2f%%, "
                "dispatch thread (FIFO 99) %.2f%%, dispatcher process (all CPUs) %.2f%%, attacker %.2f%%\n", what,
                atomic_load(&sh->threads), rate, atomic_load(&sh->err), shares[0], rt_share, shares[1], shares[2]);
@@ -518,7 +518,7 @@ static bool at_fifo_1(pid_t pid) {
 /* Waits (spinning, from CPU 0) until the attacker sits at SCHED_FIFO 1. */
 static bool catch_at_fifo_1(pid_t pid, unsigned ms) {
         pin(0);
-        for (uint64_t end = now_ns() + ms * NSEC_PER_MSEC; now_ns() < end;)
+        for (uint64_t end = monotonic_ns() + ms * NSEC_PER_MSEC; monotonic_ns() < end;)
                 if (at_fifo_1(pid))
                         return true;
         return false;
@@ -527,7 +527,7 @@ static bool catch_at_fifo_1(pid_t pid, unsigned ms) {
 /* Samples for `ms` whether any thread of pid is real-time: how often. */
 static unsigned realtime_samples(pid_t pid, unsigned ms, unsigned *ret_samples) {
         unsigned rt = 0, n = 0;
-        for (uint64_t end = now_ns() + ms * NSEC_PER_MSEC; now_ns() < end; n++) {
+        for (uint64_t end = monotonic_ns() + ms * NSEC_PER_MSEC; monotonic_ns() < end; n++) {
                 rt += any_thread_realtime(pid);
                 sleep_ms(1);
         }
@@ -654,11 +654,11 @@ TEST(a_thread_that_lowers_its_own_priority_is_swept_at_the_next_start) {
         bool named = table_file_names(s.broker.dir, bad);
         printf("  released; the table file %s names it\n", named ? "still" : "no longer");
         ASSERT_TRUE(at_fifo_1(bad));
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         stack_start_dispatcher(&s);
         /* Within 1 s of the start (the start-up sweep runs before the
          * dispatch threads): nothing of it real-time, sampled for 200 ms. */
-        while (now_ns() < t0 + NSEC_PER_SEC)
+        while (monotonic_ns() < t0 + NSEC_PER_SEC)
                 sleep_ms(5);
         rt = realtime_samples(bad, 200, &samples);
         printf("  1 s after a new dispatcher started: some thread real-time in %u of %u samples\n", rt, samples);
@@ -738,7 +738,7 @@ static void run_tid_reuse(bool hide_groups) {
         /* Adopted and promoted while the thread lives. */
         pin(0);
         bool promoted = false;
-        for (uint64_t end = now_ns() + 2 * NSEC_PER_SEC; !promoted && now_ns() < end;)
+        for (uint64_t end = monotonic_ns() + 2 * NSEC_PER_SEC; !promoted && monotonic_ns() < end;)
                 promoted = policy_of(tid) == SCHED_FIFO;
         ASSERT_TRUE(promoted);
         atomic_store(&sh->thread_exit, 1);
@@ -765,7 +765,7 @@ static void run_tid_reuse(bool hide_groups) {
         /* 1 s of dispatching (50 of its 20 ms periods), then its release
          * and its death, then 300 ms: the victim's state every ~200 us. */
         for (int phase = 0; phase < 2; phase++) {
-                for (uint64_t end = now_ns() + (phase == 0 ? 1000 : 300) * NSEC_PER_MSEC; now_ns() < end; samples++) {
+                for (uint64_t end = monotonic_ns() + (phase == 0 ? 1000 : 300) * NSEC_PER_MSEC; monotonic_ns() < end; samples++) {
                         errno = 0;
                         int nice_value = getpriority(PRIO_PROCESS, (id_t) victim);
                         bad_policy += policy_of(victim) != SCHED_OTHER;
@@ -866,16 +866,16 @@ TEST(a_fifo_in_place_of_the_table_does_not_hang_the_dispatcher) {
         ASSERT_OK(unlink(path));
         ASSERT_OK(mkfifo(path, 0644));
         sleep_ms(500);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         kill(h.s.dispatcher, SIGTERM);
         int status = -1;
         bool exited = false;
-        while (!exited && now_ns() < t0 + 3 * NSEC_PER_SEC) {
+        while (!exited && monotonic_ns() < t0 + 3 * NSEC_PER_SEC) {
                 exited = waitpid(h.s.dispatcher, &status, WNOHANG) == h.s.dispatcher;
                 if (!exited)
                         sleep_ms(5);
         }
-        double took = (double) (now_ns() - t0) / 1e6;
+        double took = (double) (monotonic_ns() - t0) / 1e6;
         if (!exited) {
                 /* Hung: both processes, by pid (the child is the monitor's). */
                 kill(child, SIGKILL);
@@ -941,7 +941,7 @@ TEST(a_table_naming_a_root_process_as_root_does_not_touch_it) {
         /* The broker's user has no right to name a root process, and "uid
          * 0" in the table is only its word. */
         publish_one(&h, victim, 0);
-        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
                 errno = 0;
                 int nice_value = getpriority(PRIO_PROCESS, (id_t) victim);
                 fifo += realtime_policy(policy_of(victim));
@@ -1015,7 +1015,7 @@ TEST(a_broker_bumping_the_generation_in_a_loop_costs_other_cpus_nothing) {
         atomic_store(&flood_stop, 0);
         atomic_store(&flood_count, 0);
         ASSERT_EQ(pthread_create(&t, NULL, flood, h.w), 0);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         /* CPU 1 has no reservation: all of it is the hog's but for the
          * system's own work (10 points). The dispatcher's time is its whole
          * process's (both CPUs' threads): an upper bound of what it takes
@@ -1024,7 +1024,7 @@ TEST(a_broker_bumping_the_generation_in_a_loop_costs_other_cpus_nothing) {
         share_measure(1, (pid_t[]) { victim, child }, 2, 3000, shares);
         atomic_store(&flood_stop, 1);
         pthread_join(t, NULL);
-        double rate = (double) atomic_load(&flood_count) / ((double) (now_ns() - t0) / 1e9);
+        double rate = (double) atomic_load(&flood_count) / ((double) (monotonic_ns() - t0) / 1e9);
         printf("  %.0f generations/s for 3 s: on CPU 1 the hog got %.2f%%, the dispatcher %.2f%%\n", rate, shares[0],
                shares[1]);
         reap(victim);
@@ -1179,11 +1179,11 @@ TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
         kill(s.dispatcher, SIGKILL);
         waitpid(s.dispatcher, NULL, 0);
         s.dispatcher = 0;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         bool child_gone = pidfd_exited(pidfd, 3000);
         close(pidfd);
         unsigned left = groups_present(&mine);
-        while (left > 0 && now_ns() < t0 + 3 * NSEC_PER_SEC) {
+        while (left > 0 && monotonic_ns() < t0 + 3 * NSEC_PER_SEC) {
                 sleep_ms(10);
                 left = groups_present(&mine);
         }
@@ -1191,7 +1191,7 @@ TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
         int pol = policy_of(client), nice_value = getpriority(PRIO_PROCESS, (id_t) client);
         printf("  monitor SIGKILLed: dispatch process %s; %u of its group directories left after %.0f ms; the client "
                "is %s, nice %d\n", child_gone ? "exited" : "STILL RUNNING after 3 s", left,
-               (double) (now_ns() - t0) / 1e6, pol == SCHED_OTHER ? "SCHED_OTHER" : "real-time", nice_value);
+               (double) (monotonic_ns() - t0) / 1e6, pol == SCHED_OTHER ? "SCHED_OTHER" : "real-time", nice_value);
 
         /* A second instance, on another runtime dir. */
         stack_start(&s2);
@@ -1240,10 +1240,10 @@ TEST(the_next_instance_removes_what_a_dead_one_left) {
 
         /* Another instance, on another runtime dir: within 2 s of its start
          * the dead one's directories are gone (its runtime with them). */
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         stack_start(&s2);
         unsigned left = groups_present(&mine);
-        while (left > 0 && now_ns() < t0 + 2 * NSEC_PER_SEC) {
+        while (left > 0 && monotonic_ns() < t0 + 2 * NSEC_PER_SEC) {
                 sleep_ms(10);
                 left = groups_present(&mine);
         }

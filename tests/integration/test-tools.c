@@ -210,7 +210,7 @@ TEST(pace_run_granted_runs_the_command_under_its_reservation) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
-/* Issue 4: the reply says where a reservation lives, every CPU of a split
+/* The reply says where a reservation lives, every CPU of a split
  * one too. 25% held on each CPU leaves 50% on each: 60% fits only split. */
 TEST(tools_name_every_cpu_of_a_split_reservation) {
         BrokerInstance b;
@@ -400,7 +400,7 @@ TEST(pacectl_status_new_columns) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
-/* Needs the broker to echo the scope and count the threads (issue 5). */
+/* Needs the broker to echo the scope and count the threads. */
 TEST(pacectl_status_shows_scope_and_threads_from_broker) {
         BrokerInstance b;
         pace *p = NULL;
@@ -552,7 +552,7 @@ TEST(pace_run_scope_option) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
-/* Needs the broker to grant the scope asked for and count threads (issue 5). */
+/* Needs the broker to grant the scope asked for and count threads. */
 TEST(pace_run_scope_is_granted_as_asked) {
         BrokerInstance b;
         char *out = NULL, *err = NULL;
@@ -585,7 +585,7 @@ TEST(pace_run_scope_is_granted_as_asked) {
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
-/* Issue 14: pace-run --kind (-k) asks for a kind and says which was had; a
+/* pace-run --kind (-k) asks for a kind and says which was had; a
  * bad one is a usage error and nothing runs; without it the default is
  * slots. pacectl shows each reservation's kind in status (text and JSON)
  * and in top, and modify keeps the kind unless --kind names another. */

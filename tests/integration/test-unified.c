@@ -71,10 +71,10 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         size_t n = 0;
         double best_tree = 0, best_hog = 0, best_others = 1e9;
         for (int attempt = 0; attempt < 3 && best_others > 1.5; attempt++) {
-                uint64_t t0 = share_now_ns(), c0 = tree_cpu_ns(client, &n), h0 = share_cpu_time_ns(other);
+                uint64_t t0 = monotonic_ns(), c0 = tree_cpu_ns(client, &n), h0 = share_cpu_time_ns(other);
                 uint64_t i0 = share_cpu_idle_ns(STACK_CPU);
                 sleep_ms(3000);
-                uint64_t t1 = share_now_ns(), c1 = tree_cpu_ns(client, &n), h1 = share_cpu_time_ns(other);
+                uint64_t t1 = monotonic_ns(), c1 = tree_cpu_ns(client, &n), h1 = share_cpu_time_ns(other);
                 uint64_t i1 = share_cpu_idle_ns(STACK_CPU);
                 double tree = 100.0 * (double) (c1 - c0) / (double) (t1 - t0);
                 double hg = 100.0 * (double) (h1 - h0) / (double) (t1 - t0);
@@ -177,7 +177,7 @@ TEST(strict_mode_on_a_unified_host_holds_a_spinner_to_its_grant) {
         closedir(d);
         ASSERT_TRUE(events[0] != '\0');
         pin(0);
-        for (uint64_t end = now_ns() + NSEC_PER_SEC; now_ns() < end; samples++) {
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
                 FILE *f = fopen(events, "re");
                 while (f && fgets(line, sizeof(line), f))
                         frozen += strcmp(line, "frozen 1\n") == 0;

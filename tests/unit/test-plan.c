@@ -592,7 +592,7 @@ TEST(random_request_sets_keep_every_invariant_edf) {
         ASSERT_CMP(split, >, 0u);
 }
 
-/* Issue 14: random mixes of slots, servers and aligned reservations. Every
+/* Random mixes of slots, servers and aligned reservations. Every
  * table passes the dispatcher's validator (which charges each server its
  * switches at the CPU's frame: an admission that forgot a server, or its
  * charge at a frame grown since, is refused there), servers and aligned
@@ -728,7 +728,7 @@ TEST(refusals_name_the_real_reason) {
         ASSERT_CONTAINS(why, "CPU 0: 25% free");
 }
 
-/* Issue 4's case: 60% when no CPU has more than 50% free is split into
+/* A split: 60% when no CPU has more than 50% free is split into
  * pieces on both CPUs that never run at once and together hold 30 of every
  * 50 slots in every window. */
 TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
@@ -870,7 +870,7 @@ TEST(servers_are_charged_their_switches) {
         ASSERT_EQ(table.cpus[0].frame_slots, 200u);
 }
 
-/* Issue 14's aligned layout: the budget in one block from the start of each
+/* The aligned layout: the budget in one block from the start of each
  * window of the period, broken only where non_rt_max_gap (20 slots here)
  * forces a free slot, as few times as it can. 60% of 50 ms is 20 slots, one
  * free, 10 more; the slots kind would spread it 6 of every 10. A second

@@ -32,6 +32,7 @@
 #include "pace-limits.h"
 #include "pace.pb-c.h"
 #include "pace/pace.h"
+#include "time-util.h"
 
 #define _public_ __attribute__((visibility("default")))
 
@@ -752,7 +753,7 @@ _public_ int pace_wait_next_allocation(const pace_grant *grant, uint64_t *ret_st
 
         if (clock_gettime(CLOCK_MONOTONIC, &ts) < 0)
                 return negative_errno();
-        start = pace_next_allocation(grant, (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec);
+        start = pace_next_allocation(grant, timespec_ns(&ts));
 
         /* An absolute deadline: time spent before the sleep begins (being
          * preempted right here) does not push the wake-up later. */

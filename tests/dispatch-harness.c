@@ -1,14 +1,4 @@
 /* SPDX-License-Identifier: MIT */
-#pragma once
-
-/* Shared by the dispatcher's integration tests: a private runtime directory
- * and config, the real pace-dispatcher binary ($PACE_DISPATCHER), tables
- * crafted with TableWriter, and CPU-bound children pinned to CPU 1.
- *
- * Every process started here is remembered by pid and killed by pid; every
- * child arms its own alarm() and the dispatcher gets PR_SET_PDEATHSIG, so a
- * test that dies still leaves nothing running. */
-
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -25,52 +15,30 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
 #include "macro.h"
 #include "pace-stats.h"
 #include "pace-table.h"
 #include "proc-util.h"
 #include "table-shm.h"
 #include "test.h"
+#include "time-util.h"
 
-#define TEST_CPU 1
-#define TEST_SYSTEM_CPU 0
-#define CHILD_LIFETIME_S 40
-#define MAX_CHILDREN 16
+#include "dispatch-harness.h"
 
-typedef struct DispatchEnv {
-        char dir[64];
-        char config[96];
-        char log[96];
-        int dirfd;
-        pid_t dispatcher;
-        TableWriter *writer;
-        pid_t children[MAX_CHILDREN];
-        unsigned n_children;
-} DispatchEnv;
-
-static inline uint64_t test_now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
-}
-
-static inline void test_sleep_ms(unsigned ms) {
+void test_sleep_ms(unsigned ms) {
         struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L };
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
 }
 
-static inline void pin_self(int cpu) {
+void pin_self(int cpu) {
         cpu_set_t set;
         CPU_ZERO(&set);
         CPU_SET(cpu, &set);
         ASSERT_OK(sched_setaffinity(0, sizeof(set), &set));
 }
 
-/* Root, CPU 1 present, and SCHED_FIFO actually granted to this process (a
- * cgroup with cpu.rt_runtime_us = 0 refuses it even to root). */
-static inline const char *dispatch_unsupported(void) {
+const char *dispatch_unsupported(void) {
         static char why[256];
         struct sched_param sp = { .sched_priority = 1 };
         pid_t pid;
@@ -92,14 +60,7 @@ static inline const char *dispatch_unsupported(void) {
         return NULL;
 }
 
-#define DISPATCH_REQUIRE()                                                                \
-        do {                                                                              \
-                const char *why_ = dispatch_unsupported();                                \
-                if (why_)                                                                 \
-                        TEST_SKIP("%s", why_);                                            \
-        } while (0)
-
-static inline void env_init(DispatchEnv *e, const char *config_json) {
+void env_init(DispatchEnv *e, const char *config_json) {
         FILE *f;
 
         *e = (DispatchEnv) { .dirfd = -1 };
@@ -119,11 +80,11 @@ static inline void env_init(DispatchEnv *e, const char *config_json) {
         fclose(f);
 }
 
-static inline void env_create_table(DispatchEnv *e) {
+void env_create_table(DispatchEnv *e) {
         ASSERT_OK(table_writer_new(e->dirfd, &e->writer));
 }
 
-static inline bool env_log_contains(DispatchEnv *e, const char *needle) {
+bool env_log_contains(DispatchEnv *e, const char *needle) {
         char buf[65536];
         FILE *f = fopen(e->log, "re");
         size_t n;
@@ -136,7 +97,7 @@ static inline bool env_log_contains(DispatchEnv *e, const char *needle) {
         return strstr(buf, needle) != NULL;
 }
 
-static inline bool env_wait_log(DispatchEnv *e, const char *needle, unsigned timeout_ms) {
+bool env_wait_log(DispatchEnv *e, const char *needle, unsigned timeout_ms) {
         for (unsigned waited = 0; waited <= timeout_ms; waited += 10) {
                 if (env_log_contains(e, needle))
                         return true;
@@ -145,7 +106,7 @@ static inline bool env_wait_log(DispatchEnv *e, const char *needle, unsigned tim
         return false;
 }
 
-static inline void env_dump_log(DispatchEnv *e) {
+void env_dump_log(DispatchEnv *e) {
         char buf[8192];
         FILE *f = fopen(e->log, "re");
         size_t n;
@@ -158,8 +119,7 @@ static inline void env_dump_log(DispatchEnv *e) {
         printf("  --- dispatcher log ---\n%s  ---\n", buf);
 }
 
-/* Starts the real binary; returns its pid without waiting for it. */
-static inline pid_t env_spawn_dispatcher(DispatchEnv *e, const char *cgroup_procs) {
+pid_t env_spawn_dispatcher(DispatchEnv *e, const char *cgroup_procs) {
         pid_t parent = getpid(), pid = fork();
 
         ASSERT_TRUE(pid >= 0);
@@ -182,7 +142,7 @@ static inline pid_t env_spawn_dispatcher(DispatchEnv *e, const char *cgroup_proc
         return pid;
 }
 
-static inline void env_start(DispatchEnv *e) {
+void env_start(DispatchEnv *e) {
         e->dispatcher = env_spawn_dispatcher(e, NULL);
         if (!env_wait_log(e, "monitor: watching dispatcher pid", 5000)) {
                 env_dump_log(e);
@@ -190,21 +150,17 @@ static inline void env_start(DispatchEnv *e) {
         }
 }
 
-/* e->dispatcher is the monitor (dispatcher/monitor.c); the dispatcher
- * proper, with the dispatch threads, is its only child. 0 while there is
- * none (between a crash and the restart). */
-static inline pid_t monitor_child(pid_t monitor) {
+pid_t monitor_child(pid_t monitor) {
         pid_t child;
         size_t n = 0;
         return proc_list_descendants("/proc", monitor, &child, 1, &n) == 0 && n == 1 ? child : 0;
 }
 
-static inline pid_t env_dispatcher_child(const DispatchEnv *e) {
+pid_t env_dispatcher_child(const DispatchEnv *e) {
         return monitor_child(e->dispatcher);
 }
 
-/* waitpid with a deadline; -1 if still running after it. */
-static inline int wait_exit(pid_t pid, unsigned timeout_ms) {
+int wait_exit(pid_t pid, unsigned timeout_ms) {
         int status;
 
         for (unsigned waited = 0; waited <= timeout_ms; waited += 5) {
@@ -218,8 +174,7 @@ static inline int wait_exit(pid_t pid, unsigned timeout_ms) {
         return -1;
 }
 
-/* SIGTERM and the exit status (the dispatcher restores before it exits). */
-static inline int env_stop_dispatcher(DispatchEnv *e) {
+int env_stop_dispatcher(DispatchEnv *e) {
         int status;
 
         if (e->dispatcher <= 0)
@@ -234,7 +189,7 @@ static inline int env_stop_dispatcher(DispatchEnv *e) {
         return status;
 }
 
-static inline void env_kill_child(DispatchEnv *e, pid_t pid) {
+void env_kill_child(DispatchEnv *e, pid_t pid) {
         for (unsigned i = 0; i < e->n_children; i++)
                 if (e->children[i] == pid) {
                         kill(pid, SIGKILL);
@@ -244,7 +199,7 @@ static inline void env_kill_child(DispatchEnv *e, pid_t pid) {
                 }
 }
 
-static inline void env_cleanup(DispatchEnv *e) {
+void env_cleanup(DispatchEnv *e) {
         /* Dispatcher first: it restores the children it holds. */
         (void) env_stop_dispatcher(e);
         while (e->n_children > 0)
@@ -262,13 +217,12 @@ static inline void env_cleanup(DispatchEnv *e) {
         alarm(0);
 }
 
-static inline void busy_forever(void) {
+void busy_forever(void) {
         for (volatile uint64_t i = 0;; i++)
                 ;
 }
 
-/* A CPU-bound child on CPU 1 at the given nice value. */
-static inline pid_t env_spawn_hog(DispatchEnv *e, int nice_value) {
+pid_t env_spawn_hog(DispatchEnv *e, int nice_value) {
         pid_t pid;
 
         ASSERT_TRUE(e->n_children < MAX_CHILDREN);
@@ -284,13 +238,13 @@ static inline pid_t env_spawn_hog(DispatchEnv *e, int nice_value) {
         return pid;
 }
 
-static inline uint64_t start_time_of(pid_t pid) {
+uint64_t start_time_of(pid_t pid) {
         ProcInfo info;
         ASSERT_OK(proc_info_read("/proc", pid, &info));
         return info.start_time;
 }
 
-static inline uint64_t cpu_time_ns(pid_t pid) {
+uint64_t cpu_time_ns(pid_t pid) {
         clockid_t clock;
         struct timespec ts;
 
@@ -299,21 +253,8 @@ static inline uint64_t cpu_time_ns(pid_t pid) {
         return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
 }
 
-typedef struct TestReservation {
-        pid_t pid;
-        uint64_t start_time; /* 0: read it from /proc */
-        uint32_t period_slots;
-        uint32_t budget_slots;
-        char letter; /* its slots in the pattern */
-        uint32_t uid; /* who asked, as the table says */
-        uint32_t flags; /* PACE_RES_SERVER or 0 */
-} TestReservation;
-
-/* Publishes one table for CPU 1: pattern holds one character per slot,
- * '.' free, otherwise the letter of a reservation. An empty pattern
- * publishes CPU 1 with no frame. */
-static inline uint64_t env_publish(DispatchEnv *e, uint64_t slot_ns, const char *pattern, const TestReservation *res,
-                                   unsigned n_res) {
+uint64_t env_publish(DispatchEnv *e, uint64_t slot_ns, const char *pattern, const TestReservation *res,
+                     unsigned n_res) {
         PaceTableBuffer *b = table_writer_begin(e->writer);
         uint32_t frame = (uint32_t) strlen(pattern);
 
@@ -342,27 +283,16 @@ static inline uint64_t env_publish(DispatchEnv *e, uint64_t slot_ns, const char 
         return table_writer_publish(e->writer);
 }
 
-/* 60% of 50 ms at 1 ms slots, in two runs of 15 so no busy run exceeds the
- * default non_rt_max_gap of 20 ms. */
-#define PATTERN_60_OF_50 "AAAAAAAAAAAAAAA..........AAAAAAAAAAAAAAA.........."
-/* 60% of 5 slots of 10 ms (busy runs of at most 2 slots = 20 ms). */
-#define PATTERN_3_OF_5 "AA.A."
-/* 30% (A) + 40% (B) of 50 ms: busy runs of 18 and 17 slots. */
-#define PATTERN_30_40_OF_50 "AAAAAAAABBBBBBBBBB.......AAAAAAABBBBBBBBBB........"
-
-static inline int policy_of(pid_t tid) {
+int policy_of(pid_t tid) {
         return sched_getscheduler(tid);
 }
 
-/* Samples a thread's policy from CPU 0 (the sampler must not compete with
- * the CPU it watches: a FIFO client there would hide its own state) every
- * `every_us` for `ms`; returns the fraction of samples at SCHED_FIFO. */
-static inline double sample_fifo_fraction(pid_t tid, unsigned ms, unsigned every_us, unsigned *ret_samples) {
+double sample_fifo_fraction(pid_t tid, unsigned ms, unsigned every_us, unsigned *ret_samples) {
         unsigned fifo = 0, n = 0;
-        uint64_t end = test_now_ns() + (uint64_t) ms * 1000000ULL;
+        uint64_t end = monotonic_ns() + (uint64_t) ms * 1000000ULL;
 
         pin_self(TEST_SYSTEM_CPU);
-        while (test_now_ns() < end) {
+        while (monotonic_ns() < end) {
                 int p = policy_of(tid);
                 if (p < 0)
                         break;
@@ -376,11 +306,7 @@ static inline double sample_fifo_fraction(pid_t tid, unsigned ms, unsigned every
         return n ? (double) fifo / n : 0.0;
 }
 
-static inline bool wait_for_fifo(pid_t tid, unsigned timeout_ms) {
+bool wait_for_fifo(pid_t tid, unsigned timeout_ms) {
         unsigned n;
         return sample_fifo_fraction(tid, timeout_ms, 200, &n) > 0.0;
 }
-
-#define CONFIG_1MS "{ \"slot_us\": 1000, \"cpus\": [1], \"reserve_root_processes\": true }"
-#define CONFIG_10MS "{ \"slot_us\": 10000, \"cpus\": [1], \"reserve_root_processes\": true }"
-#define CONFIG_1MS_FREEZE "{ \"slot_us\": 1000, \"cpus\": [1], \"waiting\": \"freeze\", \"reserve_root_processes\": true }"

@@ -36,8 +36,8 @@
 #include "pace/pace.h"
 #include "parse-util.h"
 
-/* The kind an unmodified program gets when --kind is not given. Issue 14
- * asks for the kind that meets such a program's deadlines best, decided by
+/* The kind an unmodified program gets when --kind is not given. It should be
+ * the kind that meets such a program's deadlines best, decided by
  * measurement (bench/); until that is measured it stays what pace-run has
  * always granted. This one constant is all a change of default needs
  * (and the man page and help text, which say it). */
