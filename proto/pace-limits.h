@@ -15,8 +15,11 @@
 #define PACE_MAX_NICE_THREADS 256u
 #define PACE_MAX_FRAME_SLOTS 65536u
 
-#define PACE_DEFAULT_RUNTIME_DIR "/run/pace"
-#define PACE_DEFAULT_CONFIG "/etc/pace/pace.json"
+/* Where the build installs them (meson's prefix, sysconfdir, runstatedir),
+ * so that daemons built for /usr/local read what their man pages name. */
+#include "pace-build-config.h"
+#define PACE_DEFAULT_RUNTIME_DIR PACE_RUNTIME_DIR
+#define PACE_DEFAULT_CONFIG PACE_CONFIG_FILE
 #define PACE_SOCKET_NAME "broker.sock"
 #define PACE_TABLE_NAME "table"
 #define PACE_DEFAULT_SOCKET PACE_DEFAULT_RUNTIME_DIR "/" PACE_SOCKET_NAME
