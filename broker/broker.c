@@ -34,7 +34,25 @@ typedef struct Reservation {
          * may take it. Not read again then, because the dispatcher has
          * pinned the threads to the CPU that went away. */
         uint64_t allowed_cpus;
+        /* Granted on behalf of another process (a delegate's request). */
+        bool on_behalf;
+        /* Thread scope: the thread and its start time, so its end is
+         * noticed (broker_tick()) even when the tid is reused. 0: not
+         * known (adopted). */
+        pid_t tid;
+        uint64_t thread_start_time;
 } Reservation;
+
+/* A nice level the dispatcher holds a thread at (NiceRequest). */
+typedef struct NiceLevel {
+        pid_t pid;
+        pid_t tid;
+        uint64_t start_time;
+        uint64_t thread_start_time; /* 0: not known (adopted) */
+        uid_t uid;
+        int32_t nice;
+        int pidfd;
+} NiceLevel;
 
 /* A token bucket per uid: refilled at max_requests_per_second, holding at
  * most one second's worth. Least recently used buckets are reused. */
@@ -63,6 +81,11 @@ struct Broker {
         ino_t stats_ino;
         size_t n_reservations;
         Reservation reservations[PACE_MAX_RESERVATIONS];
+        /* Peers of this uid (the broker's own) and root may ask on behalf
+         * of another process: pace-rtkit runs as it. */
+        uid_t delegate_uid;
+        size_t n_nice;
+        NiceLevel nice[PACE_MAX_NICE_THREADS];
 };
 
 _printf_(3, 4) static void broker_log(Broker *b, int priority, const char *fmt, ...) {
@@ -83,6 +106,22 @@ static void publish(Broker *b) {
         PaceTableBuffer *buf = table_writer_begin(b->table);
         plan_export(b->plan, buf);
         buf->next_id = b->next_id;
+        for (size_t i = 0; i < b->n_reservations; i++) {
+                if (!b->reservations[i].on_behalf)
+                        continue;
+                for (uint32_t j = 0; j < buf->n_reservations; j++)
+                        if (buf->reservations[j].id == b->reservations[i].id)
+                                buf->reservations[j].flags |= PACE_RES_ON_BEHALF;
+        }
+        buf->n_nice = (uint32_t) b->n_nice;
+        for (size_t i = 0; i < b->n_nice; i++)
+                buf->nice[i] = (PaceTableNice) {
+                        .pid = b->nice[i].pid,
+                        .tid = b->nice[i].tid,
+                        .start_time = b->nice[i].start_time,
+                        .uid = (uint32_t) b->nice[i].uid,
+                        .nice = b->nice[i].nice,
+                };
         table_writer_publish(b->table);
 }
 
@@ -157,6 +196,13 @@ static int adopt_previous_table(Broker *b, int dir_fd) {
         b->next_id = MAX(b->next_id, old->next_id);
         for (uint32_t i = 0; i < old->n_reservations; i++)
                 b->next_id = MAX(b->next_id, old->reservations[i].id + 1);
+        /* The planner knows kinds, not who asked: the flag stays with the
+         * broker's own record. */
+        static bool on_behalf[PACE_MAX_RESERVATIONS];
+        for (uint32_t i = 0; i < old->n_reservations; i++) {
+                on_behalf[i] = old->reservations[i].flags & PACE_RES_ON_BEHALF;
+                old->reservations[i].flags &= ~PACE_RES_ON_BEHALF;
+        }
 
         r = plan_restore(b->plan, old, keep);
         if (r >= 0) {
@@ -178,7 +224,13 @@ static int adopt_previous_table(Broker *b, int dir_fd) {
                 if (!keep[i] || pidfds[i] < 0)
                         continue; /* gone, or a later piece of one adopted already */
                 Reservation *nr = &b->reservations[b->n_reservations];
-                *nr = (Reservation) { .id = res->id, .owner_uid = (uid_t) res->uid, .pidfd = pidfds[i] };
+                *nr = (Reservation) {
+                        .id = res->id,
+                        .owner_uid = (uid_t) res->uid,
+                        .pidfd = pidfds[i],
+                        .on_behalf = on_behalf[i],
+                        .tid = res->scope == PACE_TABLE_SCOPE_THREAD ? res->tid : 0,
+                };
                 if (b->hooks.watch_pidfd && b->hooks.watch_pidfd(b->hooks.userdata, nr->pidfd, nr->id, &nr->watch) < 0) {
                         /* Unwatched, it would never end: give it up now. */
                         (void) plan_remove(b->plan, nr->id);
@@ -189,6 +241,24 @@ static int adopt_previous_table(Broker *b, int dir_fd) {
                 kept++;
         }
         broker_log(b, LOG_INFO, "adopted %zu reservation(s) from the previous table", kept);
+
+        for (uint32_t i = 0; i < old->n_nice && b->n_nice < PACE_MAX_NICE_THREADS; i++) {
+                const PaceTableNice *n = &old->nice[i];
+                _cleanup_close_ int pidfd = -EBADF;
+                ProcInfo info;
+
+                if (pidfd_open_checked(n->pid, &pidfd) < 0 || proc_info_read(b->proc_root, n->pid, &info) < 0 ||
+                    pidfd_alive(pidfd) < 0 || info.start_time != n->start_time)
+                        continue; /* the dispatcher puts its thread back by itself */
+                b->nice[b->n_nice++] = (NiceLevel) {
+                        .pid = n->pid,
+                        .tid = n->tid,
+                        .start_time = n->start_time,
+                        .uid = (uid_t) n->uid,
+                        .nice = n->nice,
+                        .pidfd = TAKE_FD(pidfd),
+                };
+        }
         return 0;
 }
 
@@ -203,6 +273,7 @@ int broker_new(const BrokerOptions *options, Broker **ret) {
         b->hooks = options->hooks;
         b->next_id = 1;
         b->runtime_dir_fd = -EBADF;
+        b->delegate_uid = geteuid();
         b->proc_root = strdup(options->proc_root ? options->proc_root : "/proc");
         if (!b->proc_root)
                 return -ENOMEM;
@@ -240,6 +311,8 @@ Broker *broker_free(Broker *b) {
                         b->hooks.unwatch(b->hooks.userdata, b->reservations[i].watch);
                 safe_close(b->reservations[i].pidfd);
         }
+        for (size_t i = 0; i < b->n_nice; i++)
+                safe_close(b->nice[i].pidfd);
         /* The table stays as it is: the dispatcher keeps enforcing the last
          * good one while the broker is away (it notices dead processes by
          * itself), and a restarted broker picks the reservations up again. */
@@ -412,11 +485,18 @@ static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g
                 g->has_phase_ns = true;
                 g->phase_ns = (uint64_t) phase * b->config.slot_ns;
         }
-        for (size_t i = 0; i < b->n_reservations; i++)
-                if (b->reservations[i].id == e->id && b->reservations[i].threads > 0) {
+        for (size_t i = 0; i < b->n_reservations; i++) {
+                if (b->reservations[i].id != e->id)
+                        continue;
+                if (b->reservations[i].threads > 0) {
                         g->has_threads = true;
                         g->threads = b->reservations[i].threads;
                 }
+                if (b->reservations[i].on_behalf) {
+                        g->has_on_behalf = true;
+                        g->on_behalf = true;
+                }
+        }
 }
 
 /* A split grant's pieces, for a reserve reply: storage that lives as long
@@ -685,8 +765,34 @@ static int bad_cpu_field(bool has_cpu, int32_t cpu, uint8_t **reply, size_t *rep
                            "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", cpu) ?: 1;
 }
 
-static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, uint8_t **reply,
-                          size_t *reply_size) {
+/* The on-behalf reservation thread tid of pid already holds for uid, if
+ * its process is still the one it was granted to. */
+static Reservation *find_on_behalf_thread(Broker *b, pid_t pid, pid_t tid, uid_t uid) {
+        for (size_t i = 0; i < b->n_reservations; i++) {
+                Reservation *res = &b->reservations[i];
+                const PlanEntry *e = plan_find(b->plan, res->id);
+                if (res->on_behalf && res->owner_uid == uid && e && e->pid == pid &&
+                    e->scope == PACE_TABLE_SCOPE_THREAD && e->tid == tid && pidfd_alive(res->pidfd) == 0)
+                        return res;
+        }
+        return NULL;
+}
+
+static int grant_reply(Broker *b, const PlanEntry *entry, uint8_t **reply, size_t *reply_size) {
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__Grant grant;
+        GrantPieces pieces;
+
+        grant_from_entry(b, entry, &grant);
+        grant_add_pieces(b, entry->id, &grant, &pieces);
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_GRANT;
+        resp.grant = &grant;
+        return pack_response(&resp, reply, reply_size);
+}
+
+static int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__ReserveRequest *req,
+                          uint8_t **reply, size_t *reply_size) {
         _cleanup_close_ int pidfd = -EBADF;
         char why[512] = "";
         ProcInfo info;
@@ -717,6 +823,16 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
         }
 
+        /* RealtimeKit1 callers ask again for a thread they were granted
+         * (rtkit answers that with success): the same grant, nothing new. */
+        if (on_behalf && req->has_scope && req->scope == PACE__SCOPE__SCOPE_THREAD && req->has_tid) {
+                Reservation *res = find_on_behalf_thread(b, req->has_pid ? req->pid : peer->pid, req->tid,
+                                                         peer->uid);
+                const PlanEntry *e = res ? plan_find(b->plan, res->id) : NULL;
+                if (e)
+                        return grant_reply(b, e, reply, reply_size);
+        }
+
         if (b->n_reservations >= b->config.max_reservations)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
                                    "the broker holds %zu reservations, its limit (max_reservations); try again when "
@@ -740,6 +856,9 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
         }
 
+        uint64_t thread_start_time = 0;
+        if (preq.scope == PACE_TABLE_SCOPE_THREAD)
+                (void) proc_thread_start_time(b->proc_root, pid, preq.tid, &thread_start_time);
         Reservation *res = &b->reservations[b->n_reservations];
         *res = (Reservation) {
                 .id = entry.id,
@@ -747,6 +866,9 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 .pidfd = TAKE_FD(pidfd),
                 .threads = threads,
                 .allowed_cpus = allowed_cpus,
+                .on_behalf = on_behalf,
+                .tid = preq.tid,
+                .thread_start_time = thread_start_time,
         };
         if (b->hooks.watch_pidfd) {
                 r = b->hooks.watch_pidfd(b->hooks.userdata, res->pidfd, res->id, &res->watch);
@@ -768,8 +890,9 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         grant_add_pieces(b, entry.id, &grant, &pieces);
         char p1[32], p2[32], u1[32];
         char where[256];
-        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 " on %s, %s, %s every %s"
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 "%s on %s, %s, %s every %s"
                    " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid,
+                   on_behalf ? " (on its behalf)" : "",
                    format_grant_cpus(&grant, where, sizeof(where)), plan_kind_name(kind),
                    format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
                    format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
@@ -780,6 +903,206 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, const Pace__Reserve
         resp.body_case = PACE__RESPONSE__BODY_GRANT;
         resp.grant = &grant;
         return pack_response(&resp, reply, reply_size);
+}
+
+static void drop_nice(Broker *b, size_t i) {
+        safe_close(b->nice[i].pidfd);
+        b->nice[i] = b->nice[--b->n_nice];
+}
+
+static size_t nice_levels_of(const Broker *b, uid_t uid) {
+        size_t n = 0;
+        for (size_t i = 0; i < b->n_nice; i++)
+                n += b->nice[i].uid == uid;
+        return n;
+}
+
+static int handle_nice(Broker *b, const BrokerPeer *peer, const Pace__NiceRequest *req, uint8_t **reply,
+                       size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        pid_t pid = req->has_pid ? req->pid : peer->pid;
+        uint64_t thread_start_time;
+        ProcInfo info;
+        int r;
+
+        if (req->nice < -20 || req->nice > 19)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "nice level %" PRIi32 " does not exist; nice levels go from -20 to 19", req->nice);
+        if (req->nice < b->config.rtkit_min_nice_level)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "nice level %" PRIi32 " is below %" PRIi32 ", the lowest pace grants "
+                                   "(rtkit_min_nice_level)", req->nice, b->config.rtkit_min_nice_level);
+        if (pid <= 0 || req->tid <= 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "pid %" PRIi32 " and tid %" PRIi32 " must both be positive", (int32_t) pid,
+                                   req->tid);
+        if (pid == 1)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid 1 (init) is never reniced");
+
+        /* As for a reservation: the pidfd first, then what the process is,
+         * then that it still lives, so all of it is about one process. */
+        r = pidfd_open_checked(pid, &pidfd);
+        if (r == -EINVAL || r == -ENOENT)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "%" PRIi32 " is a thread, not a process; name its process (the Tgid in "
+                                   "/proc/%" PRIi32 "/status)", (int32_t) pid, (int32_t) pid);
+        if (r >= 0)
+                r = proc_info_read(b->proc_root, pid, &info);
+        if (r >= 0)
+                r = proc_thread_start_time(b->proc_root, pid, req->tid, &thread_start_time);
+        if (r >= 0)
+                r = pidfd_alive(pidfd);
+        if (r == -ESRCH)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, req->tid);
+        if (r < 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
+        if (info.kernel_thread)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " is a kernel thread", (int32_t) pid);
+        if (peer->uid != 0 && info.uid != peer->uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " belongs to uid %u; uid %u may renice only its own threads",
+                                   (int32_t) pid, (unsigned) info.uid, (unsigned) peer->uid);
+        if (info.root && !b->config.reserve_root_processes)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " runs as root; root's threads are reniced only where pace.json "
+                                   "sets \"reserve_root_processes\": true", (int32_t) pid);
+
+        /* One level per thread: a second request replaces the first. */
+        size_t slot = b->n_nice;
+        for (size_t i = 0; i < b->n_nice; i++)
+                if (b->nice[i].tid == req->tid)
+                        slot = i;
+        if (slot == b->n_nice) {
+                if (b->n_nice >= PACE_MAX_NICE_THREADS)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                           "%u threads hold a nice level from pace, its limit; try again when "
+                                           "some have ended", PACE_MAX_NICE_THREADS);
+                if (peer->uid != 0 && nice_levels_of(b, peer->uid) >= b->config.max_reservations_per_user)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                           "uid %u holds nice levels for %zu threads, its limit "
+                                           "(max_reservations_per_user)", (unsigned) peer->uid,
+                                           nice_levels_of(b, peer->uid));
+                b->n_nice++;
+        } else
+                safe_close(b->nice[slot].pidfd);
+        b->nice[slot] = (NiceLevel) {
+                .pid = pid,
+                .tid = req->tid,
+                .start_time = info.start_time,
+                .thread_start_time = thread_start_time,
+                .uid = peer->uid,
+                .nice = req->nice,
+                .pidfd = TAKE_FD(pidfd),
+        };
+        publish(b);
+        broker_log(b, LOG_INFO, "nice %" PRIi32 " for thread %" PRIi32 " of pid %" PRIi32 " (uid %u)", req->nice,
+                   req->tid, (int32_t) pid, (unsigned) peer->uid);
+
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__NiceReply nr = PACE__NICE_REPLY__INIT;
+        nr.pid = pid;
+        nr.tid = req->tid;
+        nr.nice = req->nice;
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_NICE;
+        resp.nice = &nr;
+        return pack_response(&resp, reply, reply_size);
+}
+
+void broker_tick(Broker *b) {
+        bool changed = false;
+
+        /* Threads end without their process: a thread reservation or nice
+         * level would otherwise hold its place until the process exits. */
+        for (size_t i = 0; i < b->n_reservations;) {
+                Reservation *res = &b->reservations[i];
+                const PlanEntry *e = plan_find(b->plan, res->id);
+                uint64_t st;
+                if (res->tid > 0 && e &&
+                    (proc_thread_start_time(b->proc_root, e->pid, res->tid, &st) == -ESRCH ||
+                     (res->thread_start_time != 0 && st != res->thread_start_time))) {
+                        broker_log(b, LOG_INFO, "reservation %" PRIu64 " ended: thread %" PRIi32 " of pid %" PRIi32
+                                   " exited", res->id, (int32_t) res->tid, (int32_t) e->pid);
+                        drop_reservation(b, res); /* publishes; the last entry moved to i */
+                        continue;
+                }
+                i++;
+        }
+        for (size_t i = 0; i < b->n_nice;) {
+                NiceLevel *n = &b->nice[i];
+                uint64_t st;
+                int r = proc_thread_start_time(b->proc_root, n->pid, n->tid, &st);
+                if (pidfd_alive(n->pidfd) < 0 || r == -ESRCH || (r == 0 && n->thread_start_time != 0 &&
+                                                                 st != n->thread_start_time)) {
+                        drop_nice(b, i);
+                        changed = true;
+                        continue;
+                }
+                i++;
+        }
+        if (changed)
+                publish(b);
+}
+
+/* The peer a delegate speaks for: the process on_behalf_of names, if it
+ * lives, started when the delegate says and runs as the uid it says. 0
+ * with *ret (its pidfd the caller's to close), or 1 after the refusal. */
+static int delegated_peer(Broker *b, const BrokerPeer *delegate, const Pace__Caller *caller, BrokerPeer *ret,
+                          uint8_t **reply, size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        char path[64], status[4096];
+        ProcInfo info;
+        ProcOwner owner;
+        int r;
+
+        if (delegate->uid != 0 && delegate->uid != b->delegate_uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "uid %u may not ask on behalf of another process; only root and pace's own "
+                                   "services (uid %u) may", (unsigned) delegate->uid, (unsigned) b->delegate_uid) ?: 1;
+        if (caller->pid <= 1)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "on_behalf_of names pid %" PRIi32 ", not a user process", caller->pid) ?: 1;
+        r = pidfd_open_checked(caller->pid, &pidfd);
+        if (r >= 0)
+                r = proc_info_read(b->proc_root, caller->pid, &info);
+        if (r >= 0) {
+                snprintf(path, sizeof(path), "%s/%" PRIi32 "/status", b->proc_root, caller->pid);
+                r = read_small_file(path, status, sizeof(status));
+        }
+        if (r >= 0)
+                r = pidfd_alive(pidfd);
+        if (r >= 0 && info.start_time != caller->start_time)
+                r = -ESRCH; /* the pid has been reused since the delegate looked */
+        if (r == -ESRCH || r == -EINVAL || r == -ENOENT)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "the calling process %" PRIi32 " has exited", caller->pid) ?: 1;
+        if (r < 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "cannot read /proc for the calling process %" PRIi32 ": %s", caller->pid,
+                                   strerror(-r)) ?: 1;
+        /* The bus gives the uid a connection had when it connected: the
+         * process's real or effective one. Anything else is a confused or
+         * lying delegate. */
+        if (proc_status_owner(status, &owner) < 0 ||
+            (owner.uids[0] != (uid_t) caller->uid && owner.uids[1] != (uid_t) caller->uid))
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "the calling process %" PRIi32 " does not run as uid %" PRIu32, caller->pid,
+                                   caller->uid) ?: 1;
+
+        *ret = (BrokerPeer) {
+                .pid = caller->pid,
+                .uid = (uid_t) caller->uid,
+                .pidfd = -EBADF,
+                .now_ns = delegate->now_ns,
+        };
+        if (proc_status_groups(status, &ret->gid, ret->groups, BROKER_PEER_MAX_GROUPS, &ret->n_groups) < 0)
+                ret->gid = (gid_t) -1;
+        ret->pidfd = TAKE_FD(pidfd);
+        return 0;
 }
 
 static int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
@@ -852,6 +1175,22 @@ size_t broker_reset(Broker *b) {
         size_t n = b->n_reservations;
         while (b->n_reservations > 0)
                 drop_reservation(b, &b->reservations[b->n_reservations - 1]);
+        while (b->n_nice > 0)
+                drop_nice(b, b->n_nice - 1);
+        publish(b);
+        return n;
+}
+
+size_t broker_reset_on_behalf(Broker *b) {
+        size_t n = 0;
+        for (size_t i = b->n_reservations; i > 0; i--)
+                if (b->reservations[i - 1].on_behalf) {
+                        drop_reservation(b, &b->reservations[i - 1]);
+                        n++;
+                }
+        while (b->n_nice > 0)
+                drop_nice(b, b->n_nice - 1);
+        publish(b);
         return n;
 }
 
@@ -866,9 +1205,24 @@ static int admin_reply(uint8_t **reply, size_t *reply_size, const char *message)
         return pack_response(&resp, reply, reply_size);
 }
 
-static int handle_admin(Broker *b, const BrokerPeer *peer, int body, uint8_t **reply, size_t *reply_size) {
+static int handle_admin(Broker *b, const BrokerPeer *peer, const Pace__Request *req, uint8_t **reply,
+                        size_t *reply_size) {
+        int body = req->body_case;
         char message[512];
 
+        /* ResetKnown: what was granted on others' behalf, which a delegate
+         * (pace-rtkit, for root's call) may drop as well as root. */
+        if (body == PACE__REQUEST__BODY_RESET && req->reset->has_only_on_behalf && req->reset->only_on_behalf) {
+                if (peer->uid != 0 && peer->uid != b->delegate_uid)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                           "only root and pace's own services may drop what was granted on "
+                                           "others' behalf");
+                size_t n = broker_reset_on_behalf(b);
+                broker_log(b, LOG_NOTICE, "reset of on-behalf grants by pid %" PRIi32 ": %zu reservation(s) "
+                           "and every nice level dropped", (int32_t) peer->pid, n);
+                snprintf(message, sizeof(message), "%zu reservation(s) dropped", n);
+                return admin_reply(reply, reply_size, message);
+        }
         if (peer->uid != 0)
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                                    "only root may %s the broker", body == PACE__REQUEST__BODY_RESET ? "reset" : "reload");
@@ -1174,10 +1528,64 @@ static int handle_status(Broker *b, uint8_t **reply, size_t *reply_size) {
         status.cpus = cpu_ptrs;
         status.non_rt_share_ppm = b->config.non_rt_share_ppm;
         status.generation = broker_generation(b);
+        Pace__NiceReply nice[PACE_MAX_NICE_THREADS], *nice_ptrs[PACE_MAX_NICE_THREADS];
+        for (size_t i = 0; i < b->n_nice; i++) {
+                pace__nice_reply__init(&nice[i]);
+                nice[i].pid = b->nice[i].pid;
+                nice[i].tid = b->nice[i].tid;
+                nice[i].nice = b->nice[i].nice;
+                nice_ptrs[i] = &nice[i];
+        }
+        status.n_nice_levels = b->n_nice;
+        status.nice_levels = nice_ptrs;
         resp.version = PACE_PROTOCOL_VERSION;
         resp.body_case = PACE__RESPONSE__BODY_STATUS;
         resp.status = &status;
         return pack_response(&resp, reply, reply_size);
+}
+
+static bool is_delegate(const Broker *b, const BrokerPeer *peer) {
+        return peer->uid == 0 || peer->uid == b->delegate_uid;
+}
+
+static int rate_refusal(Broker *b, const BrokerPeer *peer, uint8_t **ret_reply, size_t *ret_reply_size) {
+        return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                           "uid %u sends more than %" PRIu32 " requests per second (max_requests_per_second); "
+                           "slow down", (unsigned) peer->uid, b->config.max_requests_per_second);
+}
+
+static int dispatch_request(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__Request *req,
+                            uint8_t **ret_reply, size_t *ret_reply_size) {
+        switch (req->body_case) {
+        case PACE__REQUEST__BODY_RESERVE:
+        case PACE__REQUEST__BODY_RELEASE:
+        case PACE__REQUEST__BODY_MODIFY:
+        case PACE__REQUEST__BODY_NICE:
+                if (!group_allows(b, peer))
+                        return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                           "uid %u is in none of the groups allowed to reserve (allowed_groups "
+                                           "in the configuration); ask the administrator", (unsigned) peer->uid);
+                if (req->body_case == PACE__REQUEST__BODY_RELEASE)
+                        return handle_release(b, peer, req->release, ret_reply, ret_reply_size);
+                if (req->body_case == PACE__REQUEST__BODY_MODIFY)
+                        return handle_modify(b, peer, req->modify, ret_reply, ret_reply_size);
+                if (req->body_case == PACE__REQUEST__BODY_NICE)
+                        return handle_nice(b, peer, req->nice, ret_reply, ret_reply_size);
+                return handle_reserve(b, peer, on_behalf, req->reserve, ret_reply, ret_reply_size);
+        case PACE__REQUEST__BODY_STATUS:
+                return handle_status(b, ret_reply, ret_reply_size);
+        case PACE__REQUEST__BODY_RELOAD:
+        case PACE__REQUEST__BODY_RESET:
+                /* Administration is the delegate's own business, never
+                 * something it does for a caller. */
+                if (on_behalf)
+                        return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                           "reload and reset are never asked on behalf of another process");
+                return handle_admin(b, peer, req, ret_reply, ret_reply_size);
+        default:
+                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
+                                   "request has no body (reserve, release, modify, nice or status)");
+        }
 }
 
 int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size, uint8_t **ret_reply,
@@ -1185,11 +1593,11 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
         Pace__Request *req;
         int r;
 
-        /* Before decoding: flooding with garbage costs tokens too. */
-        if (!rate_allows(b, peer))
-                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                                   "uid %u sends more than %" PRIu32 " requests per second (max_requests_per_second); "
-                                   "slow down", (unsigned) peer->uid, b->config.max_requests_per_second);
+        /* Before decoding: flooding with garbage costs tokens too. A
+         * delegate speaks for many users; each of them is counted once
+         * the request says who. */
+        if (!is_delegate(b, peer) && !rate_allows(b, peer))
+                return rate_refusal(b, peer, ret_reply, ret_reply_size);
         if (request_size == 0)
                 return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
                                    "empty message; expected a pace.Request");
@@ -1207,39 +1615,21 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
                 r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_UNSUPPORTED_VERSION,
                                 "protocol version %" PRIu32 " is not supported; this broker speaks version %u",
                                 req->version, PACE_PROTOCOL_VERSION);
+        else if (req->on_behalf_of) {
+                BrokerPeer caller;
+                r = delegated_peer(b, peer, req->on_behalf_of, &caller, ret_reply, ret_reply_size);
+                if (r == 0) {
+                        if (!rate_allows(b, &caller))
+                                r = rate_refusal(b, &caller, ret_reply, ret_reply_size);
+                        else
+                                r = dispatch_request(b, &caller, true, req, ret_reply, ret_reply_size);
+                        safe_close(caller.pidfd);
+                } else if (r > 0)
+                        r = 0;
+        } else if (is_delegate(b, peer) && !rate_allows(b, peer))
+                r = rate_refusal(b, peer, ret_reply, ret_reply_size);
         else
-                switch (req->body_case) {
-                case PACE__REQUEST__BODY_RESERVE:
-                case PACE__REQUEST__BODY_RELEASE:
-                case PACE__REQUEST__BODY_MODIFY:
-                        if (!group_allows(b, peer)) {
-                                r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                                "uid %u is in none of the groups allowed to reserve (allowed_groups "
-                                                "in the configuration); ask the administrator",
-                                                (unsigned) peer->uid);
-                                break;
-                        }
-                        if (req->body_case == PACE__REQUEST__BODY_RELEASE) {
-                                r = handle_release(b, peer, req->release, ret_reply, ret_reply_size);
-                                break;
-                        }
-                        if (req->body_case == PACE__REQUEST__BODY_MODIFY) {
-                                r = handle_modify(b, peer, req->modify, ret_reply, ret_reply_size);
-                                break;
-                        }
-                        r = handle_reserve(b, peer, req->reserve, ret_reply, ret_reply_size);
-                        break;
-                case PACE__REQUEST__BODY_STATUS:
-                        r = handle_status(b, ret_reply, ret_reply_size);
-                        break;
-                case PACE__REQUEST__BODY_RELOAD:
-                case PACE__REQUEST__BODY_RESET:
-                        r = handle_admin(b, peer, req->body_case, ret_reply, ret_reply_size);
-                        break;
-                default:
-                        r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
-                                        "request has no body (reserve, release or status)");
-                }
+                r = dispatch_request(b, peer, false, req, ret_reply, ret_reply_size);
         pace__request__free_unpacked(req, NULL);
         return r;
 }

@@ -81,8 +81,16 @@ int broker_reload(Broker *b, const PaceConfig *config, char *why, size_t why_siz
  * log line. */
 void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online);
 
-/* Drops every reservation. Returns how many there were. */
+/* Drops every reservation and nice level. Returns how many reservations
+ * there were. */
 size_t broker_reset(Broker *b);
+/* Drops what was granted on behalf of others, and every nice level
+ * (RealtimeKit1's ResetKnown). Returns how many reservations. */
+size_t broker_reset_on_behalf(Broker *b);
+
+/* Once a second: ends the thread reservations and nice levels whose thread
+ * exited while its process lives on. */
+void broker_tick(Broker *b);
 
 size_t broker_n_reservations(const Broker *b);
 uint64_t broker_generation(const Broker *b);

@@ -352,7 +352,8 @@ int server_reload(Server *s, char *why, size_t why_size) {
 }
 
 /* CPU hotplug: sysfs offers no notification an AF_UNIX-only service can
- * receive, so poll the online list once a second. */
+ * receive, so poll the online list once a second. Threads that end are
+ * noticed on the same beat: no pidfd turns readable for a thread. */
 #define HOTPLUG_POLL_USEC (1000 * 1000)
 
 static int hotplug_poll(sd_event_source *src, uint64_t usec, void *userdata) {
@@ -371,6 +372,7 @@ static int hotplug_poll(sd_event_source *src, uint64_t usec, void *userdata) {
                 if (cpu_list_parse(buf, online, PACE_MAX_CPUS, &n) == 0 && n > 0)
                         broker_cpus_online(s->broker, online, n);
         }
+        broker_tick(s->broker);
         (void) sd_event_source_set_time_relative(src, HOTPLUG_POLL_USEC);
         return sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
 }

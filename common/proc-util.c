@@ -461,3 +461,59 @@ int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char **ret
         }
         return 0;
 }
+
+int proc_thread_start_time(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret) {
+        char path[160], buf[4096];
+        int r;
+
+        if (pid <= 0 || tid <= 0)
+                return -ESRCH;
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/task/%" PRIi32 "/stat", proc_root, (int32_t) pid,
+                 (int32_t) tid);
+        r = read_small_file(path, buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        return proc_stat_parse(buf, ret, NULL);
+}
+
+static int parse_gid(const char *p, const char **ret_end, gid_t *ret) {
+        char *end;
+
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (errno != 0 || end == p || v > UINT32_MAX - 1)
+                return -EBADMSG;
+        *ret_end = end;
+        *ret = (gid_t) v;
+        return 0;
+}
+
+int proc_status_groups(const char *status_text, gid_t *ret_gid, gid_t *groups, size_t max, size_t *ret_n) {
+        const char *line = strstr(status_text, "\nGid:"), *end;
+        size_t n = 0;
+        int r;
+
+        if (!line)
+                return -EBADMSG;
+        r = parse_gid(line + 5, &end, ret_gid);
+        if (r < 0)
+                return r;
+        line = strstr(status_text, "\nGroups:");
+        if (line) {
+                const char *p = line + 8;
+                for (;;) {
+                        gid_t g;
+                        p += strspn(p, " \t");
+                        if (*p == '\n' || *p == '\0')
+                                break;
+                        r = parse_gid(p, &end, &g);
+                        if (r < 0)
+                                return r;
+                        if (n < max)
+                                groups[n++] = g;
+                        p = end;
+                }
+        }
+        *ret_n = n;
+        return 0;
+}

@@ -83,3 +83,12 @@ int proc_cpus_allowed(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret
  * "/sys/devices/system/cpu/online". On failure, a malloc'ed message. */
 struct PaceConfig;
 int config_resolve_cpus(struct PaceConfig *config, const char *sysfs_online, char **ret_error);
+
+/* Thread tid of process pid: its start time (field 22 of its stat), which
+ * with the tid names one thread even after the tid is reused. -ESRCH if the
+ * process has no such thread (any more). */
+int proc_thread_start_time(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret);
+
+/* Groups of a process, from the text of its /proc/PID/status: the real gid
+ * and up to max supplementary groups (the rest are left out). */
+int proc_status_groups(const char *status_text, gid_t *ret_gid, gid_t *groups, size_t max, size_t *ret_n);
