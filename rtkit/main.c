@@ -296,9 +296,13 @@ static const sd_bus_vtable rtkit_vtable[] = {
         SD_BUS_METHOD_WITH_NAMES("MakeThreadHighPriorityWithPID", "tti",
                                  SD_BUS_PARAM(process) SD_BUS_PARAM(thread) SD_BUS_PARAM(priority), "", ,
                                  method_make_high_priority, SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD("ResetKnown", "", "", method_reset, 0),
-        SD_BUS_METHOD("ResetAll", "", "", method_reset, 0),
-        SD_BUS_METHOD("Exit", "", "", method_exit, 0),
+        /* UNPRIVILEGED here too: sd-bus's own check for the others would
+         * compare the caller with our uid (pace) or read its capabilities
+         * from /proc; the rule is "root only", checked on the bus daemon's
+         * word in rtkit_check_root(), besides the bus policy. */
+        SD_BUS_METHOD("ResetKnown", "", "", method_reset, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD("ResetAll", "", "", method_reset, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD("Exit", "", "", method_exit, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END
 };
 
@@ -411,7 +415,9 @@ int main(int argc, char **argv) {
         (void) sd_notify(0, "STOPPING=1");
         if (r < 0)
                 return log_fmt(PROGRAM, LOG_ERR, "event loop failed: %s", strerror(-r)), 1;
-        if (!s->exit_requested && !sd_bus_is_open(bus)) {
+        /* Signals and Exit end the loop with 0; sd-bus ends it with
+         * EXIT_FAILURE when the bus daemon disconnects us. */
+        if (r > 0) {
                 log_fmt(PROGRAM, LOG_ERR, "the system bus went away");
                 return 1;
         }
