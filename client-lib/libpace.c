@@ -621,6 +621,8 @@ _public_ void pace_status_report_free(pace_status_report *report) {
 
         free(report->reservations);
         free(report->cpus);
+        free(report->on_behalf);
+        free(report->nice_levels);
         free(report);
 }
 
@@ -631,7 +633,8 @@ static int status_from_wire(const Pace__StatusReply *s, pace_status_report **ret
 
         /* The limits bound what a well-behaved broker can send; anything
          * beyond them is not a status this client should trust. */
-        if (s->n_reservations > PACE_MAX_RESERVATIONS || s->n_cpus > PACE_MAX_CPUS)
+        if (s->n_reservations > PACE_MAX_RESERVATIONS || s->n_cpus > PACE_MAX_CPUS ||
+            s->n_nice_levels > PACE_MAX_NICE_THREADS)
                 return PACE_E_PROTOCOL;
 
         report = calloc(1, sizeof(*report));
@@ -643,15 +646,33 @@ static int status_from_wire(const Pace__StatusReply *s, pace_status_report **ret
 
         if (s->n_reservations > 0) {
                 report->reservations = calloc(s->n_reservations, sizeof(pace_grant));
-                if (!report->reservations)
+                report->on_behalf = calloc(s->n_reservations, 1);
+                if (!report->reservations || !report->on_behalf)
                         return -ENOMEM;
         }
         for (size_t i = 0; i < s->n_reservations; i++) {
                 if (!s->reservations[i])
                         return PACE_E_PROTOCOL;
                 grant_from_wire(s->reservations[i], &report->reservations[i]);
+                report->on_behalf[i] = s->reservations[i]->has_on_behalf && s->reservations[i]->on_behalf;
         }
         report->n_reservations = s->n_reservations;
+
+        if (s->n_nice_levels > 0) {
+                report->nice_levels = calloc(s->n_nice_levels, sizeof(pace_nice_level));
+                if (!report->nice_levels)
+                        return -ENOMEM;
+        }
+        for (size_t i = 0; i < s->n_nice_levels; i++) {
+                if (!s->nice_levels[i])
+                        return PACE_E_PROTOCOL;
+                report->nice_levels[i] = (pace_nice_level) {
+                        .pid = (pid_t) s->nice_levels[i]->pid,
+                        .tid = (pid_t) s->nice_levels[i]->tid,
+                        .nice = s->nice_levels[i]->nice,
+                };
+        }
+        report->n_nice_levels = s->n_nice_levels;
 
         if (s->n_cpus > 0) {
                 report->cpus = calloc(s->n_cpus, sizeof(pace_cpu_status));

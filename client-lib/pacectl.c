@@ -623,7 +623,9 @@ static int print_status_text(FILE *f, const pace_status_report *s) {
                         CELL(&t, i, 1, "%d", (int) g->pid);
                         CELL(&t, i, 2, "%u", (unsigned) g->uid);
                         CELL(&t, i, 3, "%d", g->cpu);
-                        CELL(&t, i, 4, "%s", cli_kind_name(g->kind));
+                        /* "rtkit": asked through RealtimeKit1, not by the process itself. */
+                        CELL(&t, i, 4, "%s%s", cli_kind_name(g->kind),
+                             s->on_behalf && s->on_behalf[i] ? "/rtkit" : "");
                         format_scope(table_cell(&t, i, 5), CELL_MAX, g);
                         format_threads(table_cell(&t, i, 6), CELL_MAX, g);
                         format_duration(table_cell(&t, i, 7), CELL_MAX, g->requested_period_ns);
@@ -644,6 +646,14 @@ static int print_status_text(FILE *f, const pace_status_report *s) {
                 table_print(f, &u);
                 fprintf(f, "DELIVERED: CPU time received over the last whole periods (about 2s)%s.\n",
                         any_without_accounting(s) ? "; '-': no report from pace-dispatcher yet" : "");
+        }
+
+        if (s->n_nice_levels > 0) {
+                fprintf(f, "\nNice levels (RealtimeKit1):");
+                for (size_t i = 0; i < s->n_nice_levels; i++)
+                        fprintf(f, " thread %d of pid %d at %d%s", (int) s->nice_levels[i].tid,
+                                (int) s->nice_levels[i].pid, s->nice_levels[i].nice,
+                                i + 1 < s->n_nice_levels ? ";" : ".\n");
         }
 
         fputc('\n', f);
@@ -739,6 +749,22 @@ static cJSON *json_status(const pace_status_report *s) {
                         cJSON_Delete(g);
                         return NULL;
                 }
+                if (!cJSON_AddBoolToObject(g, "on_behalf", s->on_behalf && s->on_behalf[i]))
+                        return NULL;
+        }
+
+        cJSON *nice = cJSON_AddArrayToObject(o, "nice_levels");
+        if (!nice)
+                return NULL;
+        for (size_t i = 0; i < s->n_nice_levels; i++) {
+                cJSON *e = cJSON_CreateObject();
+                if (!e || !cJSON_AddItemToArray(nice, e)) {
+                        cJSON_Delete(e);
+                        return NULL;
+                }
+                if (!json_add(e, "pid", s->nice_levels[i].pid) || !json_add(e, "tid", s->nice_levels[i].tid) ||
+                    !json_add(e, "nice", s->nice_levels[i].nice))
+                        return NULL;
         }
 
         cpus = cJSON_AddArrayToObject(o, "cpus");

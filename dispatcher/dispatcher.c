@@ -24,6 +24,7 @@
 #include <systemd/sd-event.h>
 
 #include "dispatcher.h"
+#include "nice.h"
 #include "freezer-v1.h"
 #include "group.h"
 #include "held.h"
@@ -78,6 +79,9 @@ struct Dispatcher {
         TableReader *leaked[8];
         PaceTableBuffer *scratch; /* main thread: reload checks, sweeps */
         Watchdog *watchdog;
+        /* Nice levels the table asks for (main thread). */
+        NiceSet *nice;
+        char nice_why[256];
 
         int housekeeping_efd;
 };
@@ -156,6 +160,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         if (d->housekeeping_efd < 0)
                 return negative_errno();
         r = thread_registry_new(&d->registry);
+        if (r < 0)
+                return r;
+        r = nice_set_new(&d->nice);
         if (r < 0)
                 return r;
         r = tree_set_new(&d->trees);
@@ -655,12 +662,34 @@ static int on_probe(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* A group came into use: housekeeping runs periodically from now on. */
+/* The nice levels of the published table, checked here as the loops
+ * check theirs: the main thread trusts the broker no more than they do. */
+static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
+        char err[512], why[256];
+        uint64_t gen;
+
+        if (snapshot_published(d, &gen) < 0)
+                return;
+        if (table_check(d->scratch, &d->config, err, sizeof(err)) < 0)
+                return; /* the loops say why, once */
+        size_t changed = nice_set_apply(d->nice, d->scratch, d->config.reserve_root_processes, why, sizeof(why));
+        if (changed > 0)
+                run_log(o, DISPATCHER_LOG_INFO, "table generation %" PRIu64 ": %zu thread(s) at a nice level of "
+                        "the table's (%zu changed)", gen, nice_set_size(d->nice), changed);
+        if (why[0] && strcmp(why, d->nice_why) != 0)
+                run_log(o, DISPATCHER_LOG_WARNING, "table generation %" PRIu64 ": a nice level not applied: %s",
+                        gen, why);
+        snprintf(d->nice_why, sizeof(d->nice_why), "%s", why);
+}
+
+/* A group came into use (housekeeping runs periodically from now on), or
+ * a loop adopted a table with nice levels, or without the last ones. */
 static int on_housekeeping_wanted(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         MainLoop *m = userdata;
         uint64_t v;
 
         (void) !read(fd, &v, sizeof(v));
+        apply_nice(m->d, m->o);
         arm(m->housekeeping, HOUSEKEEPING_NS);
         return 0;
 }
@@ -877,7 +906,7 @@ void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint6
         /* Per reserved process a pidfd, a /proc directory, (strict) a
          * freezer.state and its group's tasks, cgroup.procs and usage; per loop a few transient ones; the main thread's
          * event loop (epoll, signalfd, timerfd), inotify, eventfds, stdio, notify socket. */
-        *ret_files = 6ULL * PACE_MAX_RESERVATIONS + 4ULL * d->n_loops + 32;
+        *ret_files = 6ULL * PACE_MAX_RESERVATIONS + PACE_MAX_NICE_THREADS + 4ULL * d->n_loops + 32;
         *ret_threads = d->n_loops + 1;
 }
 
@@ -893,6 +922,7 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
                         loop_done(&d->loops[i]);
         free(d->loops);
         free(d->scratch);
+        nice_set_free(d->nice);
         watchdog_free(d->watchdog);
         d->freezer = freezer_v1_close(d->freezer);
         group_set_free(d->groups);

@@ -800,6 +800,18 @@ int held_demote(Held *h, const HeldContext *ctx) {
         return 0;
 }
 
+bool held_thread_stays(Held *h, const HeldContext *ctx) {
+        if (h->scope != PACE_TABLE_SCOPE_THREAD || strchr(h->cpus, ','))
+                return false;
+        for (size_t i = 0; i < h->n_threads; i++)
+                if (!h->threads[i].entry->affinity_saved || !affinity_is_only(h->threads[i].tid, ctx->cpu)) {
+                        /* Moved itself away, as at the end of a run. */
+                        h->revoked = h->threads[i].entry->affinity_saved;
+                        return false;
+                }
+        return true;
+}
+
 Held *held_free(Held *h, const HeldContext *ctx) {
         if (!h)
                 return NULL;

@@ -162,6 +162,11 @@ bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint
  * holds them to the reservation's one CPU. */
 bool held_grouped(const Held *h);
 bool held_confined(const Held *h);
+/* A thread reservation's one thread still has affinity to ctx's CPU alone
+ * (what confines it where no cpuset can: a single thread of a v2 host).
+ * A thread that moved itself away revokes the reservation, as at the end
+ * of a run. */
+bool held_thread_stays(Held *h, const HeldContext *ctx);
 
 /* A reservation that failed its identity check: kept (inert) so that the
  * same reservation in later tables is recognised and not reported again. */

@@ -311,12 +311,17 @@ static int loop_consider(CpuLoop *l) {
                                  gen, err, l->table_gen);
                 return 0;
         }
+        bool nice_news = l->spare->n_nice > 0 || l->table_had_nice;
+        l->table_had_nice = l->spare->n_nice > 0;
         r = loop_adopt(l, gen);
         if (r < 0) {
                 loop_log(l, DISPATCHER_LOG_ERROR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
                          l->cpu, gen, strerror(-r));
                 return 0;
         }
+        /* Nice levels are the main thread's: it is woken, not waited for. */
+        if (nice_news && l->ctx.housekeeping_fd >= 0)
+                (void) !write(l->ctx.housekeeping_fd, &(uint64_t) { 1 }, sizeof(uint64_t));
         return 1;
 }
 
@@ -431,9 +436,12 @@ static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
         /* Outside its own slots only where the kernel keeps it honest: a
          * group's usage, which no member can shrink by exiting (a thread's
          * schedstat goes with it), and a cpuset, so a member cannot take
-         * the server priority to another CPU between two looks. Elsewhere
-         * a server is a slots reservation. */
-        if (!held_grouped(h) || !held_confined(h)) {
+         * the server priority to another CPU between two looks. A thread
+         * reservation needs neither: its one thread's schedstat ends only
+         * with the thread, and its affinity is looked at every look (a
+         * cgroup v2 host has no group for a thread: RealtimeKit1's
+         * reservations). Elsewhere a server is a slots reservation. */
+        if ((!held_grouped(h) || !held_confined(h)) && !held_thread_stays(h, &l->ctx)) {
                 if (!h->logged_unconfined) {
                         h->logged_unconfined = true;
                         loop_log(l, DISPATCHER_LOG_WARNING,

@@ -82,6 +82,7 @@ typedef struct CpuLoop {
         bool reader_broken;
         uint64_t epoch;
         uint64_t seen_gen;  /* last generation looked at, accepted or not */
+        bool table_had_nice; /* the table in force lists nice levels */
         /* The look bucket: full (TABLE_LOOK_BURST) at look_full_ns; the next
          * look may happen at next_look_ns. */
         uint64_t look_full_ns, next_look_ns;

@@ -131,6 +131,12 @@ typedef struct pace_cpu_status {
         uint64_t frame_ns;
 } pace_cpu_status;
 
+typedef struct pace_nice_level {
+        pid_t pid;
+        pid_t tid;
+        int nice;
+} pace_nice_level;
+
 typedef struct pace_status_report {
         uint32_t non_rt_share_ppm;
         uint64_t generation;
@@ -138,6 +144,14 @@ typedef struct pace_status_report {
         pace_grant *reservations;
         size_t n_cpus;
         pace_cpu_status *cpus;
+        /* n_reservations flags (NULL if none), 1 where that reservation was
+         * granted on behalf of its process by a delegate: RealtimeKit1 calls
+         * through pace-rtkit. Kept apart so pace_grant keeps its layout. */
+        uint8_t *on_behalf;
+        /* Threads held at a nice level (RealtimeKit1's
+         * MakeThreadHighPriority). */
+        size_t n_nice_levels;
+        pace_nice_level *nice_levels;
 } pace_status_report;
 
 /* Periodic clients. The start (CLOCK_MONOTONIC, ns) of the grant's first
