@@ -8,6 +8,8 @@
 #include <string.h>
 #include <grp.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -261,4 +263,20 @@ char *broker_log(const BrokerInstance *b) {
         buf[n] = '\0';
         fclose(f);
         return buf;
+}
+
+int broker_raw_connect(const char *path) {
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+        if (connect(fd, (struct sockaddr *) &addr, sizeof(addr)) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        struct timeval tv = { .tv_sec = 5 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        return fd;
 }

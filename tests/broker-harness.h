@@ -37,5 +37,8 @@ int broker_launch(BrokerInstance *b);
 int broker_restart(BrokerInstance *b, int sig);
 /* SIGTERM, wait, remove the directory. Returns the broker's exit status. */
 int broker_stop(BrokerInstance *b);
+/* A bare connection to a broker's socket, for tests that send raw or
+ * hand-built messages (a 5 s receive timeout): the fd, or -errno. */
+int broker_raw_connect(const char *path);
 /* The broker's stderr so far (malloc'ed). */
 char *broker_log(const BrokerInstance *b);

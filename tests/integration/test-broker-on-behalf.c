@@ -34,13 +34,8 @@ static void sleep_ms(unsigned ms) {
 }
 
 static int raw_connect(const char *path) {
-        struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        ASSERT_TRUE(fd >= 0);
-        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-        ASSERT_OK(connect(fd, (struct sockaddr *) &addr, sizeof(addr)));
-        struct timeval tv = { .tv_sec = 5 };
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        int fd = broker_raw_connect(path);
+        ASSERT_CMP(fd, >=, 0);
         return fd;
 }
 

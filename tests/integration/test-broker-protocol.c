@@ -40,22 +40,6 @@ static void sleep_ms(unsigned ms) {
         nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
 }
 
-static int raw_connect(const char *path) {
-        struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-        if (connect(fd, (struct sockaddr *) &addr, sizeof(addr)) < 0) {
-                int r = -errno;
-                close(fd);
-                return r;
-        }
-        struct timeval tv = { .tv_sec = 5 };
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        return fd;
-}
-
 /* Sends raw bytes, returns the decoded reply (caller frees) or NULL. */
 static Pace__Response *raw_exchange(int fd, const void *buf, size_t size) {
         static uint8_t reply[PACE_MAX_MESSAGE_SIZE];
@@ -154,7 +138,7 @@ TEST(bad_requests_get_clear_errors_and_change_nothing) {
         uint64_t gen = status_generation(p, &n);
         ASSERT_EQ(n, 1);
 
-        int fd = raw_connect(b.socket);
+        int fd = broker_raw_connect(b.socket);
         ASSERT_OK(fd);
 
         /* Garbage, truncated, empty, oversized. */
@@ -469,7 +453,7 @@ TEST(client_dying_mid_request_does_not_hurt_the_broker) {
                         Pace__Request req = PACE__REQUEST__INIT;
                         Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
                         uint8_t buf[128];
-                        int fd = raw_connect(b.socket);
+                        int fd = broker_raw_connect(b.socket);
                         req.version = 1;
                         req.body_case = PACE__REQUEST__BODY_RESERVE;
                         req.reserve = &res;
@@ -511,7 +495,7 @@ TEST(silent_and_flooding_clients_do_not_block_others) {
         ASSERT_OK(broker_start(&b, config_default));
 
         /* One client connects and says nothing. */
-        int silent = raw_connect(b.socket);
+        int silent = broker_raw_connect(b.socket);
         ASSERT_OK(silent);
         ASSERT_OK(pace_connect(b.socket, &p));
         uint64_t t0 = monotonic_ns();
@@ -535,7 +519,7 @@ TEST(silent_and_flooding_clients_do_not_block_others) {
         ASSERT_OK(broker_start(&b, "{ \"slot_us\": 1000, \"max_connections\": 64, \"client_timeout_ms\": 30000 }"));
         size_t opened = 0;
         for (; opened < FLOOD; opened++) {
-                fds[opened] = raw_connect(b.socket);
+                fds[opened] = broker_raw_connect(b.socket);
                 if (fds[opened] < 0)
                         break;
         }
@@ -630,7 +614,7 @@ TEST(the_socket_appears_only_when_it_accepts) {
                                 e += sizeof(*ev) + ev->len;
                         }
                 }
-                int fd = raw_connect(b.socket);
+                int fd = broker_raw_connect(b.socket);
                 if (fd == -ECONNREFUSED)
                         refused++;
                 else
@@ -915,7 +899,7 @@ TEST(each_kind_is_granted_and_shown) {
                 ASSERT_EQ(table_after.slots[cpu0->first_slot + (phase + k) % cpu0->frame_slots] == owner, k < 10);
 
         /* A client that predates kinds: no field, slots granted and said. */
-        int fd = raw_connect(b.socket);
+        int fd = broker_raw_connect(b.socket);
         ASSERT_OK(fd);
         Pace__Response *resp = raw_reserve(fd, k4, 0, 100000, false, 0);
         ASSERT_TRUE(resp);
@@ -970,7 +954,7 @@ TEST(a_bad_kind_is_refused_and_changes_nothing) {
         uint64_t gen = status_generation(p, &n);
         ASSERT_EQ(n, 1);
 
-        int fd = raw_connect(b.socket);
+        int fd = broker_raw_connect(b.socket);
         ASSERT_OK(fd);
         static const int bad[] = { 4, 9, -1, INT32_MAX };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
@@ -1128,7 +1112,7 @@ static int try_connection_cap(const char *socket, pid_t target, uint64_t id) {
         int fds[4];
         uint8_t buf[512];
         for (int i = 0; i < 4; i++)
-                fds[i] = raw_connect(socket);
+                fds[i] = broker_raw_connect(socket);
         /* max_connections_per_user = 3: the fourth is refused. */
         ssize_t n = recv(fds[3], buf, sizeof(buf), 0);
         if (n <= 0)
@@ -1928,7 +1912,7 @@ TEST(broker_wide_limits_have_keys_and_clear_errors) {
                 }
         }
         uint64_t gen = status_generation(p, NULL);
-        int fd = raw_connect(b.socket);
+        int fd = broker_raw_connect(b.socket);
         ASSERT_OK(fd);
         uint8_t big[300];
         memset(big, 0x5a, sizeof(big));

@@ -23,19 +23,14 @@
 
 #define CALLER_UID 60001
 
+/* Sends req (as root: a delegate) on behalf of pid (running as uid); the
+ * reply body, which must not be an error. */
 static int raw_connect(const char *path) {
-        struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        ASSERT_TRUE(fd >= 0);
-        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-        ASSERT_OK(connect(fd, (struct sockaddr *) &addr, sizeof(addr)));
-        struct timeval tv = { .tv_sec = 5 };
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        int fd = broker_raw_connect(path);
+        ASSERT_CMP(fd, >=, 0);
         return fd;
 }
 
-/* Sends req (as root: a delegate) on behalf of pid (running as uid); the
- * reply body, which must not be an error. */
 static Pace__Response *ask_on_behalf(const char *socket_path, Pace__Request *req, uid_t uid, pid_t pid) {
         static uint8_t reply[PACE_MAX_MESSAGE_SIZE];
         Pace__Caller caller = PACE__CALLER__INIT;
