@@ -110,6 +110,8 @@ typedef struct CpuLoop {
         size_t n_servers;
         Held *run_owner;
         bool run_free;
+        /* How long before a change of owner the loop wakes (loop.c). */
+        uint64_t early_ns;
 } CpuLoop;
 
 /* Allocates every buffer the loop will ever use (a dispatch thread under
