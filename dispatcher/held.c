@@ -388,8 +388,11 @@ static void held_drop_dead(Held *h, const HeldContext *ctx) {
         for (size_t i = h->n_threads; i-- > 0;) {
                 const RegistryEntry *e = h->threads[i].entry;
                 bool alive = listed && e->tgid == h->pid ? live_set_has(set, e->tid) : held_thread_alive(h, e);
-                if (!alive)
+                if (!alive) {
                         held_drop_thread(h, ctx, i);
+                        /* Threads come and go: look for newcomers at once. */
+                        h->next_task_scan_ns = 0;
+                }
         }
 }
 
@@ -509,8 +512,9 @@ static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const Pac
  * (group_set_housekeep()); taking it more often gains nothing. */
 #define GROUP_SCAN_INTERVAL_NS (20 * NSEC_PER_MSEC)
 /* /proc/PID/task is read for new threads at every promotion while its
- * threads come and go, and at most this often once a look found nobody
- * new: a look costs 2-3 us, more than moving a thread, and at 1 ms slots
+ * threads come and go (the last look found a newcomer, or a held thread
+ * ended), and at most this often once a look found nobody new and nobody
+ * left: a look costs 2-3 us, more than moving a thread, and at 1 ms slots
  * a promotion comes every few ms. A thread born to a quiet process waits
  * at most this long (plus the next promotion) at the policy it was born
  * with, which never gives it more than the grant; a client that keeps
