@@ -508,27 +508,30 @@ static int loop_sleep_serving(CpuLoop *l, uint64_t t) {
  * change needs (the ending period's usage and runnable probe, the next
  * owner's budget) are done before the boundary, so that at it only the
  * demotion and the promotion sit between the boundary and the client
- * running. The margin follows what the loop needed (wake-up plus that
- * work) at each change: up a step when it needed more, down a larger step
- * when less, which settles near the 35th percentile of the need. So most
- * changes spin not at all, the others a few us (measured: 3-4 us a change
- * on average, against about 15 us of latency saved); one late wake-up
- * moves the margin by one step only. */
+ * running. The margin is how late the timer wakes the loop (up a step when
+ * it was later, down a larger step when not: it settles near the 35th
+ * percentile, and one late wake-up moves it by one step only) plus how long
+ * the looking took at the last few changes of the same kind (closing a
+ * period or not: the first reads more). So most changes spin not at all or
+ * for a few us. */
 #define LOOP_EARLY_INITIAL_NS (20 * NSEC_PER_USEC)
 #define LOOP_EARLY_MAX_NS (60 * NSEC_PER_USEC)
 #define LOOP_EARLY_UP_NS 350
 #define LOOP_EARLY_DOWN_NS 650
 
-/* Spins to t, the change of owner; woken at t - l->early_ns. Learns from
- * when it got here how early to wake next time. */
-static void loop_spin_until(CpuLoop *l, uint64_t t) {
-        uint64_t now = now_ns(), target = t > l->early_ns ? t - l->early_ns : 0;
-        uint64_t needed = now > target ? now - target : 0;
+/* Spins to t, the change of owner; woken at t - early at woke. Learns
+ * how late wake-ups come and how long the reading of this kind of change
+ * took. */
+static void loop_spin_until(CpuLoop *l, uint64_t t, uint64_t early, uint64_t woke, bool kind) {
+        uint64_t now = now_ns(), target = t > early ? t - early : 0;
+        uint64_t late = woke > target ? woke - target : 0, prep = now > woke ? now - woke : 0;
 
-        if (needed > l->early_ns)
-                l->early_ns = MIN(l->early_ns + LOOP_EARLY_UP_NS, LOOP_EARLY_MAX_NS);
-        else if (l->early_ns >= LOOP_EARLY_DOWN_NS)
-                l->early_ns -= LOOP_EARLY_DOWN_NS;
+        if (late > l->late_ns)
+                l->late_ns = MIN(l->late_ns + LOOP_EARLY_UP_NS, LOOP_EARLY_MAX_NS);
+        else if (l->late_ns >= LOOP_EARLY_DOWN_NS)
+                l->late_ns -= LOOP_EARLY_DOWN_NS;
+        /* An average over the last 8 or so of its kind. */
+        l->prep_ns[kind] = l->prep_ns[kind] - l->prep_ns[kind] / 8 + MIN(prep, LOOP_EARLY_MAX_NS) / 8;
         while (now < t && !loop_stopping(l))
                 now = now_ns();
 }
@@ -559,9 +562,13 @@ static void loop_active(CpuLoop *l) {
         loop_locate(l, now_ns(), &frame_start, &k);
         for (;;) {
                 uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
+                /* Whether the change will close a period (more reading). */
+                bool kind = last && last_closes && last != l->by_owner[l->runs[k].owner];
+                uint64_t early = MIN(l->late_ns + l->prep_ns[kind], LOOP_EARLY_MAX_NS);
 
-                if (loop_sleep_serving(l, t > l->early_ns ? t - l->early_ns : 0) < 0)
+                if (loop_sleep_serving(l, t > early ? t - early : 0) < 0)
                         break;
+                uint64_t woke = now_ns();
 
                 if (k == 0) {
                         /* Frame boundary: the only place a new table may take
@@ -579,7 +586,7 @@ static void loop_active(CpuLoop *l) {
                                  * and check so it gets no extra time. */
                                 if (last && last_closes)
                                         loop_period_end(l, last, t);
-                                loop_spin_until(l, t);
+                                loop_spin_until(l, t, early, woke, kind);
                                 loop_switch(l, prev, NULL);
                                 loop_servers_demote(l);
                                 prev = last = NULL;
@@ -612,7 +619,7 @@ static void loop_active(CpuLoop *l) {
                 if (next && held_budget_spent(next, &l->ctx, (uint64_t) next->budget_slots * slot_ns,
                                               (uint64_t) (run_end - l->runs[k].start) * slot_ns))
                         next = NULL;
-                loop_spin_until(l, t);
+                loop_spin_until(l, t, early, woke, kind);
                 /* A server's own run is the servers' business. */
                 loop_servers_at_run(l, t, owner);
                 owner = next;
@@ -687,7 +694,7 @@ static void *loop_main(void *userdata) {
 
 int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_slots) {
         l->shared = shared;
-        l->early_ns = LOOP_EARLY_INITIAL_NS;
+        l->late_ns = LOOP_EARLY_INITIAL_NS;
         l->cpu = cpu;
         l->config = &shared->configs[0];
         l->cur = calloc(1, sizeof(PaceTableBuffer));
