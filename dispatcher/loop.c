@@ -564,7 +564,9 @@ static void loop_active(CpuLoop *l) {
                 uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
                 /* Whether the change will close a period (more reading). */
                 bool kind = last && last_closes && last != l->by_owner[l->runs[k].owner];
-                uint64_t early = MIN(l->late_ns + l->prep_ns[kind], LOOP_EARLY_MAX_NS);
+                /* A change to a free run promotes nobody: no client waits
+                 * for it, so no spinning to it either. */
+                uint64_t early = l->by_owner[l->runs[k].owner] ? MIN(l->late_ns + l->prep_ns[kind], LOOP_EARLY_MAX_NS) : 0;
 
                 if (loop_sleep_serving(l, t > early ? t - early : 0) < 0)
                         break;
