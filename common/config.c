@@ -137,7 +137,7 @@ void pace_config_init(PaceConfig *config) {
                 .max_utilization_per_user_ppm = PPM,
                 .max_connections = 256,
                 .client_timeout_ns = 10000 * NSEC_PER_MSEC,
-                .switch_cost_ns = 55 * NSEC_PER_USEC,
+                .switch_cost_ns = 75 * NSEC_PER_USEC,
                 .waiting = PACE_WAITING_NICE,
                 .max_connections_per_user = 64,
                 .max_requests_per_second = 50,

@@ -903,10 +903,13 @@ void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint6
         uint64_t base = 12ULL * 1024 * 1024;
 
         *ret_memlock = base + tables + d->n_loops * per_loop;
-        /* Per reserved process a pidfd, a /proc directory, (strict) a
-         * freezer.state and its group's tasks, cgroup.procs and usage; per loop a few transient ones; the main thread's
-         * event loop (epoll, signalfd, timerfd), inotify, eventfds, stdio, notify socket. */
-        *ret_files = 6ULL * PACE_MAX_RESERVATIONS + PACE_MAX_NICE_THREADS + 4ULL * d->n_loops + 32;
+        /* Per reserved process a pidfd, a /proc directory and two of its
+         * task directory, (strict) a freezer.state and its group's tasks,
+         * cgroup.procs and usage, and the stat file of its runnable thread;
+         * per nice level a pidfd; per loop a few transient ones; the main
+         * thread's event loop (epoll, signalfd, timerfd), inotify, eventfds,
+         * stdio, notify socket. */
+        *ret_files = 8ULL * PACE_MAX_RESERVATIONS + PACE_MAX_NICE_THREADS + 4ULL * d->n_loops + 32;
         *ret_threads = d->n_loops + 1;
 }
 

@@ -182,7 +182,7 @@ pid_t held_protected_pid(void) {
 }
 
 int held_new(const PaceTableReservation *res, bool allow_root, Held **ret) {
-        _cleanup_close_ int pidfd = -EBADF, procfd = -EBADF, taskfd = -EBADF;
+        _cleanup_close_ int pidfd = -EBADF, procfd = -EBADF, taskfd = -EBADF, listfd = -EBADF;
         char path[64], stat[1024], status[4096], limits[2048];
         uint64_t start_time;
         unsigned long flags;
@@ -215,6 +215,11 @@ int held_new(const PaceTableReservation *res, bool allow_root, Held **ret) {
                 return r;
         taskfd = openat(procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (taskfd < 0)
+                return -ESRCH;
+        /* A second one for liveness listings: the scan for new threads
+         * keeps its place in taskfd between promotions. */
+        listfd = openat(procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (listfd < 0)
                 return -ESRCH;
         /* Alive after /proc/PID was read: the directory is the pidfd's
          * process, not a successor that inherited the number. */
@@ -258,7 +263,9 @@ int held_new(const PaceTableReservation *res, bool allow_root, Held **ret) {
         h->pidfd = TAKE_FD(pidfd);
         h->procfd = TAKE_FD(procfd);
         h->taskfd = TAKE_FD(taskfd);
+        h->listfd = TAKE_FD(listfd);
         h->freeze_fd = -EBADF;
+        h->stat_fd = -EBADF;
         *ret = h;
         return 0;
 }
@@ -300,11 +307,93 @@ static void held_drop_thread(Held *h, const HeldContext *ctx, size_t i) {
         h->threads[i] = h->threads[--h->n_threads];
 }
 
-/* Drops the threads that are gone, before anything is done to their ids. */
+struct linux_dirent64 {
+        uint64_t d_ino;
+        int64_t d_off;
+        unsigned short d_reclen;
+        unsigned char d_type;
+        char d_name[];
+};
+
+/* From this many held threads on, their liveness comes from one listing
+ * of the process's task directory instead of a lookup each (1.4 us a
+ * lookup here; a listing of up to LIVE_LIST_BYTES about 2 us). */
+#define LIVE_LIST_MIN_THREADS 3u
+/* One getdents64 of this much holds about 170 thread ids: a process with
+ * more is checked thread by thread, so the listing never grows with it. */
+#define LIVE_LIST_BYTES 4096
+/* Slots of the set the listing goes into: a power of two, over twice the
+ * ids one listing can hold. */
+#define LIVE_SET_SLOTS 512u
+/* The longest record a thread id's entry can take (a 10-digit name). */
+#define LIVE_LIST_MAX_RECLEN 32
+
+/* Every thread id of the held process, into set (LIVE_SET_SLOTS, open
+ * addressing, 0 = empty), from one read of its task directory. -E2BIG if
+ * one read could not hold them all. */
+static int held_live_set(Held *h, pid_t *set) {
+        char buf[LIVE_LIST_BYTES] __attribute__((aligned(8)));
+
+        if (h->listfd < 0)
+                return -EBADF;
+        if (lseek(h->listfd, 0, SEEK_SET) < 0)
+                return negative_errno();
+        long n = syscall(SYS_getdents64, h->listfd, buf, sizeof(buf));
+        if (n < 0)
+                return negative_errno();
+        /* The kernel stops filling only when the next entry does not fit:
+         * with room for one more left, it listed them all. */
+        if ((size_t) n > sizeof(buf) - LIVE_LIST_MAX_RECLEN)
+                return -E2BIG;
+        memset(set, 0, LIVE_SET_SLOTS * sizeof(pid_t));
+        for (long off = 0; off < n;) {
+                struct linux_dirent64 *de = (struct linux_dirent64 *) (buf + off);
+                char *end;
+
+                off += de->d_reclen;
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                long tid = strtol(de->d_name, &end, 10);
+                if (*end != '\0' || tid <= 0 || tid > INT32_MAX)
+                        continue;
+                for (unsigned b = (unsigned) tid;; b++)
+                        if (set[b % LIVE_SET_SLOTS] == 0) {
+                                set[b % LIVE_SET_SLOTS] = (pid_t) tid;
+                                break;
+                        }
+        }
+        return 0;
+}
+
+static bool live_set_has(const pid_t *set, pid_t tid) {
+        for (unsigned b = (unsigned) tid;; b++) {
+                pid_t v = set[b % LIVE_SET_SLOTS];
+                if (v == tid)
+                        return true;
+                if (v == 0)
+                        return false;
+        }
+}
+
+/* Drops the threads that are gone, before anything is done to their ids.
+ * The held process's own threads are looked up in one listing of its task
+ * directory when there are several; a tree's other processes' threads, or
+ * a process too large for one listing, one by one. A listing is as good as
+ * the lookup: it comes from the same pinned directory, which lists this
+ * process's live threads and nobody else's. */
 static void held_drop_dead(Held *h, const HeldContext *ctx) {
-        for (size_t i = h->n_threads; i-- > 0;)
-                if (!held_thread_alive(h, h->threads[i].entry))
+        pid_t set[LIVE_SET_SLOTS];
+        bool listed = h->n_threads >= LIVE_LIST_MIN_THREADS && held_live_set(h, set) >= 0;
+
+        for (size_t i = h->n_threads; i-- > 0;) {
+                const RegistryEntry *e = h->threads[i].entry;
+                bool alive = listed && e->tgid == h->pid ? live_set_has(set, e->tid) : held_thread_alive(h, e);
+                if (!alive) {
                         held_drop_thread(h, ctx, i);
+                        /* Threads come and go: look for newcomers at once. */
+                        h->next_task_scan_ns = 0;
+                }
+        }
 }
 
 /* Strict mode on the v1 freezer: a group of its own, made at the first
@@ -366,15 +455,9 @@ static void held_mark_gone(Held *h, const HeldContext *ctx) {
         h->pidfd = safe_close(h->pidfd);
         h->procfd = safe_close(h->procfd);
         h->taskfd = safe_close(h->taskfd);
+        h->listfd = safe_close(h->listfd);
+        h->stat_fd = safe_close(h->stat_fd);
 }
-
-struct linux_dirent64 {
-        uint64_t d_ino;
-        int64_t d_off;
-        unsigned short d_reclen;
-        unsigned char d_type;
-        char d_name[];
-};
 
 /* Whether a cpuset holds the members to their CPUs; if not, affinity is
  * all there is, and it is checked around every run. */
@@ -428,6 +511,15 @@ static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const Pac
 /* A tree's member list is a copy the main thread refreshes
  * (group_set_housekeep()); taking it more often gains nothing. */
 #define GROUP_SCAN_INTERVAL_NS (20 * NSEC_PER_MSEC)
+/* /proc/PID/task is read for new threads at every promotion while its
+ * threads come and go (the last look found a newcomer, or a held thread
+ * ended), and at most this often once a look found nobody new and nobody
+ * left: a look costs 2-3 us, more than moving a thread, and at 1 ms slots
+ * a promotion comes every few ms. A thread born to a quiet process waits
+ * at most this long (plus the next promotion) at the policy it was born
+ * with, which never gives it more than the grant; a client that keeps
+ * making short-lived threads has them looked for every time. */
+#define TASK_SCAN_INTERVAL_NS (10 * NSEC_PER_MSEC)
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -530,15 +622,20 @@ static void held_move_rotated(Held *h, const HeldContext *ctx, const PaceSchedAt
  * offset carries over between promotions, and the walk starts over once it
  * reaches the end. Nothing here grows with the process's thread count. */
 static int held_scan_proc(Held *h, const HeldContext *ctx, unsigned *budget, uint32_t *skipped) {
+        /* The first promotion finds the threads it moves; later ones look
+         * for newcomers now and then. */
+        if (h->n_threads > 0 && now_ns() < h->next_task_scan_ns)
+                return 0;
+        unsigned budget_before = *budget;
         for (int slice = 0; slice < TASK_SLICES_PER_PROMOTION; slice++) {
                 char buf[4096] __attribute__((aligned(8)));
                 long n = syscall(SYS_getdents64, h->taskfd, buf, sizeof(buf));
                 if (n < 0)
                         return -ESRCH;
-                if (n == 0) {
-                        (void) lseek(h->taskfd, 0, SEEK_SET);
-                        return 0;
-                }
+                /* The kernel stops filling only when the next entry does
+                 * not fit: with room for one more, the listing is done
+                 * (one getdents64 fewer for most processes). */
+                bool done = n == 0 || (size_t) n <= sizeof(buf) - LIVE_LIST_MAX_RECLEN;
                 for (long off = 0; off < n;) {
                         struct linux_dirent64 *de = (struct linux_dirent64 *) (buf + off);
                         char *end;
@@ -554,7 +651,12 @@ static int held_scan_proc(Held *h, const HeldContext *ctx, unsigned *budget, uin
                         if (r < 0)
                                 return r;
                 }
+                if (done) {
+                        (void) lseek(h->taskfd, 0, SEEK_SET);
+                        break;
+                }
         }
+        h->next_task_scan_ns = *budget == budget_before ? now_ns() + TASK_SCAN_INTERVAL_NS : 0;
         return 0;
 }
 
@@ -629,6 +731,31 @@ static void held_group_enter(Held *h, const HeldContext *ctx) {
         housekeeping_wanted(ctx);
 }
 
+/* Registers new members, from wherever this reservation's are listed. */
+static int held_scan(Held *h, const HeldContext *ctx, unsigned *budget, uint32_t *skipped) {
+        int r;
+
+        if (ctx->max_threads > 0 && h->n_threads >= ctx->max_threads)
+                return 0;
+        if (h->scope == PACE_TABLE_SCOPE_THREAD)
+                r = held_take_thread(h, ctx, h->tid, h->pid, budget, skipped);
+        else if (held_grouped(h) && h->scope == PACE_TABLE_SCOPE_TREE)
+                r = held_scan_group(h, ctx, budget, skipped);
+        else {
+                r = held_scan_proc(h, ctx, budget, skipped);
+                if (r >= 0 && h->tree)
+                        r = held_scan_tree(h, ctx, budget, skipped);
+        }
+        if (r == -ESRCH) {
+                held_mark_gone(h, ctx);
+                return r;
+        }
+        if (r < 0)
+                return r;
+        h->threads_skipped = *skipped;
+        return 0;
+}
+
 int held_promote(Held *h, const HeldContext *ctx) {
         return held_promote_at(h, ctx, PACE_RUNNING_PRIORITY);
 }
@@ -655,23 +782,15 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
         }
         held_drop_dead(h, ctx);
 
-        if (ctx->max_threads == 0 || h->n_threads < ctx->max_threads) {
-                if (h->scope == PACE_TABLE_SCOPE_THREAD)
-                        r = held_take_thread(h, ctx, h->tid, h->pid, &budget, &skipped);
-                else if (held_grouped(h) && h->scope == PACE_TABLE_SCOPE_TREE)
-                        r = held_scan_group(h, ctx, &budget, &skipped);
-                else {
-                        r = held_scan_proc(h, ctx, &budget, &skipped);
-                        if (r >= 0 && h->tree)
-                                r = held_scan_tree(h, ctx, &budget, &skipped);
-                }
-                if (r == -ESRCH) {
-                        held_mark_gone(h, ctx);
-                        return r;
-                }
+        /* Threads already held are moved first and the client runs; new
+         * ones are looked for after that, so the look (/proc or a group's
+         * list) never sits between the slot boundary and the client. Only
+         * a reservation with no thread yet has to look first. */
+        bool scan_first = h->n_threads == 0;
+        if (scan_first) {
+                r = held_scan(h, ctx, &budget, &skipped);
                 if (r < 0)
                         return r;
-                h->threads_skipped = skipped;
         }
         /* After the first threads are registered: their original affinity
          * is recorded before a cpuset narrows it. */
@@ -706,6 +825,18 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
 
         held_freeze(h, false);
         h->running = true;
+
+        if (!scan_first) {
+                size_t known = h->n_threads;
+                r = held_scan(h, ctx, &budget, &skipped);
+                if (r < 0)
+                        return r;
+                /* Newcomers join the running ones (in strict mode they
+                 * are thawed already: the group is the whole process). */
+                for (size_t i = h->n_threads; i-- > known;)
+                        if (held_move_thread(h, ctx, i, &running) == -ESRCH)
+                                held_drop_thread(h, ctx, i);
+        }
         return 0;
 }
 
@@ -745,17 +876,47 @@ bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint
  * blocked from one that wanted more, and runs at SCHED_FIFO 99. */
 #define RUNNABLE_PROBES 4u
 
+/* 1 if the thread whose /proc stat file fd is was runnable ("R"), 0 if
+ * not, negative if it is gone. */
+static int stat_fd_runnable(int fd) {
+        char buf[512];
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        if (n <= 0)
+                return n < 0 ? negative_errno() : -ESRCH;
+        buf[n] = '\0';
+        /* "tid (comm) S ...": comm may hold spaces and parentheses. */
+        const char *p = strrchr(buf, ')');
+        return p && p[1] == ' ' && p[2] == 'R';
+}
+
 bool held_any_runnable(Held *h) {
-        for (size_t k = 0; k < MIN(h->n_threads, (size_t) RUNNABLE_PROBES); k++) {
-                char path[64], buf[512];
-                const RegistryEntry *e = h->threads[(h->rotation + k) % h->n_threads].entry;
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", e->tgid, e->tid);
-                if (read_small_file_at(AT_FDCWD, path, buf, sizeof(buf)) < 0)
-                        continue;
-                /* "tid (comm) S ...": comm may hold spaces and parentheses. */
-                const char *p = strrchr(buf, ')');
-                if (p && p[1] == ' ' && p[2] == 'R')
+        /* The thread found runnable last time first, through its stat file
+         * kept open: a pread costs half of an open, read and close (4 us
+         * against 8 here), and a reservation's runnable thread is most
+         * often the same one period after period. The descriptor pins
+         * the thread, not its id: once it exits, reads fail. */
+        if (h->stat_fd >= 0) {
+                int r = stat_fd_runnable(h->stat_fd);
+                if (r > 0)
                         return true;
+                if (r < 0)
+                        h->stat_fd = safe_close(h->stat_fd);
+        }
+        for (size_t k = 0; k < MIN(h->n_threads, (size_t) RUNNABLE_PROBES); k++) {
+                char path[64];
+                const RegistryEntry *e = h->threads[(h->rotation + k) % h->n_threads].entry;
+                if (h->stat_fd >= 0 && e->tid == h->stat_tid)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", e->tgid, e->tid);
+                _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                if (stat_fd_runnable(fd) > 0) {
+                        safe_close(h->stat_fd);
+                        h->stat_fd = TAKE_FD(fd);
+                        h->stat_tid = e->tid;
+                        return true;
+                }
         }
         return false;
 }
@@ -823,6 +984,8 @@ Held *held_free(Held *h, const HeldContext *ctx) {
         safe_close(h->pidfd);
         safe_close(h->procfd);
         safe_close(h->taskfd);
+        safe_close(h->listfd);
+        safe_close(h->stat_fd);
         free(h->threads);
         free(h);
         return NULL;
@@ -835,7 +998,7 @@ int held_new_inert(const PaceTableReservation *res, Held **ret) {
         h->id = res->id;
         h->pid = res->pid;
         h->start_time = res->start_time;
-        h->pidfd = h->procfd = h->taskfd = h->freeze_fd = -EBADF;
+        h->pidfd = h->procfd = h->taskfd = h->listfd = h->freeze_fd = h->stat_fd = -EBADF;
         h->gone = true;
         h->logged = true;
         *ret = h;

@@ -65,6 +65,7 @@ typedef struct Held {
         int pidfd;
         int procfd; /* /proc/PID, pinned to this process: stale once it exits */
         int taskfd; /* /proc/PID/task: lists its threads, and only its own */
+        int listfd; /* the same, for liveness listings (taskfd keeps the scan's place) */
         bool gone;
         bool running;
         /* A member ran somewhere else than its CPU: never promoted again. */
@@ -76,6 +77,7 @@ typedef struct Held {
          * reservation's CPU, or every CPU of a split reservation's pieces. */
         char cpus[64];
         uint64_t next_group_scan_ns;
+        uint64_t next_task_scan_ns; /* next look at /proc/PID/task for new threads */
         unsigned rotation; /* which held thread is promoted first next time */
         bool main_orig_set;
         PaceSchedAttr main_orig;
@@ -111,6 +113,10 @@ typedef struct Held {
         ServerBudget srv;
         int srv_priority;
         uint64_t srv_usage; /* the members' usage at the last look */
+        /* The runnable probe's first look (held_any_runnable()): the stat
+         * file of the thread it last found runnable, kept open. */
+        int stat_fd;
+        pid_t stat_tid;
         bool logged_unconfined;
 } Held;
 

@@ -111,6 +111,10 @@ typedef struct CpuLoop {
         size_t n_servers;
         Held *run_owner;
         bool run_free;
+        /* How late its timer wakes it, and how long the reading before a
+         * change takes (without, with a period's end): together, how long
+         * before a change of owner the loop wakes (loop.c). */
+        uint64_t late_ns, prep_ns[2];
 } CpuLoop;
 
 /* Allocates every buffer the loop will ever use (a dispatch thread under

@@ -116,7 +116,7 @@ TEST(defaults) {
         ASSERT_EQ(c.max_utilization_per_user_ppm, 1000000);
         ASSERT_EQ(c.max_connections, 256);
         ASSERT_EQ(c.client_timeout_ns, 10000000000ULL);
-        ASSERT_EQ(c.switch_cost_ns, 55000);
+        ASSERT_EQ(c.switch_cost_ns, 75000);
         ASSERT_EQ(c.waiting, PACE_WAITING_NICE);
         ASSERT_FALSE(c.cpus_set);
         ASSERT_EQ(c.n_cpus, 0);

@@ -669,7 +669,7 @@ TEST(non_harmonic_periods_share_a_cpu) {
                 PlanEntry e1, e2;
                 config_for(&c, 1);
                 /* The geometry is under test, not the charge: at the default
-                 * charge (55 us) the two 30% pairs no longer fit, their
+                 * charge (75 us) the two 30% pairs no longer fit, their
                  * 600-slot frame has that many changes of owner. */
                 c.switch_cost_ns = 30 * NSEC_PER_USEC;
                 ASSERT_OK(plan_new(&c, &p));
