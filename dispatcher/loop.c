@@ -420,7 +420,8 @@ static void loop_server_usage(CpuLoop *l, Held *h, uint64_t now) {
 /* What server h may hold now, in the run in force (h->srv_usage fresh):
  * nothing once its window's budget is spent; in its own slots the running
  * priority (they back its budget); in another owner's slots the server
- * priority, below the owner's; nothing in free time. */
+ * priority, below the owner's; in free time the server priority until the
+ * instant the free-time rule (server.h) sets. */
 static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
         uint64_t slot_ns = l->config->slot_ns;
 
@@ -452,34 +453,115 @@ static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
                 h->srv.next_look_ns = h->srv.window_end_ns;
                 return 0;
         }
-        /* Never in free time. Demoted to nice 19 for non-real-time
-         * work's turn, a server ran on first for up to about 6 ms a yield
-         * (the lag EEVDF owes a task that waited), and a 36 ms job then ran
-         * in one piece beside a gap probe; frozen instead (strict mode),
-         * gaps of 34-38 ms still came now and then, cause not found. Free
-         * time is non-real-time work's until a server can be held back
-         * there without fail. */
         if (l->run_free) {
-                h->srv.next_look_ns = h->srv.window_end_ns;
-                return 0;
+                if (now >= l->free_take_until_ns) {
+                        /* Non-real-time work's turn: the next run's start
+                         * looks again. */
+                        h->srv.next_look_ns = h->srv.window_end_ns;
+                        return 0;
+                }
+                h->srv.next_look_ns = MIN(h->srv.next_look_ns, l->free_take_until_ns);
         }
         return PACE_SERVER_PRIORITY;
 }
 
+/* What non-real-time work needs of the free time ahead before its turn
+ * is due (server.h): a turn, and for every server that was not seen idle
+ * what it may run on for once held back at nice 19. In strict mode too:
+ * frozen instead, a busy server should run no more, but with a turn alone
+ * reserved a gap probe still saw 22.1 ms beside a 36 ms job (non_rt_max_gap
+ * 20 ms), so freezing is not taken to be immediate. */
+#define SERVER_FREE_TURN_NS (1 * NSEC_PER_MSEC)
+#define SERVER_HELD_LAG_NS (6 * NSEC_PER_MSEC)
+/* What the dispatcher's own wake-ups and interrupts may take of a free
+ * interval, and how much earlier than non_rt_max_gap the turn is due. */
+#define SERVER_FREE_MARGIN_NS (250 * NSEC_PER_USEC)
+
+static uint64_t loop_free_reserve(const CpuLoop *l) {
+        uint64_t r = SERVER_FREE_TURN_NS;
+
+        for (size_t i = 0; i < l->n_servers; i++)
+                if (!l->servers[i]->srv.seen_idle)
+                        r += SERVER_HELD_LAG_NS;
+        return r;
+}
+
+/* Until when servers may hold a priority in the free run k (of the frame
+ * that began at frame_start), which starts at t: the free intervals ahead,
+ * up to non-real-time work's next turn, must keep the reserve. */
+static uint64_t loop_free_take_until(CpuLoop *l, uint64_t t, uint32_t k, uint64_t frame_start) {
+        uint64_t slot_ns = l->config->slot_ns, frame_ns = (uint64_t) l->frame_slots * slot_ns;
+        uint64_t due = l->nonrt_turn_ns + l->config->non_rt_max_gap_ns;
+        uint64_t deadline = due > SERVER_FREE_MARGIN_NS ? due - SERVER_FREE_MARGIN_NS : 0, looked = t;
+        size_t n = 0;
+
+        if (l->n_runs == 0 || deadline <= t)
+                return 0;
+        for (uint32_t j = k, steps = 0; looked < deadline; steps++) {
+                /* Seen no further: no free time counted beyond. */
+                if (n == LOOP_FREE_AHEAD || steps == 4 * LOOP_FREE_AHEAD) {
+                        deadline = looked;
+                        break;
+                }
+                uint32_t end = j + 1 < l->n_runs ? l->runs[j + 1].start : l->frame_slots;
+                uint64_t s = frame_start + (uint64_t) l->runs[j].start * slot_ns, e = frame_start + (uint64_t) end * slot_ns;
+                if (!l->by_owner[l->runs[j].owner]) {
+                        if (n > 0 && l->free_ahead[n - 1][1] == s)
+                                l->free_ahead[n - 1][1] = e;
+                        else {
+                                l->free_ahead[n][0] = s;
+                                l->free_ahead[n][1] = e;
+                                n++;
+                        }
+                }
+                looked = e;
+                if (++j == l->n_runs) {
+                        j = 0;
+                        frame_start += frame_ns;
+                }
+        }
+        uint64_t until;
+        return server_free_take_until((const uint64_t (*)[2]) l->free_ahead, n, t, deadline, loop_free_reserve(l),
+                                      &until) ?
+                       until :
+                       0;
+}
+
+/* The servers' usage summed (h->srv_usage fresh). */
+static uint64_t loop_servers_usage_sum(const CpuLoop *l) {
+        uint64_t sum = 0;
+
+        for (size_t i = 0; i < l->n_servers; i++)
+                sum += l->servers[i]->srv_usage;
+        return sum;
+}
+
 /* Run k of the frame that began at frame_start starts at t with table
  * owner owner (a server's own run included; NULL: free). */
-static void loop_servers_at_run(CpuLoop *l, uint64_t t, Held *owner) {
+static void loop_servers_at_run(CpuLoop *l, uint64_t t, Held *owner, uint32_t k, uint64_t frame_start) {
         l->run_owner = owner;
         l->run_free = owner == NULL;
-        for (size_t i = 0; i < l->n_servers; i++) {
+        if (l->n_servers == 0)
+                return;
+        for (size_t i = 0; i < l->n_servers; i++)
                 loop_server_usage(l, l->servers[i], t);
-                loop_server_set(l, l->servers[i], loop_server_priority(l, l->servers[i], t));
+        uint64_t usage = loop_servers_usage_sum(l);
+        /* The free interval that just ended: what the servers did not take
+         * of it was non-real-time work's (usage that went back: they took
+         * all of it). */
+        if (l->free_since_ns > 0 && t > l->free_since_ns) {
+                uint64_t taken = usage >= l->free_since_usage ? usage - l->free_since_usage : t - l->free_since_ns;
+                l->nonrt_turn_ns = server_free_turn(l->nonrt_turn_ns, l->free_since_ns, t, taken, SERVER_FREE_MARGIN_NS);
         }
+        l->free_since_ns = l->run_free ? t : 0;
+        l->free_since_usage = usage;
+        l->free_take_until_ns = l->run_free ? loop_free_take_until(l, t, k, frame_start) : 0;
+        for (size_t i = 0; i < l->n_servers; i++)
+                loop_server_set(l, l->servers[i], loop_server_priority(l, l->servers[i], t));
 }
 
 /* A server's look falls due within a run: its budget ran out, a new
- * window began, or the rest of a free run it was held back in may be
- * taken now. */
+ * window began, or its time in this free run is up. */
 static void loop_servers_look(CpuLoop *l, uint64_t now) {
         for (size_t i = 0; i < l->n_servers; i++) {
                 Held *h = l->servers[i];
@@ -495,6 +577,9 @@ static void loop_servers_demote(CpuLoop *l) {
                 loop_server_set(l, l->servers[i], 0);
         l->run_free = false;
         l->run_owner = NULL;
+        /* A free interval across a table swap earns no turn. */
+        l->free_since_ns = 0;
+        l->free_take_until_ns = 0;
 }
 
 /* Sleeps until t, doing the servers' looks that fall due before it. */
@@ -566,8 +651,11 @@ static void loop_active(CpuLoop *l) {
         uint32_t k;
 
         /* Join the grid where it stands: the run under way is entered at
-         * once, not a frame later. */
-        loop_locate(l, now_ns(), &frame_start, &k);
+         * once, not a frame later. Non-real-time work counts as having
+         * just had its turn. */
+        l->nonrt_turn_ns = now_ns();
+        l->free_since_ns = 0;
+        loop_locate(l, l->nonrt_turn_ns, &frame_start, &k);
         for (;;) {
                 uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
                 /* Whether the change will close a period (more reading). */
@@ -631,7 +719,7 @@ static void loop_active(CpuLoop *l) {
                         next = NULL;
                 loop_spin_until(l, t, early, woke, kind);
                 /* A server's own run is the servers' business. */
-                loop_servers_at_run(l, t, owner);
+                loop_servers_at_run(l, t, owner, k, frame_start);
                 owner = next;
                 loop_switch(l, prev, owner);
                 prev = owner;

@@ -25,6 +25,9 @@
  * stop flag, the reader epoch and the configuration. */
 #define LOOP_KICK_SIGNAL SIGUSR1
 #define LOOP_STACK_SIZE (256u * 1024u)
+/* How many free intervals ahead a loop weighs when servers ask for free
+ * time; beyond them it counts no free time (it takes less, never more). */
+#define LOOP_FREE_AHEAD 128u
 
 /* Everything the loops and the main thread both see. The main thread
  * writes the handovers (reader and epoch, configs and config_gen, stop);
@@ -111,6 +114,13 @@ typedef struct CpuLoop {
         size_t n_servers;
         Held *run_owner;
         bool run_free;
+        /* Free time (server.h): the last instant non-real-time work surely
+         * had the CPU; the free interval under way (0: none) and the
+         * servers' summed usage when it began; until when servers may
+         * hold a priority in it. free_ahead: scratch for the free
+         * intervals ahead. */
+        uint64_t nonrt_turn_ns, free_since_ns, free_since_usage, free_take_until_ns;
+        uint64_t free_ahead[LOOP_FREE_AHEAD][2];
         /* How late its timer wakes it, and how long the reading before a
          * change takes (without, with a period's end): together, how long
          * before a change of owner the loop wakes (loop.c). */

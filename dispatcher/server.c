@@ -33,10 +33,35 @@ bool server_budget_look(ServerBudget *b, uint64_t now_ns, uint64_t window_ns, ui
         uint64_t since = now_ns - b->last_look_ns;
         uint64_t took = usage >= b->last_usage ? usage - b->last_usage : 0;
         bool idle = held && since > 0 && 2 * took < since;
+        if (held && since > 0)
+                b->seen_idle = idle;
         uint64_t step = idle ? MAX(left, min_look_ns) : left;
 
         b->last_look_ns = now_ns;
         b->last_usage = usage;
         b->next_look_ns = MIN(now_ns + step, b->window_end_ns);
         return true;
+}
+
+uint64_t server_free_turn(uint64_t last_turn_ns, uint64_t from, uint64_t to, uint64_t taken_ns, uint64_t margin_ns) {
+        if (to <= from || to - from <= taken_ns + margin_ns)
+                return last_turn_ns;
+        return MAX(last_turn_ns, to - taken_ns - margin_ns);
+}
+
+bool server_free_take_until(const uint64_t (*free)[2], size_t n, uint64_t from, uint64_t deadline, uint64_t reserve_ns,
+                            uint64_t *ret) {
+        uint64_t have = 0;
+
+        for (size_t i = n; i-- > 0;) {
+                uint64_t s = MAX(free[i][0], from), e = MIN(free[i][1], deadline);
+                if (e <= s)
+                        continue;
+                if (have + (e - s) >= reserve_ns) {
+                        *ret = e - (reserve_ns - have);
+                        return *ret > from;
+                }
+                have += e - s;
+        }
+        return false;
 }

@@ -32,6 +32,10 @@ typedef struct ServerBudget {
         /* When the budget could next run out (or the window ends). */
         uint64_t next_look_ns;
         bool exhausted;
+        /* The last look that found it holding a priority found it using
+         * under half the time since the look before: it is not spinning,
+         * and held back it runs little more (server_free_reserve()). */
+        bool seen_idle;
 } ServerBudget;
 
 /* Below this much budget left, the server counts as spent: a look for less
@@ -51,3 +55,33 @@ typedef struct ServerBudget {
  * on, so it gets the exact instant. Never past the window's end. */
 bool server_budget_look(ServerBudget *b, uint64_t now_ns, uint64_t window_ns, uint64_t budget_ns, uint64_t usage,
                         bool held, uint64_t min_look_ns);
+
+/* Free time, and how much of it servers may take.
+ *
+ * A free run is non-real-time work's by the table, and non_rt_max_gap
+ * bounds how long that work may go without the CPU. A server may still
+ * run in free time (a thread that wakes there runs at once instead of
+ * waiting for a slot) as long as non-real-time work is sure to get the CPU
+ * again in time: the loop keeps the last instant it surely had it, and
+ * lets servers hold a priority in free time only up to the latest instant
+ * after which enough free time is left before that instant plus the gap
+ * (the reserve). The reserve covers what a server held back still runs:
+ * demoted while runnable, a busy server runs on first for up to about 6 ms
+ * (the lag EEVDF owes a task that waited, and a slice run to parity), so a
+ * busy server's reserve is that much larger (in strict mode too, loop.c
+ * says why). What the servers took of each free run is measured afterwards,
+ * so a reserve that fell short shows: the last turn does not advance, and
+ * servers are held back in free time until it does. */
+
+/* Non-real-time work's last sure turn, after a free interval [from, to)
+ * of which the servers took taken_ns (held or not): the rest, less margin_ns
+ * (the dispatcher's own wake-ups, interrupts), was non-real-time work's,
+ * and ended no earlier than to - taken_ns - margin_ns. */
+uint64_t server_free_turn(uint64_t last_turn_ns, uint64_t from, uint64_t to, uint64_t taken_ns, uint64_t margin_ns);
+
+/* free[i] = { start, end }: the free intervals ahead, in order. The latest
+ * instant x in [from, deadline) such that the free time in [x, deadline)
+ * is at least reserve_ns, into *ret; false if there is none (servers must
+ * leave free time alone from now on). */
+bool server_free_take_until(const uint64_t (*free)[2], size_t n, uint64_t from, uint64_t deadline, uint64_t reserve_ns,
+                            uint64_t *ret);

@@ -48,11 +48,10 @@ static void server_env_init(DispatchEnv *e) {
         env_init(e, CONFIG_1MS_FREEZE);
 }
 
-/* 30% of 50 ms backed by 3 slots of every 10. */
-/* 30% of 50 ms backed by 3 slots of every 10 (A), beside 40% (B) held by a
- * process that sleeps: a server runs at 97 in B's idle slots, never in the
- * free ones. */
-#define PATTERN_30_BESIDE_IDLE "AAABBBB...AAABBBB...AAABBBB...AAABBBB...AAABBBB..."
+/* 30% of 50 ms backed by 3 slots of every 10 (A), beside 30% (B) held by a
+ * process that sleeps: a server runs at 97 in B's idle slots, and in the
+ * free ones as far as non-real-time work's turn allows. */
+#define PATTERN_30_BESIDE_IDLE "AAABBB....AAABBB....AAABBB....AAABBB....AAABBB...."
 
 /* B of PATTERN_30_BESIDE_IDLE: a child that only sleeps. */
 static pid_t spawn_sleeper(DispatchEnv *e) {
@@ -72,7 +71,7 @@ static pid_t spawn_sleeper(DispatchEnv *e) {
 static void publish_beside_idle(DispatchEnv *e, pid_t client, uint32_t flags) {
         TestReservation res[] = {
                 { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A', .flags = flags },
-                { .pid = spawn_sleeper(e), .period_slots = 50, .budget_slots = 20, .letter = 'B' },
+                { .pid = spawn_sleeper(e), .period_slots = 50, .budget_slots = 15, .letter = 'B' },
         };
         env_publish(e, 1000000, PATTERN_30_BESIDE_IDLE, res, 2);
 }
@@ -132,13 +131,13 @@ static void periodic_child(int fd) {
 
 /* Runs the periodic child under one reservation of the given flags beside
  * a hog; returns the 50th and 90th percentile lateness in us. */
-static void wake_latency(uint32_t flags, uint64_t *ret_p50, uint64_t *ret_p90, unsigned *ret_n) {
+static void wake_latency(const char *config, uint32_t flags, uint64_t *ret_p50, uint64_t *ret_p90, unsigned *ret_n) {
         DispatchEnv e;
         uint64_t late[JOBS];
         unsigned n = 0;
         int p[2];
 
-        server_env_init(&e);
+        env_init(&e, config);
         env_start(&e);
         env_create_table(&e);
         ASSERT_OK(pipe(p));
@@ -171,18 +170,26 @@ static void wake_latency(uint32_t flags, uint64_t *ret_p50, uint64_t *ret_p90, u
 }
 
 TEST(a_server_thread_runs_when_it_wakes) {
-        uint64_t s50, s90, t50, t90;
-        unsigned sn, tn;
+        uint64_t s50, s90, n50, n90, t50, t90;
+        unsigned sn, nn, tn;
 
         SERVER_REQUIRE();
-        wake_latency(PACE_RES_SERVER, &s50, &s90, &sn);
-        wake_latency(0, &t50, &t90, &tn);
+        wake_latency(CONFIG_1MS_FREEZE, PACE_RES_SERVER, &s50, &s90, &sn);
+        wake_latency(CONFIG_1MS, PACE_RES_SERVER, &n50, &n90, &nn);
+        wake_latency(CONFIG_1MS_FREEZE, 0, &t50, &t90, &tn);
         printf("  wake-up to running beside a hog, 30%% of 50 ms: server p50 %" PRIu64 " us p90 %" PRIu64
-               " us (%u jobs); slots p50 %" PRIu64 " us p90 %" PRIu64 " us (%u jobs)\n",
-               s50, s90, sn, t50, t90, tn);
-        /* 70% of the instants fall in its own or B's idle slots, where it
-         * holds a priority: the median wakes at once. */
+               " us (%u jobs), in nice mode p50 %" PRIu64 " us p90 %" PRIu64 " us (%u jobs); slots p50 %" PRIu64
+               " us p90 %" PRIu64 " us (%u jobs)\n",
+               s50, s90, sn, n50, n90, nn, t50, t90, tn);
+        /* Its own and B's idle slots hold 60% of the instants, the free
+         * ones the rest: it holds a priority in all of them while it has
+         * budget and non-real-time work's turn is not due, so nine in ten
+         * wake at once. Before servers took free time, p90 was 2 ms (the
+         * instants in free slots waited beside the hog). */
         ASSERT_CMP(s50, <=, 500u);
+        ASSERT_CMP(s90, <=, 500u);
+        ASSERT_CMP(n50, <=, 500u);
+        ASSERT_CMP(n90, <=, 500u);
 }
 
 /* A spinning child on CPU 1 that records the longest stretch it did not

@@ -111,4 +111,62 @@ TEST(no_window_no_budget) {
         ASSERT_FALSE(server_budget_look(&b, 100 * MS, 0, budget, 0, true, min_look));
 }
 
+TEST(a_look_says_whether_a_held_server_was_idle) {
+        ServerBudget b = {};
+
+        /* Never looked at while held: counts as busy. */
+        ASSERT_FALSE(b.seen_idle);
+        ASSERT_TRUE(server_budget_look(&b, 100 * MS, window, budget, 0, true, min_look));
+        /* 1 of 5 ms while held: idle. */
+        ASSERT_TRUE(server_budget_look(&b, 105 * MS, window, budget, 1 * MS, true, min_look));
+        ASSERT_TRUE(b.seen_idle);
+        /* Held back, it could not show either way: it stays idle. */
+        ASSERT_TRUE(server_budget_look(&b, 107 * MS, window, budget, 1 * MS + 100 * US, false, min_look));
+        ASSERT_TRUE(b.seen_idle);
+        /* 3 of 4 ms while held: busy. */
+        ASSERT_TRUE(server_budget_look(&b, 111 * MS, window, budget, 4 * MS + 100 * US, true, min_look));
+        ASSERT_FALSE(b.seen_idle);
+}
+
+TEST(non_real_time_work_had_its_turn_unless_servers_took_the_run) {
+        /* A 1 ms free run of which servers took 0.2 ms: the rest, less the
+         * margin, was non-real-time work's; it ended no earlier than
+         * 200 + 250 us before the run's end. */
+        ASSERT_EQ(server_free_turn(0, 10 * MS, 11 * MS, 200 * US, 250 * US), 11 * MS - 450 * US);
+        /* They took all but the margin: no turn; the last one stands. */
+        ASSERT_EQ(server_free_turn(3 * MS, 10 * MS, 11 * MS, 750 * US, 250 * US), 3 * MS);
+        ASSERT_EQ(server_free_turn(3 * MS, 10 * MS, 11 * MS, 2 * MS, 250 * US), 3 * MS);
+        /* Never backwards, and an empty interval earns nothing. */
+        ASSERT_EQ(server_free_turn(20 * MS, 10 * MS, 11 * MS, 0, 250 * US), 20 * MS);
+        ASSERT_EQ(server_free_turn(3 * MS, 11 * MS, 11 * MS, 0, 0), 3 * MS);
+}
+
+TEST(servers_take_free_time_only_while_the_reserve_stays_ahead) {
+        /* Free from 10 to 12, 15 to 16 and 18 to 25 ms. */
+        const uint64_t free[][2] = { { 10 * MS, 12 * MS }, { 15 * MS, 16 * MS }, { 18 * MS, 25 * MS } };
+        uint64_t until = 0;
+
+        /* Turn due at 20 ms, 2 ms of free time reserved: 18-20 is it, so
+         * everything before 18 ms may go to servers. */
+        ASSERT_TRUE(server_free_take_until(free, 3, 10 * MS, 20 * MS, 2 * MS, &until));
+        ASSERT_EQ(until, 18 * MS);
+        /* 3 ms reserved: 18-20 and the whole of 15-16: until 15 ms. */
+        ASSERT_TRUE(server_free_take_until(free, 3, 10 * MS, 20 * MS, 3 * MS, &until));
+        ASSERT_EQ(until, 15 * MS);
+        /* 3.5 ms: half of 10-12 too. */
+        ASSERT_TRUE(server_free_take_until(free, 3, 10 * MS, 20 * MS, 3500 * US, &until));
+        ASSERT_EQ(until, 11500 * US);
+        /* 5 ms: all of it from now on is the reserve: nothing to take. */
+        ASSERT_FALSE(server_free_take_until(free, 3, 10 * MS, 20 * MS, 5 * MS, &until));
+        /* More than there is before the turn: nothing either. */
+        ASSERT_FALSE(server_free_take_until(free, 3, 10 * MS, 20 * MS, 6 * MS, &until));
+        /* Only what lies after from counts: from 11 ms, 4 ms is too much. */
+        ASSERT_FALSE(server_free_take_until(free, 3, 11 * MS, 20 * MS, 4 * MS, &until));
+        /* A turn due far ahead leaves the whole first run to servers. */
+        ASSERT_TRUE(server_free_take_until(free, 3, 10 * MS, 40 * MS, 2 * MS, &until));
+        ASSERT_EQ(until, 23 * MS);
+        /* No free time ahead: nothing. */
+        ASSERT_FALSE(server_free_take_until(free, 0, 10 * MS, 20 * MS, 1 * MS, &until));
+}
+
 TEST_MAIN()
