@@ -34,6 +34,7 @@ pw_cleanup() {
         for ((i = ${#pw_pids[@]} - 1; i >= 0; i--)); do kill "${pw_pids[i]}" 2>/dev/null || true; done
         for p in "${pw_pids[@]}"; do wait "$p" 2>/dev/null || true; done
         pw_pids=()
+        PW_HOGS=()
         if [ -n "$PW_DIR" ] && [ -d "$PW_DIR" ]; then
                 if [ -n "${PW_KEEP:-}" ]; then echo "pipewire: kept $PW_DIR" >&2; else rm -rf "$PW_DIR"; fi
         fi
@@ -175,13 +176,24 @@ pw_data_thread() {
         return 1
 }
 
-# pw_hogs N: N CPU-bound loops on PW_CPU at nice 0.
+# pw_hogs N: N CPU-bound loops on PW_CPU at nice 0 (their pids in PW_HOGS).
+PW_HOGS=()
 pw_hogs() {
         local i
         for ((i = 0; i < $1; i++)); do
                 taskset -c "$PW_CPU" sh -c 'while :; do :; done' &
                 pw_track $!
+                PW_HOGS+=($!)
         done
+}
+
+# pw_stop_graph: pw-cat, pipewire and the hogs end; the buses and whatever
+# answers RealtimeKit1 stay.
+pw_stop_graph() {
+        local p
+        for p in "$PW_CAT_PID" "$PW_PID" "${PW_HOGS[@]}"; do kill "$p" 2>/dev/null || true; done
+        for p in "$PW_CAT_PID" "$PW_PID" "${PW_HOGS[@]}"; do wait "$p" 2>/dev/null || true; done
+        PW_HOGS=()
 }
 
 # pw_profile SECONDS OUT: pw-profiler's log of that many seconds (on CPU 0).
