@@ -18,6 +18,7 @@
 #include "pace.pb-c.h"
 #include "parse-util.h"
 #include "proc-util.h"
+#include "rate-limit.h"
 #include "table-check.h"
 
 /* A thread count the dispatcher reports is shown up to this. */
@@ -54,20 +55,9 @@ typedef struct NiceLevel {
         int pidfd;
 } NiceLevel;
 
-/* A token bucket per uid: refilled at max_requests_per_second, holding at
- * most one second's worth. Least recently used buckets are reused. */
-#define RATE_BUCKETS 256
-
-typedef struct RateBucket {
-        uid_t uid;
-        bool used;
-        uint64_t tokens_ppm; /* in millionths of a request */
-        uint64_t last_ns;
-} RateBucket;
-
 struct Broker {
         PaceConfig config;
-        RateBucket buckets[RATE_BUCKETS];
+        RateLimit rate;
         char *proc_root;
         BrokerHooks hooks;
         Plan *plan;
@@ -362,37 +352,10 @@ void broker_process_exited(Broker *b, uint64_t id) {
         drop_reservation(b, res);
 }
 
-/* Whether the peer may take another request now; takes a token if so. */
+/* Whether the peer may take another request now; takes a token if so.
+ * Root is never limited. */
 static bool rate_allows(Broker *b, const BrokerPeer *peer) {
-        uint64_t rate = b->config.max_requests_per_second, cap = rate * PPM;
-        RateBucket *bucket = NULL, *oldest = &b->buckets[0];
-
-        if (peer->uid == 0)
-                return true;
-        for (size_t i = 0; i < RATE_BUCKETS; i++) {
-                RateBucket *r = &b->buckets[i];
-                if (r->used && r->uid == peer->uid) {
-                        bucket = r;
-                        break;
-                }
-                if (!r->used || (oldest->used && r->last_ns < oldest->last_ns))
-                        oldest = r;
-        }
-        if (!bucket) {
-                bucket = oldest;
-                *bucket = (RateBucket) { .uid = peer->uid, .used = true, .tokens_ppm = cap, .last_ns = peer->now_ns };
-        }
-        if (peer->now_ns > bucket->last_ns) {
-                /* elapsed ns * rate / 1e9 requests, in ppm: elapsed * rate / 1000. */
-                uint64_t elapsed = peer->now_ns - bucket->last_ns;
-                uint64_t refill = elapsed >= NSEC_PER_SEC ? cap : elapsed * rate / 1000;
-                bucket->tokens_ppm = MIN(cap, bucket->tokens_ppm + refill);
-                bucket->last_ns = peer->now_ns;
-        }
-        if (bucket->tokens_ppm < PPM)
-                return false;
-        bucket->tokens_ppm -= PPM;
-        return true;
+        return peer->uid == 0 || rate_limit_take(&b->rate, b->config.max_requests_per_second, peer->uid, peer->now_ns);
 }
 
 /* Root always; otherwise anyone, or members of allowed_groups if set. */
