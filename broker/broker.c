@@ -35,8 +35,6 @@ typedef struct Reservation {
          * may take it. Not read again then, because the dispatcher has
          * pinned the threads to the CPU that went away. */
         uint64_t allowed_cpus;
-        /* Granted on behalf of another process (a delegate's request). */
-        bool on_behalf;
         /* Thread scope: the thread and its start time, so its end is
          * noticed (broker_tick()) even when the tid is reused. 0: not
          * known (adopted). */
@@ -96,13 +94,6 @@ static void publish(Broker *b) {
         PaceTableBuffer *buf = table_writer_begin(b->table);
         plan_export(b->plan, buf);
         buf->next_id = b->next_id;
-        for (size_t i = 0; i < b->n_reservations; i++) {
-                if (!b->reservations[i].on_behalf)
-                        continue;
-                for (uint32_t j = 0; j < buf->n_reservations; j++)
-                        if (buf->reservations[j].id == b->reservations[i].id)
-                                buf->reservations[j].flags |= PACE_RES_ON_BEHALF;
-        }
         buf->n_nice = (uint32_t) b->n_nice;
         for (size_t i = 0; i < b->n_nice; i++)
                 buf->nice[i] = (PaceTableNice) {
@@ -186,14 +177,6 @@ static int adopt_previous_table(Broker *b, int dir_fd) {
         b->next_id = MAX(b->next_id, old->next_id);
         for (uint32_t i = 0; i < old->n_reservations; i++)
                 b->next_id = MAX(b->next_id, old->reservations[i].id + 1);
-        /* The planner knows kinds, not who asked: the flag stays with the
-         * broker's own record. */
-        static bool on_behalf[PACE_MAX_RESERVATIONS];
-        for (uint32_t i = 0; i < old->n_reservations; i++) {
-                on_behalf[i] = old->reservations[i].flags & PACE_RES_ON_BEHALF;
-                old->reservations[i].flags &= ~PACE_RES_ON_BEHALF;
-        }
-
         r = plan_restore(b->plan, old, keep);
         if (r >= 0) {
                 memset(check, 0, sizeof(*check));
@@ -218,7 +201,6 @@ static int adopt_previous_table(Broker *b, int dir_fd) {
                         .id = res->id,
                         .owner_uid = (uid_t) res->uid,
                         .pidfd = pidfds[i],
-                        .on_behalf = on_behalf[i],
                         .tid = res->scope == PACE_TABLE_SCOPE_THREAD ? res->tid : 0,
                 };
                 if (b->hooks.watch_pidfd && b->hooks.watch_pidfd(b->hooks.userdata, nr->pidfd, nr->id, &nr->watch) < 0) {
@@ -455,10 +437,10 @@ static void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g
                         g->has_threads = true;
                         g->threads = b->reservations[i].threads;
                 }
-                if (b->reservations[i].on_behalf) {
-                        g->has_on_behalf = true;
-                        g->on_behalf = true;
-                }
+        }
+        if (e->flags & PACE_RES_ON_BEHALF) {
+                g->has_on_behalf = true;
+                g->on_behalf = true;
         }
 }
 
@@ -734,7 +716,7 @@ static Reservation *find_on_behalf_thread(Broker *b, pid_t pid, pid_t tid, uid_t
         for (size_t i = 0; i < b->n_reservations; i++) {
                 Reservation *res = &b->reservations[i];
                 const PlanEntry *e = plan_find(b->plan, res->id);
-                if (res->on_behalf && res->owner_uid == uid && e && e->pid == pid &&
+                if (e && (e->flags & PACE_RES_ON_BEHALF) && res->owner_uid == uid && e->pid == pid &&
                     e->scope == PACE_TABLE_SCOPE_THREAD && e->tid == tid && pidfd_alive(res->pidfd) == 0)
                         return res;
         }
@@ -778,6 +760,7 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, con
                 .utilization_ppm = req->utilization_ppm,
                 .cpu = req->has_cpu ? req->cpu : -1,
                 .kind = kind,
+                .on_behalf = on_behalf,
         };
         r = plan_validate(b->plan, &preq, why, sizeof(why));
         if (r < 0) {
@@ -829,7 +812,6 @@ static int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, con
                 .pidfd = TAKE_FD(pidfd),
                 .threads = threads,
                 .allowed_cpus = allowed_cpus,
-                .on_behalf = on_behalf,
                 .tid = preq.tid,
                 .thread_start_time = thread_start_time,
         };
@@ -1146,11 +1128,13 @@ size_t broker_reset(Broker *b) {
 
 size_t broker_reset_on_behalf(Broker *b) {
         size_t n = 0;
-        for (size_t i = b->n_reservations; i > 0; i--)
-                if (b->reservations[i - 1].on_behalf) {
+        for (size_t i = b->n_reservations; i > 0; i--) {
+                const PlanEntry *e = plan_find(b->plan, b->reservations[i - 1].id);
+                if (e && (e->flags & PACE_RES_ON_BEHALF)) {
                         drop_reservation(b, &b->reservations[i - 1]);
                         n++;
                 }
+        }
         while (b->n_nice > 0)
                 drop_nice(b, b->n_nice - 1);
         publish(b);
@@ -1247,6 +1231,7 @@ static PlanRequest request_for_entry(const PlanEntry *e) {
                 .scope = e->scope,
                 .tid = e->tid,
                 .kind = plan_flags_kind(e->flags),
+                .on_behalf = e->flags & PACE_RES_ON_BEHALF,
         };
 }
 
