@@ -538,6 +538,101 @@ static int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, in
         return 0;
 }
 
+/* How a refused target is described: a reservation and a nice level are
+ * checked alike, each refusal in the words of its request. */
+typedef struct TargetWords {
+        const char *name_process; /* "... is a thread, not a process; <this> its process" */
+        const char *kernel;       /* after "pid N is a kernel thread" */
+        const char *own;          /* after "uid N may " */
+        const char *root;         /* after "pid N runs as root" */
+} TargetWords;
+
+static const TargetWords reserve_words = {
+        .name_process = "reserve",
+        .kernel = "; only user processes can be reserved",
+        .own = "reserve only its own processes",
+        .root = " (a real, effective, saved or file-system uid 0); root's processes can be reserved only where "
+                "pace.json sets \"reserve_root_processes\": true",
+};
+
+static const TargetWords nice_words = {
+        .name_process = "name",
+        .kernel = "",
+        .own = "renice only its own threads",
+        .root = "; root's threads are reniced only where pace.json sets \"reserve_root_processes\": true",
+};
+
+/* Opens process pid and reads what it is: the pidfd first, its identity
+ * second, that it still lives third, so all of it is about the process the
+ * pidfd holds even if the pid is reused in between. With tid > 0 the
+ * thread's start time is read in the same window. For the caller itself
+ * (use_peer_pidfd), the kernel's pidfd from the connection is better still.
+ * 0 with the pidfd, or 1 after writing the refusal (or negative errno). */
+static int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidfd, pid_t tid,
+                       const TargetWords *words, int *ret_pidfd, ProcInfo *ret_info,
+                       uint64_t *ret_thread_start_time, uint8_t **reply, size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        int r;
+
+        if (use_peer_pidfd) {
+                pidfd = fcntl(peer->pidfd, F_DUPFD_CLOEXEC, 3);
+                if (pidfd < 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot keep a handle on the calling process: %s", strerror(errno)) ?: 1;
+        } else {
+                r = pidfd_open_checked(pid, &pidfd);
+                /* Kernels say EINVAL (older) or ENOENT (6.9+) for a thread
+                 * that is not its process's leader. */
+                if (r == -EINVAL || r == -ENOENT)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                           "%" PRIi32 " is a thread, not a process; %s its process "
+                                           "(the Tgid in /proc/%" PRIi32 "/status)", (int32_t) pid,
+                                           words->name_process, (int32_t) pid) ?: 1;
+                if (r == -ESRCH)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                           "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+                if (r < 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot open pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        }
+        r = proc_info_read(b->proc_root, pid, ret_info);
+        if (r == 0 && tid > 0) {
+                r = proc_thread_start_time(b->proc_root, pid, tid, ret_thread_start_time);
+                if (r == -ESRCH && pidfd_alive(pidfd) == 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                           "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid) ?: 1;
+        }
+        if (r == 0)
+                r = pidfd_alive(pidfd);
+        if (r == -ESRCH)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+        if (r < 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        *ret_pidfd = TAKE_FD(pidfd);
+        return 0;
+}
+
+/* Whether the peer may have process pid (as open_target() read it) reserved
+ * or reniced: a user process of its own uid (root: anyone's), and root's
+ * own processes only where the configuration allows. 0, or 1 after writing
+ * the refusal (or negative errno). */
+static int target_permitted(Broker *b, const BrokerPeer *peer, pid_t pid, const ProcInfo *info,
+                            const TargetWords *words, uint8_t **reply, size_t *reply_size) {
+        if (info->kernel_thread)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " is a kernel thread%s", (int32_t) pid, words->kernel) ?: 1;
+        if (peer->uid != 0 && info->uid != peer->uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " belongs to uid %u; uid %u may %s", (int32_t) pid,
+                                   (unsigned) info->uid, (unsigned) peer->uid, words->own) ?: 1;
+        if (info->root && !b->config.reserve_root_processes)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " runs as root%s", (int32_t) pid, words->root) ?: 1;
+        return 0;
+}
+
 /* Opens the target and checks it is one the peer may reserve. On refusal
  * writes a reply and returns 1; on success returns 0 with the pidfd. */
 static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, pid_t *ret_pid,
@@ -567,40 +662,10 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
                                    "a thread id (tid %" PRIi32 ") belongs only with the thread scope", req->tid) ?: 1;
 
-        /* Open the process first, read its identity second, and check it is
-         * still alive third: then the identity belongs to the process the
-         * pidfd holds, even if the pid is reused in between. For the caller
-         * itself, the kernel's pidfd from the connection is better still. */
-        if (!req->has_pid && peer->pidfd >= 0) {
-                pidfd = fcntl(peer->pidfd, F_DUPFD_CLOEXEC, 3);
-                if (pidfd < 0)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                           "cannot keep a handle on the calling process: %s", strerror(errno)) ?: 1;
-        } else {
-                r = pidfd_open_checked(pid, &pidfd);
-                /* Kernels say EINVAL (older) or ENOENT (6.9+) for a thread
-                 * that is not its process's leader. */
-                if (r == -EINVAL || r == -ENOENT)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                           "%" PRIi32 " is a thread, not a process; reserve its process "
-                                           "(the Tgid in /proc/%" PRIi32 "/status)", (int32_t) pid,
-                                           (int32_t) pid) ?: 1;
-                if (r == -ESRCH)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                           "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
-                if (r < 0)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                           "cannot open pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
-        }
-        r = proc_info_read(b->proc_root, pid, ret_info);
-        if (r == 0)
-                r = pidfd_alive(pidfd);
-        if (r == -ESRCH)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
-        if (r < 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                   "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        r = open_target(b, peer, pid, !req->has_pid && peer->pidfd >= 0, 0, &reserve_words, &pidfd, ret_info,
+                        NULL, reply, reply_size);
+        if (r != 0)
+                return r;
         uint32_t threads = 1;
         if (scope == PACE_TABLE_SCOPE_THREAD) {
                 char task[96];
@@ -619,19 +684,9 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                                    scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
                                    b->config.max_threads_per_reservation) ?: 1;
         *ret_threads = threads;
-        if (ret_info->kernel_thread)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " is a kernel thread; only user processes can be reserved",
-                                   (int32_t) pid) ?: 1;
-        if (peer->uid != 0 && ret_info->uid != peer->uid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " belongs to uid %u; uid %u may reserve only its own processes",
-                                   (int32_t) pid, (unsigned) ret_info->uid, (unsigned) peer->uid) ?: 1;
-        if (ret_info->root && !b->config.reserve_root_processes)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " runs as root (a real, effective, saved or file-system uid 0); "
-                                   "root's processes can be reserved only where pace.json sets "
-                                   "\"reserve_root_processes\": true", (int32_t) pid) ?: 1;
+        r = target_permitted(b, peer, pid, ret_info, &reserve_words, reply, reply_size);
+        if (r != 0)
+                return r;
         for (size_t i = 0; i < b->n_reservations; i++) {
                 const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
                 /* Same pid, even with another start time: that one's exit
@@ -885,36 +940,12 @@ static int handle_nice(Broker *b, const BrokerPeer *peer, const Pace__NiceReques
                 return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                                    "pid 1 (init) is never reniced");
 
-        /* As for a reservation: the pidfd first, then what the process is,
-         * then that it still lives, so all of it is about one process. */
-        r = pidfd_open_checked(pid, &pidfd);
-        if (r == -EINVAL || r == -ENOENT)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "%" PRIi32 " is a thread, not a process; name its process (the Tgid in "
-                                   "/proc/%" PRIi32 "/status)", (int32_t) pid, (int32_t) pid);
-        if (r >= 0)
-                r = proc_info_read(b->proc_root, pid, &info);
-        if (r >= 0)
-                r = proc_thread_start_time(b->proc_root, pid, req->tid, &thread_start_time);
-        if (r >= 0)
-                r = pidfd_alive(pidfd);
-        if (r == -ESRCH)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                   "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, req->tid);
-        if (r < 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                   "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
-        if (info.kernel_thread)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " is a kernel thread", (int32_t) pid);
-        if (peer->uid != 0 && info.uid != peer->uid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " belongs to uid %u; uid %u may renice only its own threads",
-                                   (int32_t) pid, (unsigned) info.uid, (unsigned) peer->uid);
-        if (info.root && !b->config.reserve_root_processes)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " runs as root; root's threads are reniced only where pace.json "
-                                   "sets \"reserve_root_processes\": true", (int32_t) pid);
+        r = open_target(b, peer, pid, false, req->tid, &nice_words, &pidfd, &info, &thread_start_time, reply,
+                        reply_size);
+        if (r == 0)
+                r = target_permitted(b, peer, pid, &info, &nice_words, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
 
         /* One level per thread: a second request replaces the first. */
         size_t slot = b->n_nice;
