@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* pace-broker: the unprivileged half of pace. Edge code only: arguments,
  * configuration, the socket (own or systemd's), sd_notify; the rest lives in
- * server.c and broker.c. */
+ * server.c and behind broker.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
