@@ -189,22 +189,42 @@ static int reply_refusal(sd_bus_message *m, const RtkitCaller *caller, const Rtk
         return sd_bus_error_set(error, e->name, e->message);
 }
 
+/* The arguments of a MakeThread* call, whose *WithPID form names the
+ * process (else it is the caller's own) and whose last argument (priority
+ * or nice level, of D-Bus type last_type) is the method's own; and who
+ * calls. Returns 1 with with_pid set, 0 without, or a negative errno (an
+ * sd-bus error set). */
+static int read_thread_call(sd_bus_message *m, char last_type, void *ret_last, uint64_t *ret_process,
+                            uint64_t *ret_thread, RtkitCaller *ret_caller, sd_bus_error *error) {
+        const char *member = sd_bus_message_get_member(m);
+        size_t n = strlen(member);
+        bool with_pid = n > strlen("WithPID") && strcmp(member + n - strlen("WithPID"), "WithPID") == 0;
+        int r;
+
+        *ret_process = 0;
+        r = with_pid ? sd_bus_message_read(m, "tt", ret_process, ret_thread) : sd_bus_message_read(m, "t", ret_thread);
+        if (r >= 0)
+                r = sd_bus_message_read_basic(m, last_type, ret_last);
+        if (r < 0)
+                return r;
+        r = get_caller(m, ret_caller, error);
+        if (r < 0)
+                return r;
+        return with_pid;
+}
+
 static int method_make_realtime(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Service *s = userdata;
-        bool with_pid = strcmp(sd_bus_message_get_member(m), "MakeThreadRealtimeWithPID") == 0;
         uint64_t process = 0, thread = 0;
         uint32_t priority = 0;
         RtkitCaller caller;
         RtkitError e;
         int r;
 
-        r = with_pid ? sd_bus_message_read(m, "ttu", &process, &thread, &priority)
-                     : sd_bus_message_read(m, "tu", &thread, &priority);
+        r = read_thread_call(m, SD_BUS_TYPE_UINT32, &priority, &process, &thread, &caller, error);
         if (r < 0)
                 return r;
-        r = get_caller(m, &caller, error);
-        if (r < 0)
-                return r;
+        bool with_pid = r > 0;
         r = rtkit_make_realtime(&s->core, &caller, with_pid, process, thread, priority, &e);
         if (r < 0)
                 return reply_refusal(m, &caller, &e, error);
@@ -216,20 +236,16 @@ static int method_make_realtime(sd_bus_message *m, void *userdata, sd_bus_error 
 
 static int method_make_high_priority(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Service *s = userdata;
-        bool with_pid = strcmp(sd_bus_message_get_member(m), "MakeThreadHighPriorityWithPID") == 0;
         uint64_t process = 0, thread = 0;
         int32_t nice = 0;
         RtkitCaller caller;
         RtkitError e;
         int r;
 
-        r = with_pid ? sd_bus_message_read(m, "tti", &process, &thread, &nice)
-                     : sd_bus_message_read(m, "ti", &thread, &nice);
+        r = read_thread_call(m, SD_BUS_TYPE_INT32, &nice, &process, &thread, &caller, error);
         if (r < 0)
                 return r;
-        r = get_caller(m, &caller, error);
-        if (r < 0)
-                return r;
+        bool with_pid = r > 0;
         r = rtkit_make_high_priority(&s->core, &caller, with_pid, process, thread, nice, &e);
         if (r < 0)
                 return reply_refusal(m, &caller, &e, error);
