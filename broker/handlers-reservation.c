@@ -250,7 +250,7 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
         b->next_id++;
         broker_publish(b);
 
-        Pace__Response resp = PACE__RESPONSE__INIT;
+        /* The log names the CPUs as the reply will. */
         Pace__Grant grant;
         GrantPieces pieces;
         grant_from_entry(b, &entry, &grant);
@@ -265,11 +265,7 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
                    format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
                    format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
                    format_duration((char[32]) {}, 32, entry.requested_period_ns));
-
-        resp.version = PACE_PROTOCOL_VERSION;
-        resp.body_case = PACE__RESPONSE__BODY_GRANT;
-        resp.grant = &grant;
-        return pack_response(&resp, reply, reply_size);
+        return grant_reply(b, &entry, reply, reply_size);
 }
 
 int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
@@ -362,12 +358,6 @@ int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *
         broker_log(b, LOG_INFO, "reservation %" PRIu64 " changed by uid %u: CPU %" PRIi32 ", %s, %" PRIu32
                    " of every %" PRIu32 " slots", req->id, (unsigned) peer->uid, entry.cpu,
                    plan_kind_name(plan_flags_kind(entry.flags)), entry.budget_slots, entry.period_slots);
-
-        Pace__Response resp = PACE__RESPONSE__INIT;
-        Pace__Grant grant;
-        grant_from_entry(b, &entry, &grant);
-        resp.version = PACE_PROTOCOL_VERSION;
-        resp.body_case = PACE__RESPONSE__BODY_GRANT;
-        resp.grant = &grant;
-        return pack_response(&resp, reply, reply_size);
+        /* Never split (refused above), so the reply has no pieces. */
+        return grant_reply(b, &entry, reply, reply_size);
 }

@@ -74,7 +74,7 @@ int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidf
                 const TargetWords *words, int *ret_pidfd, ProcInfo *ret_info,
                 uint64_t *ret_thread_start_time, uint8_t **reply, size_t *reply_size) {
         _cleanup_close_ int pidfd = -EBADF;
-        int r;
+        int r = 0;
 
         if (use_peer_pidfd) {
                 pidfd = fcntl(peer->pidfd, F_DUPFD_CLOEXEC, 3);
@@ -90,14 +90,12 @@ int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidf
                                            "%" PRIi32 " is a thread, not a process; %s its process "
                                            "(the Tgid in /proc/%" PRIi32 "/status)", (int32_t) pid,
                                            words->name_process, (int32_t) pid) ?: 1;
-                if (r == -ESRCH)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                           "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
-                if (r < 0)
+                if (r < 0 && r != -ESRCH) /* a process that is gone is answered below */
                         return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
                                            "cannot open pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
         }
-        r = proc_info_read(b->proc_root, pid, ret_info);
+        if (pidfd >= 0)
+                r = proc_info_read(b->proc_root, pid, ret_info);
         if (r == 0 && tid > 0) {
                 r = proc_thread_start_time(b->proc_root, pid, tid, ret_thread_start_time);
                 if (r == -ESRCH && pidfd_alive(pidfd) == 0)
