@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* pace-broker: the unprivileged half of pace. Edge code only: arguments,
  * configuration, the socket (own or systemd's), sd_notify; the rest lives in
- * server.c and broker.c. */
+ * server.c and behind broker.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "daemon-util.h"
 #include "log.h"
 #include "macro.h"
 #include "pace-build-config.h"
@@ -43,13 +43,10 @@
 #define PACE_SANITIZED 0
 #endif
 
-static const char *arg_config = NULL;
-static const char *arg_runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
-static int arg_verbose = 0;
-static const char *arg_user = NULL;
+static DaemonArgs arg = { .runtime_dir = PACE_DEFAULT_RUNTIME_DIR };
 
 static void log_sink(void *userdata, int priority, const char *message) {
-        if (priority >= LOG_DEBUG && !arg_verbose)
+        if (priority >= LOG_DEBUG && !arg.verbose)
                 return;
         log_line(PROGRAM, priority, message);
 }
@@ -68,70 +65,14 @@ static void help(void) {
                "instead of creating DIR/" PACE_SOCKET_NAME ".\n");
 }
 
-static int parse_argv(int argc, char **argv) {
-        enum { ARG_CONFIG = 0x100, ARG_RUNTIME_DIR, ARG_USER, ARG_VERSION };
-        static const struct option options[] = {
-                { "config", required_argument, NULL, ARG_CONFIG },
-                { "runtime-dir", required_argument, NULL, ARG_RUNTIME_DIR },
-                { "user", required_argument, NULL, ARG_USER },
-                { "verbose", no_argument, NULL, 'v' },
-                { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, ARG_VERSION },
-                {},
-        };
-        int c;
-
-        while ((c = getopt_long(argc, argv, "hv", options, NULL)) >= 0)
-                switch (c) {
-                case ARG_CONFIG:
-                        arg_config = optarg;
-                        break;
-                case ARG_RUNTIME_DIR:
-                        arg_runtime_dir = optarg;
-                        break;
-                case ARG_USER:
-                        arg_user = optarg;
-                        break;
-                case 'v':
-                        arg_verbose = 1;
-                        break;
-                case 'h':
-                        help();
-                        return 0;
-                case ARG_VERSION:
-                        printf(PROGRAM " " PACE_VERSION "\n");
-                        return 0;
-                default:
-                        fprintf(stderr, "Try '" PROGRAM " --help'.\n");
-                        return -EINVAL;
-                }
-        if (optind < argc) {
-                fprintf(stderr, PROGRAM ": unexpected argument '%s'. Try '" PROGRAM " --help'.\n", argv[optind]);
-                return -EINVAL;
-        }
-        return 1;
-}
-
 /* Reads and checks the configuration; on failure a sentence in why. */
 static int read_config(PaceConfig *config, char *why, size_t why_size) {
         _cleanup_free_ char *error = NULL;
-        const char *path = arg_config ?: PACE_DEFAULT_CONFIG;
         int r;
 
-        pace_config_init(config);
-        r = pace_config_load(path, config, &error);
-        if (r == -ENOENT && !arg_config)
-                log_fmt(PROGRAM, LOG_INFO, "%s does not exist; using built-in defaults", path);
-        else if (r < 0) {
-                if (error)
-                        snprintf(why, why_size, "%s", error);
-                else
-                        snprintf(why, why_size, "cannot read %s: %s", path, strerror(-r));
+        r = daemon_read_config(PROGRAM, &arg, config, why, why_size);
+        if (r < 0)
                 return r;
-        }
-
-        free(error);
-        error = NULL;
         r = config_resolve_cpus(config, "/sys/devices/system/cpu/online", &error);
         if (r < 0) {
                 snprintf(why, why_size, "%s", error ?: strerror(-r));
@@ -162,7 +103,7 @@ static int on_sighup(sd_event_source *src, const struct signalfd_siginfo *si, vo
         if (r < 0)
                 log_fmt(PROGRAM, LOG_ERR, "reload refused, the old configuration stays: %s", why);
         else
-                log_fmt(PROGRAM, LOG_INFO, "reloaded %s", arg_config ?: PACE_DEFAULT_CONFIG);
+                log_fmt(PROGRAM, LOG_INFO, "reloaded %s", arg.config ?: PACE_DEFAULT_CONFIG);
         (void) sd_notify(0, "READY=1\nSTATUS=Serving reservations");
         return 0;
 }
@@ -199,11 +140,11 @@ static int open_listen_socket(int *ret_fd) {
          * between bind() and listen(). The rename also replaces a socket a
          * crashed broker left behind, but never a live broker's. */
         char path[sizeof(addr.sun_path)];
-        if ((size_t) snprintf(path, sizeof(path), "%s/%s", arg_runtime_dir, PACE_SOCKET_NAME) >= sizeof(path) ||
-            (size_t) snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/broker.new", arg_runtime_dir) >=
+        if ((size_t) snprintf(path, sizeof(path), "%s/%s", arg.runtime_dir, PACE_SOCKET_NAME) >= sizeof(path) ||
+            (size_t) snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/broker.new", arg.runtime_dir) >=
                     sizeof(addr.sun_path))
                 return log_fmt(PROGRAM, LOG_ERR, "runtime directory %s is too long for a socket path",
-                               arg_runtime_dir), -ENAMETOOLONG;
+                               arg.runtime_dir), -ENAMETOOLONG;
 
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
@@ -287,7 +228,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(cap_t, cap_free);
  * refuses to run if anything is left. The runtime directory is handed to
  * that user when root owns it, so the table can still be replaced. */
 static int drop_root(int dir_fd) {
-        const char *name = arg_user;
+        const char *name = arg.user;
         struct passwd *pw = NULL;
         int r;
 
@@ -311,7 +252,7 @@ static int drop_root(int dir_fd) {
                 return negative_errno();
         if (st.st_uid == 0 && fchown(dir_fd, pw->pw_uid, pw->pw_gid) < 0) {
                 r = negative_errno();
-                return log_fmt(PROGRAM, LOG_ERR, "cannot give %s to user %s: %s", arg_runtime_dir, name,
+                return log_fmt(PROGRAM, LOG_ERR, "cannot give %s to user %s: %s", arg.runtime_dir, name,
                                strerror(-r)), r;
         }
         for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++)
@@ -348,7 +289,7 @@ int main(int argc, char **argv) {
         PaceConfig config;
         int listen_fd = -1, r;
 
-        r = parse_argv(argc, argv);
+        r = daemon_parse_argv(argc, argv, PROGRAM, help, /* with_user= */ true, &arg);
         if (r <= 0)
                 return r < 0 ? 2 : 0;
 
@@ -370,13 +311,13 @@ int main(int argc, char **argv) {
                 log_fmt(PROGRAM, LOG_WARNING, "cannot check the file descriptor limit: %s", strerror(-r));
         (void) cap_own_resources();
 
-        if (mkdir(arg_runtime_dir, 0755) < 0 && errno != EEXIST) {
-                log_fmt(PROGRAM, LOG_ERR, "cannot create runtime directory %s: %m", arg_runtime_dir);
+        if (mkdir(arg.runtime_dir, 0755) < 0 && errno != EEXIST) {
+                log_fmt(PROGRAM, LOG_ERR, "cannot create runtime directory %s: %m", arg.runtime_dir);
                 return 1;
         }
-        dir_fd = open(arg_runtime_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+        dir_fd = open(arg.runtime_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
         if (dir_fd < 0) {
-                log_fmt(PROGRAM, LOG_ERR, "cannot open runtime directory %s: %m", arg_runtime_dir);
+                log_fmt(PROGRAM, LOG_ERR, "cannot open runtime directory %s: %m", arg.runtime_dir);
                 return 1;
         }
 
@@ -417,7 +358,7 @@ int main(int argc, char **argv) {
 
         char slot[32];
         snprintf(slot, sizeof(slot), "%lluus", (unsigned long long) (config.slot_ns / NSEC_PER_USEC));
-        log_fmt(PROGRAM, LOG_INFO, "ready: %s, %u CPU(s), slot %s, non-RT share %u.%02u%%", arg_runtime_dir,
+        log_fmt(PROGRAM, LOG_INFO, "ready: %s, %u CPU(s), slot %s, non-RT share %u.%02u%%", arg.runtime_dir,
                 config.n_cpus, slot, config.non_rt_share_ppm / 10000, (config.non_rt_share_ppm / 100) % 100);
         (void) sd_notify(0, "READY=1\nSTATUS=Serving reservations");
 

@@ -164,6 +164,25 @@ PlanKind plan_flags_kind(uint32_t flags) {
         return PLAN_KIND_SLOTS;
 }
 
+/* An admitted request's entry (or one piece of it) on cpu. */
+static PlanEntry entry_for_request(const PlanRequest *req, int32_t cpu, uint32_t period_slots, uint32_t budget_slots,
+                                   uint32_t flags) {
+        return (PlanEntry) {
+                .id = req->id,
+                .pid = req->pid,
+                .start_time = req->start_time,
+                .uid = req->uid,
+                .cpu = cpu,
+                .requested_period_ns = req->period_ns,
+                .requested_utilization_ppm = req->utilization_ppm,
+                .scope = req->scope,
+                .tid = req->tid,
+                .period_slots = period_slots,
+                .budget_slots = budget_slots,
+                .flags = flags | (req->on_behalf ? PACE_RES_ON_BEHALF : 0),
+        };
+}
+
 const char *plan_kind_name(PlanKind kind) {
         switch (kind) {
         case PLAN_KIND_SERVER:
@@ -730,20 +749,7 @@ static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t 
                 for (uint32_t i = 0; i < frame[o]; i++)
                         c->slots[i] = p->split_scratch[o][i] == tmp_owner ? owner : p->split_scratch[o][i];
                 c->frame_slots = frame[o];
-                p->entries[p->n_entries++] = (PlanEntry) {
-                        .id = req->id,
-                        .pid = req->pid,
-                        .start_time = req->start_time,
-                        .uid = req->uid,
-                        .cpu = c->cpu,
-                        .requested_period_ns = req->period_ns,
-                        .requested_utilization_ppm = req->utilization_ppm,
-                        .scope = req->scope,
-                        .tid = req->tid,
-                        .period_slots = period,
-                        .budget_slots = pieces[o],
-                        .flags = PACE_RES_PIECE,
-                };
+                p->entries[p->n_entries++] = entry_for_request(req, c->cpu, period, pieces[o], PACE_RES_PIECE);
         }
         if (ret_entry) {
                 *ret_entry = p->entries[base];
@@ -860,20 +866,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                                 memcpy(c->slots, p->scratch, frame * sizeof(uint32_t));
                                 c->frame_slots = frame;
                                 PlanEntry *e = &p->entries[p->n_entries++];
-                                *e = (PlanEntry) {
-                                        .id = req->id,
-                                        .pid = req->pid,
-                                        .start_time = req->start_time,
-                                        .uid = req->uid,
-                                        .cpu = c->cpu,
-                                        .requested_period_ns = req->period_ns,
-                                        .requested_utilization_ppm = req->utilization_ppm,
-                                        .scope = req->scope,
-                                        .tid = req->tid,
-                                        .period_slots = cand,
-                                        .budget_slots = budget,
-                                        .flags = plan_kind_flags(req->kind),
-                                };
+                                *e = entry_for_request(req, c->cpu, cand, budget, plan_kind_flags(req->kind));
                                 if (ret_entry)
                                         *ret_entry = *e;
                                 return 0;

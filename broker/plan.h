@@ -74,6 +74,11 @@ typedef struct PlanRequest {
          * (a request with no process behind it). */
         uint64_t allowed_cpus;
         PlanKind kind;
+        /* Granted on behalf of another process (a delegate's request):
+         * carried as PACE_RES_ON_BEHALF in the entry's flags and so into
+         * the table, where a restarted broker finds it again. Admission
+         * does not look at it. */
+        bool on_behalf;
 } PlanRequest;
 
 typedef struct PlanEntry {
@@ -88,7 +93,8 @@ typedef struct PlanEntry {
         uint32_t budget_slots;
         /* PACE_RES_PIECE: one piece of a reservation split over CPUs; the
          * pieces share the id and each has its CPU and part of the budget.
-         * PACE_RES_SERVER, PACE_RES_ALIGNED: its kind (plan_flags_kind()). */
+         * PACE_RES_SERVER, PACE_RES_ALIGNED: its kind (plan_flags_kind()).
+         * PACE_RES_ON_BEHALF: PlanRequest.on_behalf. */
         uint32_t flags;
         uint32_t scope;
         pid_t tid;

@@ -32,7 +32,10 @@
 #include "pace-limits.h"
 #include "pace.pb-c.h"
 #include "pace/pace.h"
+#include "socket-util.h"
 #include "time-util.h"
+
+#define REPLY_TIMEOUT_USEC ((uint64_t) PACE_REPLY_TIMEOUT_SEC * 1000000)
 
 #define _public_ __attribute__((visibility("default")))
 
@@ -165,38 +168,6 @@ _public_ const char *pace_default_socket(void) {
         return e && *e ? e : PACE_DEFAULT_SOCKET;
 }
 
-static int connect_socket(const char *path, int *ret_fd) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        struct timeval tv = { .tv_sec = PACE_REPLY_TIMEOUT_SEC };
-        _cleanup_close_ int fd = -EBADF;
-        size_t len;
-
-        len = strlen(path);
-        if (len == 0)
-                return -EINVAL;
-        if (len >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
-        memcpy(sa.sun_path, path, len + 1);
-
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-
-        /* The send timeout also bounds connect() on a full listen backlog. */
-        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
-                return negative_errno();
-
-        if (connect(fd, (const struct sockaddr *) &sa, (socklen_t) (offsetof(struct sockaddr_un, sun_path) + len + 1)) < 0) {
-                if (errno == EAGAIN || errno == EINPROGRESS)
-                        return -ETIMEDOUT;
-                return negative_errno();
-        }
-
-        *ret_fd = TAKE_FD(fd);
-        return 0;
-}
-
 _public_ void pace_close(pace *p) {
         if (!p)
                 return;
@@ -238,7 +209,7 @@ _public_ int pace_connect(const char *socket_path, pace **ret) {
 
         /* Connect now, so that a missing broker is reported by pace_connect()
          * and not by whichever call happens to come first. */
-        r = connect_socket(p->path, &p->fd);
+        r = seqpacket_connect(p->path, REPLY_TIMEOUT_USEC, &p->fd);
         if (r < 0)
                 return r;
 
@@ -322,7 +293,7 @@ static int exchange(pace *p, const Pace__Request *req, Pace__Response **ret) {
         pthread_mutex_lock(&p->lock);
 
         if (p->fd < 0) {
-                r = connect_socket(p->path, &p->fd);
+                r = seqpacket_connect(p->path, REPLY_TIMEOUT_USEC, &p->fd);
                 if (r < 0)
                         goto finish;
         }

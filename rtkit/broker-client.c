@@ -11,6 +11,7 @@
 #include "broker-client.h"
 #include "macro.h"
 #include "pace-limits.h"
+#include "socket-util.h"
 
 struct BrokerClient {
         char *path;
@@ -55,26 +56,7 @@ const char *broker_client_path(const BrokerClient *c) {
 }
 
 static int connect_broker(BrokerClient *c) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        struct timeval tv = {
-                .tv_sec = (time_t) (c->timeout_usec / 1000000),
-                .tv_usec = (suseconds_t) (c->timeout_usec % 1000000),
-        };
-        _cleanup_close_ int fd = -EBADF;
-        size_t len = strlen(c->path);
-
-        memcpy(sa.sun_path, c->path, len + 1);
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        /* The send timeout also bounds connect() on a full backlog. */
-        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
-                return negative_errno();
-        if (connect(fd, (const struct sockaddr *) &sa, (socklen_t) (offsetof(struct sockaddr_un, sun_path) + len + 1)) < 0)
-                return errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : negative_errno();
-        c->fd = TAKE_FD(fd);
-        return 0;
+        return seqpacket_connect(c->path, c->timeout_usec, &c->fd);
 }
 
 static void disconnect(BrokerClient *c) {

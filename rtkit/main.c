@@ -4,7 +4,6 @@
  * identity; what a call means is rtkit-core.c's, and whether it is granted
  * is pace-broker's. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -19,6 +18,7 @@
 
 #include "broker-client.h"
 #include "config.h"
+#include "daemon-util.h"
 #include "log.h"
 #include "macro.h"
 #include "pace-build-config.h"
@@ -38,9 +38,7 @@
 #define HAVE_SD_BUS_CREDS_PIDFD 0
 #endif
 
-static const char *arg_config = NULL;
-static const char *arg_runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
-static int arg_verbose = 0;
+static DaemonArgs arg = { .runtime_dir = PACE_DEFAULT_RUNTIME_DIR };
 
 typedef struct Service {
         PaceConfig config;
@@ -64,65 +62,12 @@ static void help(void) {
                "The system bus is the one DBUS_SYSTEM_BUS_ADDRESS names, else the default.\n");
 }
 
-static int parse_argv(int argc, char **argv) {
-        enum { ARG_CONFIG = 0x100, ARG_RUNTIME_DIR, ARG_VERSION };
-        static const struct option options[] = {
-                { "config", required_argument, NULL, ARG_CONFIG },
-                { "runtime-dir", required_argument, NULL, ARG_RUNTIME_DIR },
-                { "verbose", no_argument, NULL, 'v' },
-                { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, ARG_VERSION },
-                {},
-        };
-        int c;
-
-        while ((c = getopt_long(argc, argv, "hv", options, NULL)) >= 0)
-                switch (c) {
-                case ARG_CONFIG:
-                        arg_config = optarg;
-                        break;
-                case ARG_RUNTIME_DIR:
-                        arg_runtime_dir = optarg;
-                        break;
-                case 'v':
-                        arg_verbose = 1;
-                        break;
-                case 'h':
-                        help();
-                        return 0;
-                case ARG_VERSION:
-                        printf(PROGRAM " " PACE_VERSION "\n");
-                        return 0;
-                default:
-                        fprintf(stderr, "Try '" PROGRAM " --help'.\n");
-                        return -EINVAL;
-                }
-        if (optind < argc) {
-                fprintf(stderr, PROGRAM ": unexpected argument '%s'. Try '" PROGRAM " --help'.\n", argv[optind]);
-                return -EINVAL;
-        }
-        return 1;
-}
-
 static int load_config(PaceConfig *config) {
-        _cleanup_free_ char *error = NULL;
-        const char *path = arg_config ?: PACE_DEFAULT_CONFIG;
-        int r;
-
-        pace_config_init(config);
-        r = pace_config_load(path, config, &error);
-        if (r == -ENOENT && !arg_config) {
-                log_fmt(PROGRAM, LOG_INFO, "%s does not exist; using built-in defaults", path);
-                return 0;
-        }
-        if (r < 0) {
-                if (error)
-                        log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", error);
-                else
-                        log_fmt(PROGRAM, LOG_ERR, "refusing to start: cannot read %s: %s", path, strerror(-r));
-                return r;
-        }
-        return 0;
+        char why[1024];
+        int r = daemon_read_config(PROGRAM, &arg, config, why, sizeof(why));
+        if (r < 0)
+                log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", why);
+        return r;
 }
 
 /* Who sent m, as the bus daemon knows it. The start time comes from
@@ -183,28 +128,48 @@ verified:
 }
 
 static int reply_refusal(sd_bus_message *m, const RtkitCaller *caller, const RtkitError *e, sd_bus_error *error) {
-        if (arg_verbose)
+        if (arg.verbose)
                 log_fmt(PROGRAM, LOG_DEBUG, "%s from process %d (uid %u) refused: %s: %s",
                         sd_bus_message_get_member(m), (int) caller->pid, (unsigned) caller->uid, e->name, e->message);
         return sd_bus_error_set(error, e->name, e->message);
 }
 
+/* The arguments of a MakeThread* call, whose *WithPID form names the
+ * process (else it is the caller's own) and whose last argument (priority
+ * or nice level, of D-Bus type last_type) is the method's own; and who
+ * calls. Returns 1 with with_pid set, 0 without, or a negative errno (an
+ * sd-bus error set). */
+static int read_thread_call(sd_bus_message *m, char last_type, void *ret_last, uint64_t *ret_process,
+                            uint64_t *ret_thread, RtkitCaller *ret_caller, sd_bus_error *error) {
+        const char *member = sd_bus_message_get_member(m);
+        size_t n = strlen(member);
+        bool with_pid = n > strlen("WithPID") && strcmp(member + n - strlen("WithPID"), "WithPID") == 0;
+        int r;
+
+        *ret_process = 0;
+        r = with_pid ? sd_bus_message_read(m, "tt", ret_process, ret_thread) : sd_bus_message_read(m, "t", ret_thread);
+        if (r >= 0)
+                r = sd_bus_message_read_basic(m, last_type, ret_last);
+        if (r < 0)
+                return r;
+        r = get_caller(m, ret_caller, error);
+        if (r < 0)
+                return r;
+        return with_pid;
+}
+
 static int method_make_realtime(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Service *s = userdata;
-        bool with_pid = strcmp(sd_bus_message_get_member(m), "MakeThreadRealtimeWithPID") == 0;
         uint64_t process = 0, thread = 0;
         uint32_t priority = 0;
         RtkitCaller caller;
         RtkitError e;
         int r;
 
-        r = with_pid ? sd_bus_message_read(m, "ttu", &process, &thread, &priority)
-                     : sd_bus_message_read(m, "tu", &thread, &priority);
+        r = read_thread_call(m, SD_BUS_TYPE_UINT32, &priority, &process, &thread, &caller, error);
         if (r < 0)
                 return r;
-        r = get_caller(m, &caller, error);
-        if (r < 0)
-                return r;
+        bool with_pid = r > 0;
         r = rtkit_make_realtime(&s->core, &caller, with_pid, process, thread, priority, &e);
         if (r < 0)
                 return reply_refusal(m, &caller, &e, error);
@@ -216,24 +181,20 @@ static int method_make_realtime(sd_bus_message *m, void *userdata, sd_bus_error 
 
 static int method_make_high_priority(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         Service *s = userdata;
-        bool with_pid = strcmp(sd_bus_message_get_member(m), "MakeThreadHighPriorityWithPID") == 0;
         uint64_t process = 0, thread = 0;
         int32_t nice = 0;
         RtkitCaller caller;
         RtkitError e;
         int r;
 
-        r = with_pid ? sd_bus_message_read(m, "tti", &process, &thread, &nice)
-                     : sd_bus_message_read(m, "ti", &thread, &nice);
+        r = read_thread_call(m, SD_BUS_TYPE_INT32, &nice, &process, &thread, &caller, error);
         if (r < 0)
                 return r;
-        r = get_caller(m, &caller, error);
-        if (r < 0)
-                return r;
+        bool with_pid = r > 0;
         r = rtkit_make_high_priority(&s->core, &caller, with_pid, process, thread, nice, &e);
         if (r < 0)
                 return reply_refusal(m, &caller, &e, error);
-        if (arg_verbose)
+        if (arg.verbose)
                 log_fmt(PROGRAM, LOG_DEBUG, "nice %" PRIi32 " for thread %" PRIu64 " of process %d (uid %u)", nice,
                         thread, with_pid ? (int) process : (int) caller.pid, (unsigned) caller.uid);
         return sd_bus_reply_method_return(m, NULL);
@@ -339,7 +300,7 @@ int main(int argc, char **argv) {
         char socket_path[4096];
         int r;
 
-        r = parse_argv(argc, argv);
+        r = daemon_parse_argv(argc, argv, PROGRAM, help, /* with_user= */ false, &arg);
         if (r <= 0)
                 return r < 0 ? 2 : 0;
 
@@ -357,13 +318,13 @@ int main(int argc, char **argv) {
                 return 1;
         if (!s->config.rtkit) {
                 log_fmt(PROGRAM, LOG_INFO, "\"rtkit\" is false in %s: leaving " RTKIT_NAME " to rtkit",
-                        arg_config ?: PACE_DEFAULT_CONFIG);
+                        arg.config ?: PACE_DEFAULT_CONFIG);
                 return 0;
         }
 
-        if ((size_t) snprintf(socket_path, sizeof(socket_path), "%s/%s", arg_runtime_dir, PACE_SOCKET_NAME) >=
+        if ((size_t) snprintf(socket_path, sizeof(socket_path), "%s/%s", arg.runtime_dir, PACE_SOCKET_NAME) >=
             sizeof(socket_path))
-                return log_fmt(PROGRAM, LOG_ERR, "runtime directory %s is too long", arg_runtime_dir), 1;
+                return log_fmt(PROGRAM, LOG_ERR, "runtime directory %s is too long", arg.runtime_dir), 1;
         r = broker_client_new(socket_path, BROKER_TIMEOUT_USEC, &broker);
         if (r < 0)
                 return log_fmt(PROGRAM, LOG_ERR, "cannot use %s: %s", socket_path, strerror(-r)), 1;

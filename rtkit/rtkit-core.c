@@ -113,17 +113,26 @@ static int exchange(const RtkitCore *core, const Pace__Request *req, Pace__Respo
         return 0;
 }
 
-static void fill_caller(Pace__Caller *wire, const RtkitCaller *caller) {
-        wire->uid = (uint32_t) caller->uid;
-        wire->pid = (int32_t) caller->pid;
-        wire->start_time = caller->start_time;
+/* Sends req on behalf of caller: the broker checks the caller, not the
+ * delegate, against its rules. */
+static int exchange_for(const RtkitCore *core, const RtkitCaller *caller, Pace__Request *req,
+                        Pace__Response__BodyCase expected, RtkitError *ret_error) {
+        Pace__Caller who = PACE__CALLER__INIT;
+
+        who.uid = (uint32_t) caller->uid;
+        who.pid = (int32_t) caller->pid;
+        who.start_time = caller->start_time;
+        req->version = PACE_PROTOCOL_VERSION;
+        req->on_behalf_of = &who;
+        int r = exchange(core, req, expected, ret_error);
+        req->on_behalf_of = NULL; /* who does not outlive this call */
+        return r;
 }
 
 int rtkit_make_realtime(const RtkitCore *core, const RtkitCaller *caller, bool with_pid, uint64_t process,
                         uint64_t thread, uint32_t priority, RtkitError *ret_error) {
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ReserveRequest body = PACE__RESERVE_REQUEST__INIT;
-        Pace__Caller who = PACE__CALLER__INIT;
         pid_t pid, tid;
         int r;
 
@@ -153,20 +162,15 @@ int rtkit_make_realtime(const RtkitCore *core, const RtkitCaller *caller, bool w
         body.has_kind = true;
         body.kind = core->config->rtkit_kind == PACE_RTKIT_KIND_SLOTS ? PACE__KIND__KIND_SLOTS
                                                                       : PACE__KIND__KIND_SERVER;
-        fill_caller(&who, caller);
-        req.version = PACE_PROTOCOL_VERSION;
         req.body_case = PACE__REQUEST__BODY_RESERVE;
         req.reserve = &body;
-        req.on_behalf_of = &who;
-
-        return exchange(core, &req, PACE__RESPONSE__BODY_GRANT, ret_error);
+        return exchange_for(core, caller, &req, PACE__RESPONSE__BODY_GRANT, ret_error);
 }
 
 int rtkit_make_high_priority(const RtkitCore *core, const RtkitCaller *caller, bool with_pid, uint64_t process,
                              uint64_t thread, int32_t nice, RtkitError *ret_error) {
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__NiceRequest body = PACE__NICE_REQUEST__INIT;
-        Pace__Caller who = PACE__CALLER__INIT;
         pid_t pid, tid;
         int r;
 
@@ -185,13 +189,9 @@ int rtkit_make_high_priority(const RtkitCore *core, const RtkitCaller *caller, b
         body.pid = (int32_t) pid;
         body.tid = (int32_t) tid;
         body.nice = nice;
-        fill_caller(&who, caller);
-        req.version = PACE_PROTOCOL_VERSION;
         req.body_case = PACE__REQUEST__BODY_NICE;
         req.nice = &body;
-        req.on_behalf_of = &who;
-
-        return exchange(core, &req, PACE__RESPONSE__BODY_NICE, ret_error);
+        return exchange_for(core, caller, &req, PACE__RESPONSE__BODY_NICE, ret_error);
 }
 
 int rtkit_check_root(const RtkitCaller *caller, const char *method, RtkitError *ret_error) {

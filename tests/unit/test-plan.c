@@ -120,6 +120,38 @@ TEST(grant_exact_when_period_divides_frame) {
         assert_requested_windows(&table, &e);
 }
 
+/* Who asked is the broker's business, but it travels with the entry into
+ * the table (where a restarted broker finds it) and back out of it. */
+TEST(on_behalf_reaches_the_table_and_survives_a_restore) {
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = NULL, *q = NULL;
+        PlanEntry e;
+        char why[256];
+        bool keep[2] = { true, true };
+
+        config_for(&c, 1);
+        ASSERT_OK(plan_new(&c, &p));
+        PlanRequest req = { .id = 1, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
+                            .cpu = -1, .kind = PLAN_KIND_SERVER, .on_behalf = true };
+        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_EQ(e.flags, PACE_RES_SERVER | PACE_RES_ON_BEHALF);
+        ASSERT_EQ(plan_flags_kind(e.flags), PLAN_KIND_SERVER);
+        req = (PlanRequest) { .id = 2, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
+                              .cpu = -1 };
+        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_EQ(e.flags, 0u);
+
+        export_and_check(p, &c, &table);
+        ASSERT_EQ(table.n_reservations, 2u);
+        for (uint32_t i = 0; i < 2; i++)
+                ASSERT_EQ(!!(table.reservations[i].flags & PACE_RES_ON_BEHALF), table.reservations[i].id == 1);
+
+        ASSERT_OK(plan_new(&c, &q));
+        ASSERT_OK(plan_restore(q, &table, keep));
+        ASSERT_EQ(plan_find(q, 1)->flags, PACE_RES_SERVER | PACE_RES_ON_BEHALF);
+        ASSERT_EQ(plan_find(q, 2)->flags, 0u);
+}
+
 /* The phase is where an allocation starts: the first owned slot after the
  * longest stretch without one, the same in every period of the frame; and
  * scope and thread travel into the table. */

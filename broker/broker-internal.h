@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* What the broker's own files share: its state and the helpers its request
+ * handlers use. Not for use outside broker/ (broker.h is the interface). */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "broker.h"
+#include "macro.h"
+#include "pace-stats.h"
+#include "pace.pb-c.h"
+#include "plan.h"
+#include "proc-util.h"
+#include "rate-limit.h"
+
+typedef struct Reservation {
+        uint64_t id;
+        uid_t owner_uid; /* who asked: may release it */
+        int pidfd;       /* the process it covers; readable once that exits */
+        void *watch;
+        uint32_t threads; /* covered at the grant */
+        /* Its target's CPU affinity at the grant (0: not known, for one
+         * adopted from a previous broker): where a move off an offline CPU
+         * may take it. Not read again then, because the dispatcher has
+         * pinned the threads to the CPU that went away. */
+        uint64_t allowed_cpus;
+        /* Thread scope: the thread and its start time, so its end is
+         * noticed (broker_tick()) even when the tid is reused. 0: not
+         * known (adopted). */
+        pid_t tid;
+        uint64_t thread_start_time;
+} Reservation;
+
+/* A nice level the dispatcher holds a thread at (NiceRequest). */
+typedef struct NiceLevel {
+        pid_t pid;
+        pid_t tid;
+        uint64_t start_time;
+        uint64_t thread_start_time; /* 0: not known (adopted) */
+        uid_t uid;
+        int32_t nice;
+        int pidfd;
+} NiceLevel;
+
+struct Broker {
+        PaceConfig config;
+        RateLimit rate;
+        char *proc_root;
+        BrokerHooks hooks;
+        Plan *plan;
+        TableWriter *table;
+        uint64_t next_id;
+        /* The dispatcher's accounting file (pace-stats.h), mapped read-only
+         * while it is the same file; -1/NULL: none seen yet. */
+        int runtime_dir_fd;
+        const PaceStatsFile *stats;
+        dev_t stats_dev;
+        ino_t stats_ino;
+        size_t n_reservations;
+        Reservation reservations[PACE_MAX_RESERVATIONS];
+        /* Peers of this uid (the broker's own) and root may ask on behalf
+         * of another process: pace-rtkit runs as it. */
+        uid_t delegate_uid;
+        size_t n_nice;
+        NiceLevel nice[PACE_MAX_NICE_THREADS];
+};
+
+/* broker.c: state shared by the handlers. */
+_printf_(3, 4) void broker_log(Broker *b, int priority, const char *fmt, ...);
+/* Writes the plan and the nice levels into the table for the dispatcher. */
+void broker_publish(Broker *b);
+Reservation *find_reservation(Broker *b, uint64_t id);
+/* Frees its slots and its pidfd, and publishes. */
+void drop_reservation(Broker *b, Reservation *res);
+void drop_nice(Broker *b, size_t i);
+int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size);
+PlanRequest request_for_entry(const PlanEntry *e);
+
+/* reply.c */
+int pack_response(Pace__Response *resp, uint8_t **ret, size_t *ret_size);
+_printf_(4, 5) int error_reply(uint8_t **ret, size_t *ret_size, int code, const char *fmt, ...);
+/* pace.proto's ErrorCode for a plan_admit()/plan_validate() error. */
+int plan_error_code(int r);
+void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g);
+/* A split grant's pieces, for a reserve reply: storage that lives as long
+ * as the reply is being packed. (A change is never split: it stays on the
+ * reservation's one CPU.) */
+typedef struct GrantPieces {
+        Pace__Piece piece[PACE_MAX_CPUS];
+        Pace__Piece *ptr[PACE_MAX_CPUS];
+} GrantPieces;
+void grant_add_pieces(const Broker *b, uint64_t id, Pace__Grant *g, GrantPieces *store);
+const char *format_grant_cpus(const Pace__Grant *g, char *buf, size_t size);
+/* A Grant reply for entry, with its pieces. */
+int grant_reply(Broker *b, const PlanEntry *entry, uint8_t **reply, size_t *reply_size);
+int admin_reply(uint8_t **reply, size_t *reply_size, const char *message);
+
+/* target.c. Each returns 0, or 1 after writing the refusal into the reply,
+ * or a negative errno. */
+/* How a refused target is described: a reservation and a nice level are
+ * checked alike, each refusal in the words of its request. */
+typedef struct TargetWords {
+        const char *name_process; /* "... is a thread, not a process; <this> its process" */
+        const char *kernel;       /* after "pid N is a kernel thread" */
+        const char *own;          /* after "uid N may " */
+        const char *root;         /* after "pid N runs as root" */
+} TargetWords;
+extern const TargetWords reserve_words, nice_words;
+int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidfd, pid_t tid,
+                const TargetWords *words, int *ret_pidfd, ProcInfo *ret_info, uint64_t *ret_thread_start_time,
+                uint8_t **reply, size_t *reply_size);
+int target_permitted(Broker *b, const BrokerPeer *peer, pid_t pid, const ProcInfo *info, const TargetWords *words,
+                     uint8_t **reply, size_t *reply_size);
+int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, int pidfd, uint64_t *ret_mask,
+                      uint8_t **reply, size_t *reply_size);
+
+/* The handlers, called by request.c once the peer may ask at all. Each
+ * returns 0 with a reply (a refusal is a reply too) or a negative errno. */
+int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__ReserveRequest *req,
+                   uint8_t **reply, size_t *reply_size);
+int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
+                   size_t *reply_size);
+int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *req, uint8_t **reply,
+                  size_t *reply_size);
+int handle_nice(Broker *b, const BrokerPeer *peer, const Pace__NiceRequest *req, uint8_t **reply,
+                size_t *reply_size);
+int handle_status(Broker *b, uint8_t **reply, size_t *reply_size);
+int handle_admin(Broker *b, const BrokerPeer *peer, const Pace__Request *req, uint8_t **reply, size_t *reply_size);

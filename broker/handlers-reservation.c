@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/* Reserve, release and modify: the requests that grant, end and change a
+ * reservation. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+
+#include "broker-internal.h"
+#include "macro.h"
+#include "parse-util.h"
+#include "proc-util.h"
+
+/* Opens the target and checks it is one the peer may reserve. On refusal
+ * writes a reply and returns 1; on success returns 0 with the pidfd. */
+static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, pid_t *ret_pid,
+                          ProcInfo *ret_info, int *ret_pidfd, uint32_t *ret_threads, uint64_t *ret_allowed_cpus,
+                          uint8_t **reply, size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        pid_t pid = req->has_pid ? req->pid : peer->pid;
+        int r;
+
+        if (req->has_pid && req->pid <= 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "pid %" PRIi32 " is not a process id; leave pid out to reserve the calling process",
+                                   req->pid) ?: 1;
+        if (pid == 1)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid 1 (init) can never be reserved") ?: 1;
+        uint32_t scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
+        if (scope > PACE_TABLE_SCOPE_TREE)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "scope %" PRIu32 " does not exist: use process (0), thread (1) or tree (2)",
+                                   scope) ?: 1;
+        if (scope == PACE_TABLE_SCOPE_THREAD && (!req->has_tid || req->tid <= 0))
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "the thread scope needs the thread's id (tid), a positive number; "
+                                   "got %s", req->has_tid ? "a non-positive one" : "none") ?: 1;
+        if (scope != PACE_TABLE_SCOPE_THREAD && req->has_tid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "a thread id (tid %" PRIi32 ") belongs only with the thread scope", req->tid) ?: 1;
+
+        r = open_target(b, peer, pid, !req->has_pid && peer->pidfd >= 0, 0, &reserve_words, &pidfd, ret_info,
+                        NULL, reply, reply_size);
+        if (r != 0)
+                return r;
+        uint32_t threads = 1;
+        if (scope == PACE_TABLE_SCOPE_THREAD) {
+                char task[96];
+                struct stat st;
+                snprintf(task, sizeof(task), "%s/%" PRIi32 "/task/%" PRIi32, b->proc_root, (int32_t) pid, req->tid);
+                if (stat(task, &st) < 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                           "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, req->tid) ?: 1;
+        } else if ((scope == PACE_TABLE_SCOPE_TREE ? proc_count_tree_threads(b->proc_root, pid, 4096, &threads)
+                                                   : proc_count_threads(b->proc_root, pid, &threads)) == 0 &&
+                   threads > b->config.max_threads_per_reservation)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                   "pid %" PRIi32 " has %" PRIu32 " threads%s; a reservation covers at most %" PRIu32
+                                   " (max_threads_per_reservation): the dispatcher moves each of them at every "
+                                   "switch", (int32_t) pid, threads,
+                                   scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
+                                   b->config.max_threads_per_reservation) ?: 1;
+        *ret_threads = threads;
+        r = target_permitted(b, peer, pid, ret_info, &reserve_words, reply, reply_size);
+        if (r != 0)
+                return r;
+        for (size_t i = 0; i < b->n_reservations; i++) {
+                const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
+                /* Same pid, even with another start time: that one's exit
+                 * is about to be noticed, and the table holds one
+                 * reservation per pid (or one per thread of it). */
+                if (e && e->pid == pid && e->scope == PACE_TABLE_SCOPE_THREAD && scope == PACE_TABLE_SCOPE_THREAD &&
+                    e->tid == req->tid)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                           "thread %" PRIi32 " of pid %" PRIi32 " already holds reservation %" PRIu64
+                                           "; release it first", req->tid, (int32_t) pid, e->id) ?: 1;
+                if (e && e->pid == pid && e->scope == PACE_TABLE_SCOPE_THREAD && scope == PACE_TABLE_SCOPE_THREAD)
+                        continue;
+                if (e && e->pid == pid)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                           "pid %" PRIi32 " already holds reservation %" PRIu64
+                                           "; release it first (one reservation per process)",
+                                           (int32_t) pid, e->id) ?: 1;
+        }
+        r = read_allowed_cpus(b, pid, scope, req->tid, pidfd, ret_allowed_cpus, reply, reply_size);
+        if (r != 0)
+                return r;
+        *ret_pid = pid;
+        *ret_pidfd = TAKE_FD(pidfd);
+        return 0;
+}
+
+/* The reservation a release or change names, if the peer may touch it: 0
+ * with *ret_res, or 1 after writing the refusal (or negative errno). */
+static int owned_reservation(Broker *b, const BrokerPeer *peer, uint64_t id, const char *verb, Reservation **ret_res,
+                             uint8_t **reply, size_t *reply_size) {
+        Reservation *res = find_reservation(b, id);
+
+        if (!res)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
+                                   "no reservation with id %" PRIu64 " (pacectl status lists them)", id) ?: 1;
+        if (peer->uid != 0 && peer->uid != res->owner_uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "reservation %" PRIu64 " belongs to uid %u; uid %u may %s only its own", id,
+                                   (unsigned) res->owner_uid, (unsigned) peer->uid, verb) ?: 1;
+        *ret_res = res;
+        return 0;
+}
+
+/* The kind a request asks for: `absent` when the field is missing or
+ * unspecified (slots for a new reservation, the reservation's own for a
+ * change). A value the protocol does not define is refused, naming the
+ * field: protobuf-c passes any number through an enum field. Returns 0 with
+ * *ret, or 1 after writing the refusal (or a negative errno). */
+static int request_kind(bool has_kind, int kind, PlanKind absent, const char *absent_means, PlanKind *ret,
+                        uint8_t **reply, size_t *reply_size) {
+        switch (has_kind ? kind : PACE__KIND__KIND_UNSPECIFIED) {
+        case PACE__KIND__KIND_UNSPECIFIED:
+                *ret = absent;
+                return 0;
+        case PACE__KIND__KIND_SLOTS:
+                *ret = PLAN_KIND_SLOTS;
+                return 0;
+        case PACE__KIND__KIND_SERVER:
+                *ret = PLAN_KIND_SERVER;
+                return 0;
+        case PACE__KIND__KIND_ALIGNED:
+                *ret = PLAN_KIND_ALIGNED;
+                return 0;
+        default:
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "kind %d does not exist: use slots (1), server (2) or aligned (3), or leave "
+                                   "kind out for %s", kind, absent_means) ?: 1;
+        }
+}
+
+/* A CPU field outside any machine's range: 1 after writing the refusal. */
+static int bad_cpu_field(bool has_cpu, int32_t cpu, uint8_t **reply, size_t *reply_size) {
+        if (!has_cpu || (cpu >= 0 && cpu < (int32_t) PACE_MAX_CPUS))
+                return 0;
+        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                           "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", cpu) ?: 1;
+}
+
+/* The on-behalf reservation thread tid of pid already holds for uid, if
+ * its process is still the one it was granted to. */
+static Reservation *find_on_behalf_thread(Broker *b, pid_t pid, pid_t tid, uid_t uid) {
+        for (size_t i = 0; i < b->n_reservations; i++) {
+                Reservation *res = &b->reservations[i];
+                const PlanEntry *e = plan_find(b->plan, res->id);
+                if (e && (e->flags & PACE_RES_ON_BEHALF) && res->owner_uid == uid && e->pid == pid &&
+                    e->scope == PACE_TABLE_SCOPE_THREAD && e->tid == tid && pidfd_alive(res->pidfd) == 0)
+                        return res;
+        }
+        return NULL;
+}
+
+int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__ReserveRequest *req,
+                   uint8_t **reply, size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        char why[512] = "";
+        ProcInfo info;
+        PlanEntry entry;
+        pid_t pid;
+        int r;
+
+        PlanKind kind;
+        r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+        if (r == 0)
+                r = request_kind(req->has_kind, (int) req->kind, PLAN_KIND_SLOTS, "slots", &kind, reply,
+                                 reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
+        /* Range errors first: they need no process lookup. */
+        PlanRequest preq = {
+                .id = b->next_id,
+                .uid = peer->uid,
+                .period_ns = req->period_ns,
+                .utilization_ppm = req->utilization_ppm,
+                .cpu = req->has_cpu ? req->cpu : -1,
+                .kind = kind,
+                .on_behalf = on_behalf,
+        };
+        r = plan_validate(b->plan, &preq, why, sizeof(why));
+        if (r < 0) {
+                broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
+                           (int32_t) peer->pid, why);
+                return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
+        }
+
+        /* RealtimeKit1 callers ask again for a thread they were granted
+         * (rtkit answers that with success): the same grant, nothing new. */
+        if (on_behalf && req->has_scope && req->scope == PACE__SCOPE__SCOPE_THREAD && req->has_tid) {
+                Reservation *res = find_on_behalf_thread(b, req->has_pid ? req->pid : peer->pid, req->tid,
+                                                         peer->uid);
+                const PlanEntry *e = res ? plan_find(b->plan, res->id) : NULL;
+                if (e)
+                        return grant_reply(b, e, reply, reply_size);
+        }
+
+        if (b->n_reservations >= b->config.max_reservations)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                   "the broker holds %zu reservations, its limit (max_reservations); try again when "
+                                   "some have ended", b->n_reservations);
+
+        uint32_t threads;
+        uint64_t allowed_cpus;
+        r = resolve_target(b, peer, req, &pid, &info, &pidfd, &threads, &allowed_cpus, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
+
+        preq.pid = pid;
+        preq.start_time = info.start_time;
+        preq.scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
+        preq.tid = preq.scope == PACE_TABLE_SCOPE_THREAD ? req->tid : 0;
+        preq.allowed_cpus = allowed_cpus;
+        r = plan_admit(b->plan, &preq, &entry, why, sizeof(why));
+        if (r < 0) {
+                broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
+                           (int32_t) peer->pid, why);
+                return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
+        }
+
+        uint64_t thread_start_time = 0;
+        if (preq.scope == PACE_TABLE_SCOPE_THREAD)
+                (void) proc_thread_start_time(b->proc_root, pid, preq.tid, &thread_start_time);
+        Reservation *res = &b->reservations[b->n_reservations];
+        *res = (Reservation) {
+                .id = entry.id,
+                .owner_uid = peer->uid,
+                .pidfd = TAKE_FD(pidfd),
+                .threads = threads,
+                .allowed_cpus = allowed_cpus,
+                .tid = preq.tid,
+                .thread_start_time = thread_start_time,
+        };
+        if (b->hooks.watch_pidfd) {
+                r = b->hooks.watch_pidfd(b->hooks.userdata, res->pidfd, res->id, &res->watch);
+                if (r < 0) {
+                        (void) plan_remove(b->plan, entry.id);
+                        safe_close(res->pidfd);
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot watch pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
+                }
+        }
+        b->n_reservations++;
+        b->next_id++;
+        broker_publish(b);
+
+        /* The log names the CPUs as the reply will. */
+        Pace__Grant grant;
+        GrantPieces pieces;
+        grant_from_entry(b, &entry, &grant);
+        grant_add_pieces(b, entry.id, &grant, &pieces);
+        char p1[32], p2[32], u1[32];
+        char where[256];
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 "%s on %s, %s, %s every %s"
+                   " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid,
+                   on_behalf ? " (on its behalf)" : "",
+                   format_grant_cpus(&grant, where, sizeof(where)), plan_kind_name(kind),
+                   format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
+                   format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
+                   format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
+                   format_duration((char[32]) {}, 32, entry.requested_period_ns));
+        return grant_reply(b, &entry, reply, reply_size);
+}
+
+int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
+                   size_t *reply_size) {
+        Reservation *res;
+        int r = owned_reservation(b, peer, req->id, "release", &res, reply, reply_size);
+
+        if (r != 0)
+                return r < 0 ? r : 0;
+
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 " released by uid %u", req->id, (unsigned) peer->uid);
+        drop_reservation(b, res);
+
+        Pace__Response resp = PACE__RESPONSE__INIT;
+        Pace__ReleaseReply released = PACE__RELEASE_REPLY__INIT;
+        released.id = req->id;
+        resp.version = PACE_PROTOCOL_VERSION;
+        resp.body_case = PACE__RESPONSE__BODY_RELEASED;
+        resp.released = &released;
+        return pack_response(&resp, reply, reply_size);
+}
+
+int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *req, uint8_t **reply,
+                  size_t *reply_size) {
+        Reservation *res;
+        char why[512] = "";
+        PlanEntry entry;
+        int r;
+
+        PlanKind kind = PLAN_KIND_SLOTS;
+        r = owned_reservation(b, peer, req->id, "change", &res, reply, reply_size);
+        if (r == 0)
+                r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+        /* Absent: the kind it has. */
+        if (r == 0)
+                r = request_kind(req->has_kind, (int) req->kind, plan_flags_kind(plan_find(b->plan, req->id)->flags),
+                                 "the reservation's own", &kind, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
+
+        /* Each CPU's dispatch thread swaps tables at its own frame boundary,
+         * and those differ between CPUs: a change that moved a reservation
+         * (or changed the pieces of a split one) could hold old and new
+         * slots at once for up to a frame. On one CPU the swap is a single
+         * frame boundary, so a change stays where the reservation is. */
+        const PlanEntry *old = plan_find(b->plan, req->id);
+        if (old->flags & PACE_RES_PIECE)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "reservation %" PRIu64 " is split over CPUs, and its pieces cannot all change at "
+                                   "one instant; release it and reserve again; the reservation stays as it was",
+                                   req->id);
+        if (req->has_cpu && req->cpu != old->cpu)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "reservation %" PRIu64 " lives on CPU %" PRIi32 " and a change stays there (old "
+                                   "and new would both be in force for up to a frame while CPUs swap tables); to "
+                                   "move it to CPU %" PRIi32 ", release it and reserve again; the reservation stays "
+                                   "as it was", req->id, old->cpu, req->cpu);
+        /* The CPU must still be one the target may run on: its owner may
+         * have changed the affinity since the grant. (While the dispatcher
+         * holds the threads, it has pinned them to this very CPU.) */
+        uint64_t allowed_cpus;
+        r = read_allowed_cpus(b, old->pid, old->scope, old->tid, res->pidfd, &allowed_cpus, reply, reply_size);
+        if (r != 0)
+                return r < 0 ? r : 0;
+        if (old->cpu >= 64 || !(allowed_cpus & (UINT64_C(1) << old->cpu))) {
+                char set[256];
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "reservation %" PRIu64 " lives on CPU %" PRIi32 ", which is outside the CPUs %s %"
+                                   PRIi32 " may run on now (%s), and a change stays on its CPU; release it and "
+                                   "reserve again to move it, or let it run on CPU %" PRIi32 " again; the "
+                                   "reservation stays as it was",
+                                   req->id, old->cpu, old->scope == PACE_TABLE_SCOPE_THREAD ? "thread" : "pid",
+                                   (int32_t) (old->scope == PACE_TABLE_SCOPE_THREAD ? old->tid : old->pid),
+                                   format_cpu_mask(set, sizeof(set), allowed_cpus), old->cpu);
+        }
+        PlanRequest preq = request_for_entry(old);
+        preq.period_ns = req->period_ns;
+        preq.utilization_ppm = req->utilization_ppm;
+        preq.kind = kind;
+        preq.cpu = old->cpu;
+        preq.allowed_cpus = allowed_cpus;
+        r = plan_validate(b->plan, &preq, why, sizeof(why));
+        if (r >= 0)
+                r = replan(b, req->id, &preq, &entry, why, sizeof(why));
+        if (r < 0) {
+                broker_log(b, LOG_INFO, "reservation %" PRIu64 ": change refused, it stays as it was: %s", req->id, why);
+                return error_reply(reply, reply_size, plan_error_code(r), "%s; the reservation stays as it was", why);
+        }
+        broker_publish(b);
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 " changed by uid %u: CPU %" PRIi32 ", %s, %" PRIu32
+                   " of every %" PRIu32 " slots", req->id, (unsigned) peer->uid, entry.cpu,
+                   plan_kind_name(plan_flags_kind(entry.flags)), entry.budget_slots, entry.period_slots);
+        /* Never split (refused above), so the reply has no pieces. */
+        return grant_reply(b, &entry, reply, reply_size);
+}

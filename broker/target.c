@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/* Which process or thread a request may name: opened and read so that
+ * everything is about one process even if its pid is reused, and judged
+ * against who is asking. Shared by reservations and nice levels. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "broker-internal.h"
+#include "macro.h"
+#include "proc-util.h"
+
+/* Where the target may run: the main thread's CPU affinity for a process or
+ * tree, the thread's own for a thread scope; from the kernel, never from the
+ * message. Read while the pidfd holds the process and checked against it
+ * afterwards, like its identity, so a reused pid cannot lend its affinity.
+ * While the dispatcher holds a reservation's threads it has pinned them to
+ * its CPU, and it gives them their own affinity back only at its next frame
+ * boundary after a release: a process reserved again within that frame is
+ * read as pinned to its old CPU.
+ * 0 with the mask, or 1 after writing the refusal (or negative errno). */
+int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, int pidfd, uint64_t *ret_mask,
+                      uint8_t **reply, size_t *reply_size) {
+        bool thread = scope == PACE_TABLE_SCOPE_THREAD;
+        uint64_t mask = 0;
+        int r, alive;
+
+        r = proc_cpus_allowed(b->proc_root, pid, thread ? tid : pid, &mask);
+        alive = pidfd_alive(pidfd);
+        if (alive == -ESRCH)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+        if (r == -ESRCH && thread)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid) ?: 1;
+        if (r < 0 || alive < 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "cannot read the CPU affinity of %s %" PRIi32 ": %s", thread ? "thread" : "pid",
+                                   (int32_t) (thread ? tid : pid), strerror(r < 0 ? -r : -alive)) ?: 1;
+        /* The kernel never leaves a task without a CPU: an empty mask means
+         * every CPU it may use is numbered 64 or above. */
+        if (mask == 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                   "%s %" PRIi32 " may run only on CPUs numbered 64 or above, and pace manages CPUs "
+                                   "0-63 at most; change its affinity", thread ? "thread" : "pid",
+                                   (int32_t) (thread ? tid : pid)) ?: 1;
+        *ret_mask = mask;
+        return 0;
+}
+
+const TargetWords reserve_words = {
+        .name_process = "reserve",
+        .kernel = "; only user processes can be reserved",
+        .own = "reserve only its own processes",
+        .root = " (a real, effective, saved or file-system uid 0); root's processes can be reserved only where "
+                "pace.json sets \"reserve_root_processes\": true",
+};
+
+const TargetWords nice_words = {
+        .name_process = "name",
+        .kernel = "",
+        .own = "renice only its own threads",
+        .root = "; root's threads are reniced only where pace.json sets \"reserve_root_processes\": true",
+};
+
+/* Opens process pid and reads what it is: the pidfd first, its identity
+ * second, that it still lives third, so all of it is about the process the
+ * pidfd holds even if the pid is reused in between. With tid > 0 the
+ * thread's start time is read in the same window. For the caller itself
+ * (use_peer_pidfd), the kernel's pidfd from the connection is better still.
+ * 0 with the pidfd, or 1 after writing the refusal (or negative errno). */
+int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidfd, pid_t tid,
+                const TargetWords *words, int *ret_pidfd, ProcInfo *ret_info,
+                uint64_t *ret_thread_start_time, uint8_t **reply, size_t *reply_size) {
+        _cleanup_close_ int pidfd = -EBADF;
+        int r = 0;
+
+        if (use_peer_pidfd) {
+                pidfd = fcntl(peer->pidfd, F_DUPFD_CLOEXEC, 3);
+                if (pidfd < 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot keep a handle on the calling process: %s", strerror(errno)) ?: 1;
+        } else {
+                r = pidfd_open_checked(pid, &pidfd);
+                /* Kernels say EINVAL (older) or ENOENT (6.9+) for a thread
+                 * that is not its process's leader. */
+                if (r == -EINVAL || r == -ENOENT)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                           "%" PRIi32 " is a thread, not a process; %s its process "
+                                           "(the Tgid in /proc/%" PRIi32 "/status)", (int32_t) pid,
+                                           words->name_process, (int32_t) pid) ?: 1;
+                if (r < 0 && r != -ESRCH) /* a process that is gone is answered below */
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                           "cannot open pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        }
+        if (pidfd >= 0)
+                r = proc_info_read(b->proc_root, pid, ret_info);
+        if (r == 0 && tid > 0) {
+                r = proc_thread_start_time(b->proc_root, pid, tid, ret_thread_start_time);
+                if (r == -ESRCH && pidfd_alive(pidfd) == 0)
+                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                           "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid) ?: 1;
+        }
+        if (r == 0)
+                r = pidfd_alive(pidfd);
+        if (r == -ESRCH)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+        if (r < 0)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                   "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+        *ret_pidfd = TAKE_FD(pidfd);
+        return 0;
+}
+
+/* Whether the peer may have process pid (as open_target() read it) reserved
+ * or reniced: a user process of its own uid (root: anyone's), and root's
+ * own processes only where the configuration allows. 0, or 1 after writing
+ * the refusal (or negative errno). */
+int target_permitted(Broker *b, const BrokerPeer *peer, pid_t pid, const ProcInfo *info,
+                     const TargetWords *words, uint8_t **reply, size_t *reply_size) {
+        if (info->kernel_thread)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " is a kernel thread%s", (int32_t) pid, words->kernel) ?: 1;
+        if (peer->uid != 0 && info->uid != peer->uid)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " belongs to uid %u; uid %u may %s", (int32_t) pid,
+                                   (unsigned) info->uid, (unsigned) peer->uid, words->own) ?: 1;
+        if (info->root && !b->config.reserve_root_processes)
+                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                   "pid %" PRIi32 " runs as root%s", (int32_t) pid, words->root) ?: 1;
+        return 0;
+}

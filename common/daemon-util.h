@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* For the daemons' main.c only, like log.h (it prints and logs): what
+ * pace-broker and pace-rtkit start up with alike — their common options and
+ * reading the configuration. */
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "config.h"
+#include "log.h"
+#include "macro.h"
+#include "pace-build-config.h"
+
+typedef struct DaemonArgs {
+        const char *config; /* NULL: PACE_DEFAULT_CONFIG, which may be missing */
+        const char *runtime_dir;
+        const char *user; /* --user, for a daemon that offers it */
+        bool verbose;
+} DaemonArgs;
+
+/* Parses --config, --runtime-dir, -v, -h, --version and, with with_user,
+ * --user into args (which holds the defaults). Returns 1 to go on, 0 after
+ * --help (help()) or --version, or -EINVAL after saying what was wrong. */
+static inline int daemon_parse_argv(int argc, char **argv, const char *program, void (*help)(void), bool with_user,
+                                    DaemonArgs *args) {
+        enum { ARG_CONFIG = 0x100, ARG_RUNTIME_DIR, ARG_USER, ARG_VERSION };
+        struct option options[] = {
+                { "config", required_argument, NULL, ARG_CONFIG },
+                { "runtime-dir", required_argument, NULL, ARG_RUNTIME_DIR },
+                { "verbose", no_argument, NULL, 'v' },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                { "user", required_argument, NULL, ARG_USER },
+                {},
+        };
+        int c;
+
+        if (!with_user) /* then getopt itself calls --user unknown */
+                options[ELEMENTSOF(options) - 2] = (struct option) {};
+        while ((c = getopt_long(argc, argv, "hv", options, NULL)) >= 0)
+                switch (c) {
+                case ARG_CONFIG:
+                        args->config = optarg;
+                        break;
+                case ARG_RUNTIME_DIR:
+                        args->runtime_dir = optarg;
+                        break;
+                case ARG_USER:
+                        args->user = optarg;
+                        break;
+                case 'v':
+                        args->verbose = true;
+                        break;
+                case 'h':
+                        help();
+                        return 0;
+                case ARG_VERSION:
+                        printf("%s %s\n", program, PACE_VERSION);
+                        return 0;
+                default:
+                        fprintf(stderr, "Try '%s --help'.\n", program);
+                        return -EINVAL;
+                }
+        if (optind < argc) {
+                fprintf(stderr, "%s: unexpected argument '%s'. Try '%s --help'.\n", program, argv[optind], program);
+                return -EINVAL;
+        }
+        return 1;
+}
+
+/* Reads and checks the configuration args name. The default file may be
+ * missing: then the built-in defaults, and a log line says so. On failure
+ * a sentence in why. */
+static inline int daemon_read_config(const char *program, const DaemonArgs *args, PaceConfig *config, char *why,
+                                     size_t why_size) {
+        _cleanup_free_ char *error = NULL;
+        const char *path = args->config ?: PACE_DEFAULT_CONFIG;
+        int r;
+
+        pace_config_init(config);
+        r = pace_config_load(path, config, &error);
+        if (r == -ENOENT && !args->config) {
+                log_fmt(program, LOG_INFO, "%s does not exist; using built-in defaults", path);
+                return 0;
+        }
+        if (r < 0) {
+                if (error)
+                        snprintf(why, why_size, "%s", error);
+                else
+                        snprintf(why, why_size, "cannot read %s: %s", path, strerror(-r));
+                return r;
+        }
+        return 0;
+}
