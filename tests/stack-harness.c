@@ -22,10 +22,6 @@
 const char *stack_socket;
 
 
-void sleep_ms(unsigned ms) {
-        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-}
-
 void pin(int cpu) {
         cpu_set_t set;
         CPU_ZERO(&set);

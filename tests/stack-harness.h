@@ -40,7 +40,6 @@ typedef struct Stack {
 /* The socket of the last stack started: for children forked later. */
 extern const char *stack_socket;
 
-void sleep_ms(unsigned ms);
 void pin(int cpu);
 /* The policy without the SCHED_RESET_ON_FORK flag the kernel ORs into it. */
 int policy_of(pid_t tid);

@@ -29,10 +29,6 @@ static const char *config_default =
         "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_reservations_per_user\": 4,"
         "  \"max_requests_per_second\": 1000 }";
 
-static void sleep_ms(unsigned ms) {
-        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-}
-
 static int raw_connect(const char *path) {
         int fd = broker_raw_connect(path);
         ASSERT_CMP(fd, >=, 0);

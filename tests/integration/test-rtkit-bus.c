@@ -43,10 +43,6 @@ static uid_t CALLER_UID, OTHER_UID;
 static const char *config_default =
         "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_requests_per_second\": 1000 }";
 
-static void sleep_ms(unsigned ms) {
-        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-}
-
 /* ---- the stack: bus, broker, pace-rtkit ---- */
 
 typedef struct Stack {
