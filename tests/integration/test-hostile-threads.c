@@ -135,7 +135,7 @@ static pid_t dispatch_thread_of(pid_t pid, int cpu) {
 /* The hog on CPU 1 next to an attacker reserved (20 ms, 10%) there. */
 static void run_cpu1_cost_attack(void (*fn)(void), const char *what, unsigned wait_s) {
         Stack s = {};
-        double shares[3] = { 0 }; /* share_measure() fills it; gcc cannot tell */
+        double shares[3];
 
         alarm(CASE_ALARM_S);
         shared_reset();
