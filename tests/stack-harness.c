@@ -260,3 +260,19 @@ void reap_tree(pid_t pid) {
         for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++)
                 kill(kids[i], SIGKILL);
 }
+
+/* pace-run --period 50ms --util 60% --cpu 1 -- sh -c 'while :; do :; done' */
+void reserved_hog(const void *arg) {
+        const char *pace_run = getenv("PACE_RUN");
+        setenv("PACE_SOCKET", stack_socket, 1);
+        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", (const char *) arg, "--cpu", "1", "--",
+              "/bin/sh", "-c", "while :; do :; done", (char *) NULL);
+        _exit(127);
+}
+
+bool tid_listed(const pid_t *list, size_t n, pid_t tid) {
+        for (size_t i = 0; i < n; i++)
+                if (list[i] == tid)
+                        return true;
+        return false;
+}

@@ -90,3 +90,9 @@ void await_no_reservations(const char *socket);
  * exist (0 when clean); the cpuacct one's path in ret_base (may be NULL). */
 unsigned pace_groups_left(const Stack *s, char *ret_base, size_t size);
 bool have_cpuacct(void);
+
+/* For spawn(): pace-run --period 50ms --util ARG --cpu 1 (ARG a string such
+ * as "60%") -- sh -c 'while :; do :; done', on stack_socket. */
+void reserved_hog(const void *arg);
+/* Whether tid is one of the n in list. */
+bool tid_listed(const pid_t *list, size_t n, pid_t tid);
