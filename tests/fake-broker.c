@@ -444,6 +444,19 @@ void fake_broker_stop(FakeBroker *b) {
         pthread_mutex_destroy(&b->lock);
 }
 
+pace *fake_broker_connect(FakeBroker *b, FakeMode mode) {
+        pace *p = NULL;
+
+        fake_broker_start(b, mode);
+        ASSERT_OK(pace_connect(b->path, &p));
+        return p;
+}
+
+void fake_broker_disconnect(FakeBroker *b, pace *p) {
+        pace_close(p);
+        fake_broker_stop(b);
+}
+
 void fake_broker_set_mode(FakeBroker *b, FakeMode mode) {
         pthread_mutex_lock(&b->lock);
         b->mode = mode;

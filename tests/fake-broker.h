@@ -69,6 +69,11 @@ void fake_broker_start(FakeBroker *b, FakeMode mode);
 
 /* Stops the thread and removes the socket and its directory. */
 void fake_broker_stop(FakeBroker *b);
+/* fake_broker_start(), and a libpace connection to it (fails the test if
+ * there is none). */
+pace *fake_broker_connect(FakeBroker *b, FakeMode mode);
+/* Closes p, then fake_broker_stop(). */
+void fake_broker_disconnect(FakeBroker *b, pace *p);
 
 void fake_broker_set_mode(FakeBroker *b, FakeMode mode);
 

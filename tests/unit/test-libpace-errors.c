@@ -29,13 +29,10 @@ static double now_sec(void) {
 
 TEST(error_codes_map_to_pace_errors) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_grant g;
         pace_status_report *s = NULL;
         char message[64];
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         for (uint32_t code = PACE__ERROR_CODE__ERROR_MALFORMED; code <= PACE__ERROR_CODE__ERROR_BUSY; code++) {
                 snprintf(message, sizeof(message), "refusal number %" PRIu32, code);
@@ -62,17 +59,13 @@ TEST(error_codes_map_to_pace_errors) {
         ASSERT_OK(pace_reserve(p, &default_params, &g));
         ASSERT_TRUE(pace_last_message() == NULL);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(unknown_error_codes) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_grant g;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         /* A newer broker's refusal is still a refusal, with its words. */
         fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, 42, "something new");
@@ -84,19 +77,15 @@ TEST(unknown_error_codes) {
         fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_UNSPECIFIED, "what");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(last_message_is_sanitised_and_bounded) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_grant g;
         char long_message[4000];
         const char *m;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_NO_CAPACITY,
                               "bad \x1b[2Jterminal\r\nline two\tend \xc2\x9b" "31m \xc3\xa9t\xc3\xa9 \x7f");
@@ -119,18 +108,14 @@ TEST(last_message_is_sanitised_and_bounded) {
         ASSERT_TRUE(strncmp(m, long_message, strlen(m)) == 0);
         ASSERT_EQ((unsigned char) m[strlen(m) - 1], 0xA9);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(mismatched_body_is_protocol_error) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_WRONG_BODY);
         pace_grant g;
         pace_status_report *s = NULL;
-
-        fake_broker_start(&b, MODE_WRONG_BODY);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
         ASSERT_ERR(pace_release(p, 3), PACE_E_PROTOCOL);
@@ -141,17 +126,14 @@ TEST(mismatched_body_is_protocol_error) {
         fake_broker_set_mode(&b, MODE_NO_BODY);
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(version_is_checked) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_WRONG_VERSION);
         pace_grant g;
 
-        fake_broker_start(&b, MODE_WRONG_VERSION);
-        ASSERT_OK(pace_connect(b.path, &p));
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
 
         /* A grant in another version cannot be trusted to mean the same. */
@@ -166,17 +148,14 @@ TEST(version_is_checked) {
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_UNSUPPORTED_VERSION);
         ASSERT_STREQ(pace_last_message(), "speak version 2");
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(garbage_reply_is_protocol_error) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_GARBAGE);
         pace_grant g;
 
-        fake_broker_start(&b, MODE_GARBAGE);
-        ASSERT_OK(pace_connect(b.path, &p));
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
         ASSERT_TRUE(pace_last_message() == NULL);
 
@@ -185,18 +164,14 @@ TEST(garbage_reply_is_protocol_error) {
         ASSERT_OK(pace_reserve(p, &default_params, &g));
         ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 1);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(oversized_reply_is_protocol_error) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_OVERSIZED);
         pace_grant g;
         const char *m;
-
-        fake_broker_start(&b, MODE_OVERSIZED);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         /* Would decode fine if read whole: only the size check can catch it. */
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
@@ -212,19 +187,15 @@ TEST(oversized_reply_is_protocol_error) {
         ASSERT_OK(pace_reserve(p, &default_params, &g));
         ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 1);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(broker_closing_without_reply_is_an_error) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_CLOSE);
         pace_grant g;
         double t;
         int r;
-
-        fake_broker_start(&b, MODE_CLOSE);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         t = now_sec();
         r = pace_reserve(p, &default_params, &g);
@@ -236,8 +207,7 @@ TEST(broker_closing_without_reply_is_an_error) {
         ASSERT_OK(pace_reserve(p, &default_params, &g));
         ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 2);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(send_to_closed_broker_does_not_raise_sigpipe) {
@@ -262,18 +232,14 @@ TEST(send_to_closed_broker_does_not_raise_sigpipe) {
         r = pace_status(p, &s);
         ASSERT_TRUE(r == -EPIPE || r == -ECONNRESET);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(silent_broker_times_out) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_SILENT);
         pace_grant g;
         double t;
-
-        fake_broker_start(&b, MODE_SILENT);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         t = now_sec();
         ASSERT_ERR(pace_reserve(p, &default_params, &g), -ETIMEDOUT);
@@ -285,19 +251,15 @@ TEST(silent_broker_times_out) {
         ASSERT_OK(pace_reserve(p, &default_params, &g));
         ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 2);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(arguments_are_validated_before_sending) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_grant g;
         pace_status_report *s = NULL;
         pace_reserve_params params;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         ASSERT_ERR(pace_reserve(NULL, &default_params, &g), -EINVAL);
         ASSERT_ERR(pace_reserve(p, NULL, &g), -EINVAL);
@@ -339,18 +301,14 @@ TEST(arguments_are_validated_before_sending) {
         ASSERT_OK(pace_reserve(p, &params, &g));
         ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 2);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(scope_arguments_are_validated_before_sending) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_grant g;
         pace_reserve_params params;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         params = default_params;
         params.scope = (pace_scope) 3;
@@ -388,8 +346,7 @@ TEST(scope_arguments_are_validated_before_sending) {
         ASSERT_EQ(g.id, 12);
         ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 1);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(strerror_covers_every_code) {

@@ -22,13 +22,10 @@
 
 TEST(reserve_request_carries_fields) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_grant g;
         Pace__Request *req;
         pace_reserve_params params = default_params;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         /* pid 0 and cpu -1 must leave the fields absent, not zero. */
         ASSERT_OK(pace_reserve(p, &params, &g));
@@ -65,17 +62,14 @@ TEST(reserve_request_carries_fields) {
         ASSERT_EQ(g.cpu, 0);
 
         ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 2);
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(grant_decoding) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_FIXED_GRANT);
         pace_grant g;
 
-        fake_broker_start(&b, MODE_FIXED_GRANT);
-        ASSERT_OK(pace_connect(b.path, &p));
         ASSERT_OK(pace_reserve(p, &default_params, &g));
 
         ASSERT_TRUE(g.id == UINT64_C(0xFFFFFFFFFFFFFFF0));
@@ -95,17 +89,13 @@ TEST(grant_decoding) {
         /* A grant carries no accounting: it is for status reports. */
         ASSERT_EQ(g.accounting.valid, 0);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(release_request_and_reply) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         Pace__Request *req;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         ASSERT_OK(pace_release(p, UINT64_C(0x123456789abc)));
         req = fake_broker_last_request(&b);
@@ -119,18 +109,14 @@ TEST(release_request_and_reply) {
         ASSERT_ERR(pace_release(p, 5), PACE_E_PROTOCOL);
         ASSERT_TRUE(pace_last_message() == NULL);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(status_request_and_decoding) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_status_report *s = NULL;
         Pace__Request *req;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         ASSERT_OK(pace_status(p, &s));
         req = fake_broker_last_request(&b);
@@ -197,21 +183,17 @@ TEST(status_request_and_decoding) {
         ASSERT_EQ(s->non_rt_share_ppm, 100000);
         pace_status_report_free(s);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(status_beyond_limits_is_refused) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_STATUS_TOO_MANY);
         pace_status_report *s = NULL;
 
-        fake_broker_start(&b, MODE_STATUS_TOO_MANY);
-        ASSERT_OK(pace_connect(b.path, &p));
         ASSERT_ERR(pace_status(p, &s), PACE_E_PROTOCOL);
         ASSERT_TRUE(s == NULL);
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 typedef struct ThreadReserve {
@@ -239,8 +221,7 @@ TEST(reserve_request_carries_scope_and_tid) {
         ThreadReserve t;
         pthread_t thread;
 
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
+        p = fake_broker_connect(&b, MODE_ECHO);
 
         /* Tree and process scope name no thread; the pid stays the
          * broker's to take from the connection. */
@@ -305,8 +286,7 @@ TEST(reserve_request_carries_scope_and_tid) {
         ASSERT_EQ(g.tid, 4001);
 
         ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 5);
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 /* A chosen kind goes on the wire as it is; the default goes as no field at
@@ -314,13 +294,10 @@ TEST(reserve_request_carries_scope_and_tid) {
  * outside the enum is refused before anything is sent, with a message. */
 TEST(kind_travels_and_is_validated) {
         FakeBroker b;
-        pace *p = NULL;
+        pace *p = fake_broker_connect(&b, MODE_ECHO);
         pace_grant g;
         Pace__Request *req;
         pace_reserve_params params = default_params;
-
-        fake_broker_start(&b, MODE_ECHO);
-        ASSERT_OK(pace_connect(b.path, &p));
 
         static const pace_kind kinds[] = { PACE_KIND_SLOTS, PACE_KIND_SERVER, PACE_KIND_ALIGNED };
         for (size_t i = 0; i < ELEMENTSOF(kinds); i++) {
@@ -355,8 +332,7 @@ TEST(kind_travels_and_is_validated) {
         ASSERT_CONTAINS(pace_last_message(), "kind -1 does not exist");
         ASSERT_EQ(fake_broker_get(&b, &b.n_requests), sent);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 /* Programs built against libpace 0.1's header pass and receive these: the
@@ -441,8 +417,7 @@ TEST(threads_sharing_a_handle_get_their_own_replies) {
         ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 1);
         ASSERT_EQ(fake_broker_get(&b, &b.max_outstanding), 1);
 
-        pace_close(p);
-        fake_broker_stop(&b);
+        fake_broker_disconnect(&b, p);
 }
 
 TEST(destructors_accept_null) {
