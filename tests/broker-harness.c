@@ -30,7 +30,7 @@ static struct {
         char dir[256];
 } live[HARNESS_MAX_BROKERS];
 
-static void remove_dir(const char *dir) {
+void harness_remove_dir(const char *dir) {
         char cmd[400];
 
         if (strncmp(dir, "/tmp/pace-test-", 15) != 0 || strchr(dir, '\''))
@@ -54,7 +54,7 @@ static void stop_leftovers(void) {
                         waitpid(live[i].pid, NULL, 0);
                 }
                 if (live[i].dir[0])
-                        remove_dir(live[i].dir);
+                        harness_remove_dir(live[i].dir);
                 live[i].pid = 0;
                 live[i].dir[0] = '\0';
         }
@@ -98,6 +98,18 @@ static int write_file(const char *path, const char *content) {
         return fclose(f) == 0 ? 0 : -errno;
 }
 
+void harness_redirect_output(const char *log) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (fd >= 0)
+                dup2(fd, STDERR_FILENO);
+        /* Test runners wait for stdout to close: a daemon must not hold it. */
+        if (null >= 0) {
+                dup2(null, STDIN_FILENO);
+                dup2(null, STDOUT_FILENO);
+        }
+}
+
 int broker_launch(BrokerInstance *b) {
         const char *exe = getenv("PACE_BROKER");
 
@@ -105,15 +117,7 @@ int broker_launch(BrokerInstance *b) {
         if (b->pid < 0)
                 return -errno;
         if (b->pid == 0) {
-                int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (fd >= 0)
-                        dup2(fd, STDERR_FILENO);
-                /* Test runners wait for stdout to close: the broker must not hold it. */
-                if (null >= 0) {
-                        dup2(null, STDIN_FILENO);
-                        dup2(null, STDOUT_FILENO);
-                }
+                harness_redirect_output(b->log);
                 if (geteuid() == 0 && !b->keep_root && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
                                        setuid(HARNESS_BROKER_UID) < 0))
                         _exit(126);
@@ -245,7 +249,7 @@ int broker_stop(BrokerInstance *b) {
                 b->pid = 0;
         }
         if (b->dir[0])
-                remove_dir(b->dir);
+                harness_remove_dir(b->dir);
         untrack(b);
         return status;
 }

@@ -49,6 +49,11 @@ int broker_stop(BrokerInstance *b);
 int broker_raw_connect(const char *path);
 /* The broker's stderr so far (malloc'ed). */
 char *broker_log(const BrokerInstance *b);
+/* In a daemon's child before exec: stderr appended to log, stdin and
+ * stdout on /dev/null. */
+void harness_redirect_output(const char *log);
+/* rm -rf dir, if it is a /tmp/pace-test-* directory (a quote in it: nothing). */
+void harness_remove_dir(const char *dir);
 
 /* What the protocol tests (tests/integration/test-broker-*.c) share. */
 
