@@ -168,6 +168,21 @@ static bool pidfd_exited(int pidfd, unsigned ms) {
         return poll(&pfd, 1, (int) ms) == 1;
 }
 
+/* A stack and a spinning attacker reserved on it, in the pace groups it
+ * names in mine (at least one): the attacker. */
+static pid_t start_grouped_client(Stack *s, GroupNames *mine) {
+        shared_reset();
+        stack_start(s);
+        pid_t client = attacker(spinning_attacker);
+        await_reserved();
+        sleep_ms(300);
+        client_pace_groups(client, mine);
+        printf("  the client is in %u pace group(s)%s%s\n", mine->n, mine->n ? ", e.g. " : "",
+               mine->n ? mine->name[0] : "");
+        ASSERT_CMP(mine->n, >=, 1);
+        return client;
+}
+
 TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
         Stack s = {}, s2 = {};
         GroupNames mine;
@@ -176,14 +191,7 @@ TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
         if (skip() || !have_cpuacct())
                 TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
         alarm(CASE_ALARM_S);
-        shared_reset();
-        stack_start(&s);
-        pid_t client = attacker(spinning_attacker);
-        await_reserved();
-        sleep_ms(300);
-        client_pace_groups(client, &mine);
-        printf("  the client is in %u pace group(s)%s%s\n", mine.n, mine.n ? ", e.g. " : "", mine.n ? mine.name[0] : "");
-        ASSERT_CMP(mine.n, >=, 1);
+        pid_t client = start_grouped_client(&s, &mine);
         pid_t child = dispatcher_child(&s);
         ASSERT_TRUE(child > 0);
         int pidfd = (int) syscall(SYS_pidfd_open, child, 0);
@@ -231,14 +239,7 @@ TEST(the_next_instance_removes_what_a_dead_one_left) {
         if (skip() || !have_cpuacct())
                 TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
         alarm(CASE_ALARM_S);
-        shared_reset();
-        stack_start(&s);
-        pid_t client = attacker(spinning_attacker);
-        await_reserved();
-        sleep_ms(300);
-        client_pace_groups(client, &mine);
-        printf("  the client is in %u pace group(s)%s%s\n", mine.n, mine.n ? ", e.g. " : "", mine.n ? mine.name[0] : "");
-        ASSERT_CMP(mine.n, >=, 1);
+        pid_t client = start_grouped_client(&s, &mine);
         pid_t child = dispatcher_child(&s);
         ASSERT_TRUE(child > 0);
 
