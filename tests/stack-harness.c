@@ -54,17 +54,22 @@ bool any_thread_realtime(pid_t pid) {
         return rt;
 }
 
-pid_t spawn(void (*fn)(const void *), const void *arg) {
+pid_t spawn_on(int cpu, void (*fn)(const void *), const void *arg) {
         pid_t pid = fork();
         ASSERT_OK(pid);
         if (pid == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 alarm(CHILD_LIFETIME_S);
-                pin(STACK_CPU);
+                if (cpu >= 0)
+                        pin(cpu);
                 fn(arg);
                 _exit(0);
         }
         return pid;
+}
+
+pid_t spawn(void (*fn)(const void *), const void *arg) {
+        return spawn_on(STACK_CPU, fn, arg);
 }
 
 void hog(const void *arg) {
@@ -181,6 +186,14 @@ size_t n_reservations(const char *socket) {
 void await_reservations(const char *socket, size_t n) {
         for (int i = 0; i < 300 && n_reservations(socket) < n; i++)
                 sleep_ms(10);
+}
+
+pid_t spawn_reserved(const Stack *s, void (*fn)(const void *), const void *arg, size_t n) {
+        pid_t pid = spawn(fn, arg);
+
+        await_reservations(s->broker.socket, n);
+        ASSERT_EQ(n_reservations(s->broker.socket), n);
+        return pid;
 }
 
 bool stack_find_reservation(const char *socket, uint64_t id, pace_grant *ret) {

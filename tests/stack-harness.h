@@ -48,6 +48,8 @@ bool any_thread_realtime(pid_t pid);
 
 /* Forks a child pinned to STACK_CPU that runs fn(arg) and exits. */
 pid_t spawn(void (*fn)(const void *), const void *arg);
+/* The same on cpu (-1: where the test may run). */
+pid_t spawn_on(int cpu, void (*fn)(const void *), const void *arg);
 /* A CPU-bound loop, for spawn(). */
 void hog(const void *arg);
 /* SIGKILL and waitpid; nothing for pid <= 0. */
@@ -80,6 +82,9 @@ pid_t dispatcher_child(const Stack *s);
 size_t n_reservations(const char *socket);
 /* Waits up to 3 s for the broker to list at least n reservations. */
 void await_reservations(const char *socket, size_t n);
+/* spawn(fn, arg), a client that reserves, then waits for s's broker to
+ * list n reservations; fails unless it lists exactly n. The client. */
+pid_t spawn_reserved(const Stack *s, void (*fn)(const void *), const void *arg, size_t n);
 /* The broker's status entry of reservation id (0: the first listed), as
  * pacectl status shows it. */
 bool stack_find_reservation(const char *socket, uint64_t id, pace_grant *ret);

@@ -112,6 +112,13 @@ static void sleeper_fn(const void *arg) {
         pause();
 }
 
+/* For spawn_on(): says it is running (a byte on the fd *arg), then sleeps. */
+static void ready_sleeper(const void *arg) {
+        if (write(*(const int *) arg, "x", 1) != 1)
+                _exit(1);
+        sleeper_fn(NULL);
+}
+
 /* Time the two threads ran at the same instant on different CPUs. */
 static uint64_t cross_cpu_overlap_ns(const SplitLog *log) {
         uint64_t total = 0;
@@ -150,17 +157,7 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
                 /* Pinned to its own CPU before it is reserved: placement
                  * keeps to a process's affinity (spawn() would pin it to
                  * CPU 1). */
-                sleepers[c] = fork();
-                ASSERT_OK(sleepers[c]);
-                if (sleepers[c] == 0) {
-                        prctl(PR_SET_PDEATHSIG, SIGKILL);
-                        alarm(CHILD_LIFETIME_S);
-                        pin(c);
-                        if (write(ready[1], "x", 1) != 1)
-                                _exit(1);
-                        sleeper_fn(NULL);
-                        _exit(0);
-                }
+                sleepers[c] = spawn_on(c, ready_sleeper, &ready[1]);
                 char x;
                 ASSERT_EQ(read(ready[0], &x, 1), 1);
                 pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 250000,
@@ -168,14 +165,7 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
                 ASSERT_OK(pace_reserve(p, &params, &g));
         }
         for (int c = 0; c < 2; c++) {
-                hogs[c] = fork();
-                ASSERT_OK(hogs[c]);
-                if (hogs[c] == 0) {
-                        prctl(PR_SET_PDEATHSIG, SIGKILL);
-                        alarm(CHILD_LIFETIME_S);
-                        pin(c);
-                        hog(NULL);
-                }
+                hogs[c] = spawn_on(c, hog, NULL);
         }
         pid_t client = fork();
         ASSERT_OK(client);
@@ -275,14 +265,7 @@ TEST(two_seventy_percent_reservations_land_on_different_cpus) {
                 await_reservations(s.broker.socket, (size_t) i + 1);
         }
         for (int c = 0; c < 2; c++) {
-                hogs[c] = fork();
-                ASSERT_OK(hogs[c]);
-                if (hogs[c] == 0) {
-                        prctl(PR_SET_PDEATHSIG, SIGKILL);
-                        alarm(CHILD_LIFETIME_S);
-                        pin(c);
-                        hog(NULL);
-                }
+                hogs[c] = spawn_on(c, hog, NULL);
         }
         ASSERT_OK(pace_connect(s.broker.socket, &p));
         ASSERT_OK(pace_status(p, &st));
@@ -328,14 +311,7 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         if (skip())
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
         stack_start(&s);
-        pid_t kid = fork();
-        ASSERT_OK(kid);
-        if (kid == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                alarm(CHILD_LIFETIME_S);
-                pause();
-                _exit(0);
-        }
+        pid_t kid = spawn_on(-1, sleeper_fn, NULL);
         /* Set here, not in the child: no race with the check below. */
         CPU_ZERO(&set);
         CPU_SET(0, &set);

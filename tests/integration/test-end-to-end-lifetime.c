@@ -48,9 +48,7 @@ TEST(a_broker_crash_does_not_interrupt_a_reservation) {
         stack_start(&s);
 
         pid_t other = spawn(hog, NULL);
-        pid_t client = spawn(reserved_hog, "60%");
-        await_reservations(s.broker.socket, 1);
-        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        pid_t client = spawn_reserved(&s, reserved_hog, "60%", 1);
         sleep_ms(300);
         double before = share_over(&s, client, other, 2000);
 

@@ -256,9 +256,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         stack_start(&s);
 
         pid_t other = spawn(hog, NULL);
-        pid_t client = spawn(eight_thread_client, NULL);
-        await_reservations(s.broker.socket, 1);
-        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        pid_t client = spawn_reserved(&s, eight_thread_client, NULL, 1);
         uint64_t id = atomic_load(&scope_shared->id);
         sleep_ms(300);
 

@@ -40,9 +40,7 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         stack_start(&s);
 
         pid_t other = spawn(hog, NULL);
-        pid_t client = spawn(reserved_hog, "60%");
-        await_reservations(s.broker.socket, 1);
-        ASSERT_EQ(n_reservations(s.broker.socket), 1);
+        pid_t client = spawn_reserved(&s, reserved_hog, "60%", 1);
         sleep_ms(500);
 
         /* While it runs, the client is sometimes SCHED_FIFO (in its slots)
@@ -230,9 +228,7 @@ TEST(two_clients_are_isolated_from_each_other) {
         pid_t a = spawn(reserved_hog, "30%");
         await_reservations(s.broker.socket, 1);
         pid_t b = spawn(reserved_hog, "40%");
-        pid_t other = spawn(hog, NULL);
-        await_reservations(s.broker.socket, 2);
-        ASSERT_EQ(n_reservations(s.broker.socket), 2);
+        pid_t other = spawn_reserved(&s, hog, NULL, 2);
         sleep_ms(500);
 
         double shares[4];
