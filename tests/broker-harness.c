@@ -331,6 +331,17 @@ uint64_t status_generation(pace *p, size_t *ret_n) {
         return gen;
 }
 
+size_t await_reservation_count(pace *p, size_t want) {
+        size_t n;
+
+        status_generation(p, &n);
+        for (int i = 0; i < 300 && n != want; i++) {
+                sleep_ms(10);
+                status_generation(p, &n);
+        }
+        return n;
+}
+
 int as_other_user(int (*fn)(const char *socket, pid_t target, uint64_t id), const char *socket, pid_t target,
                   uint64_t id) {
         pid_t pid = fork();
@@ -363,6 +374,13 @@ pid_t fork_paused(void) {
                 _exit(0);
         }
         return pid;
+}
+
+void reap_children(const pid_t *pids, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                kill(pids[i], SIGKILL);
+                waitpid(pids[i], NULL, 0);
+        }
 }
 
 void read_table(const BrokerInstance *b, PaceTableBuffer *out) {

@@ -77,6 +77,9 @@ Pace__Response *raw_request(int fd, Pace__Request *req);
 void assert_error_reply(Pace__Response *resp, Pace__ErrorCode code, const char *says);
 /* The broker's status generation (and in ret_n its count of reservations). */
 uint64_t status_generation(pace *p, size_t *ret_n);
+/* Polls p's status (for up to 3 s) until it lists want reservations: how
+ * many it lists at the end. */
+size_t await_reservation_count(pace *p, size_t want);
 
 /* Runs fn in a child that has dropped to HARNESS_OTHER_UID; returns its
  * exit code. */
@@ -87,5 +90,7 @@ int as_other_user(int (*fn)(const char *socket, pid_t target, uint64_t id), cons
 void *park(void *arg);
 /* A child that waits for a signal forever (and dies with its parent). */
 pid_t fork_paused(void);
+/* SIGKILL and waitpid() for each of n children. */
+void reap_children(const pid_t *pids, size_t n);
 /* A snapshot of broker b's shared table. */
 void read_table(const BrokerInstance *b, PaceTableBuffer *out);

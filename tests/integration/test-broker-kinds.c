@@ -155,10 +155,7 @@ TEST(each_kind_is_granted_and_shown) {
 
         pace_close(p);
         pid_t kids[] = { k1, k2, k3, k4 };
-        for (size_t i = 0; i < ELEMENTSOF(kids); i++) {
-                kill(kids[i], SIGKILL);
-                waitpid(kids[i], NULL, 0);
-        }
+        reap_children(kids, ELEMENTSOF(kids));
         ASSERT_EQ(broker_stop(&b), 0);
 }
 

@@ -162,10 +162,7 @@ TEST(a_change_stays_on_the_reservations_cpu) {
 
         pace_close(p);
         pid_t kids[] = { ka, k0, k1, ks };
-        for (size_t i = 0; i < ELEMENTSOF(kids); i++) {
-                kill(kids[i], SIGKILL);
-                waitpid(kids[i], NULL, 0);
-        }
+        reap_children(kids, ELEMENTSOF(kids));
         ASSERT_EQ(broker_stop(&b), 0);
 }
 

@@ -31,6 +31,14 @@
 
 static PaceTableBuffer table_before, table_after; /* large: off the stack */
 
+/* Writes the stand-in's list of online CPUs, e.g. "0-1\n". */
+static void set_online(const char *path, const char *cpus) {
+        int fd = open(path, O_WRONLY | O_TRUNC);
+        ASSERT_OK(fd);
+        ASSERT_EQ(write(fd, cpus, strlen(cpus)), (ssize_t) strlen(cpus));
+        close(fd);
+}
+
 /* CPU hotplug, played with a stand-in for /sys/devices/system/cpu/online. */
 TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
         BrokerInstance b;
@@ -63,14 +71,8 @@ TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
 
         /* CPU 1 goes: A (30%) moves to CPU 0 beside C (30%); D (40%) then
          * fits nowhere and is dropped, with a log line saying so. */
-        fd = open(online, O_WRONLY | O_TRUNC);
-        ASSERT_EQ(write(fd, "0\n", 2), 2);
-        close(fd);
-        size_t n = 3;
-        for (int i = 0; i < 300 && n != 2; i++) {
-                status_generation(p, &n);
-                sleep_ms(10);
-        }
+        set_online(online, "0\n");
+        size_t n = await_reservation_count(p, 2);
         ASSERT_EQ(n, 2);
         ASSERT_OK(pace_status(p, &st));
         for (size_t i = 0; i < st->n_reservations; i++)
@@ -86,9 +88,7 @@ TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
         params.utilization_ppm = 100000;
         ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_INVALID_ARGUMENT);
         ASSERT_CONTAINS(pace_last_message(), "CPU 1 is offline");
-        fd = open(online, O_WRONLY | O_TRUNC);
-        ASSERT_EQ(write(fd, "0-1\n", 4), 4);
-        close(fd);
+        set_online(online, "0-1\n");
         for (int i = 0; i < 300; i++) {
                 if (pace_reserve(p, &params, &g) == 0)
                         break;
@@ -236,16 +236,10 @@ TEST(placement_stays_within_the_targets_affinity) {
         pthread_cancel(thread);
         pthread_join(thread, NULL);
         pid_t kids[] = { k0, k1, kt };
-        for (size_t i = 0; i < ELEMENTSOF(kids); i++) {
-                kill(kids[i], SIGKILL);
-                waitpid(kids[i], NULL, 0);
-        }
+        reap_children(kids, ELEMENTSOF(kids));
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
-/* A reservation moved off a CPU that went offline stays within the affinity
- * its process had at the grant: one allowed only the lost CPU is dropped,
- * not moved onto a CPU its owner ruled out. */
 /* 25% taken on each of two CPUs leaves 50% free on each: 60% as slots is
  * split over both, but a server or aligned reservation is never split, and
  * its refusal says so and what to ask instead, and changes nothing. */
@@ -293,13 +287,13 @@ TEST(a_server_that_would_have_to_be_split_is_refused) {
 
         pace_close(p);
         pid_t kids[] = { k0, k1, ks };
-        for (size_t i = 0; i < ELEMENTSOF(kids); i++) {
-                kill(kids[i], SIGKILL);
-                waitpid(kids[i], NULL, 0);
-        }
+        reap_children(kids, ELEMENTSOF(kids));
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
+/* A reservation moved off a CPU that went offline stays within the affinity
+ * its process had at the grant: one allowed only the lost CPU is dropped,
+ * not moved onto a CPU its owner ruled out. */
 TEST(a_move_off_an_offline_cpu_stays_within_the_affinity) {
         BrokerInstance b;
         pace *p = NULL;
@@ -328,14 +322,8 @@ TEST(a_move_off_an_offline_cpu_stays_within_the_affinity) {
         params.cpu = 1;
         ASSERT_OK(pace_reserve(p, &params, &c));
 
-        fd = open(online, O_WRONLY | O_TRUNC);
-        ASSERT_EQ(write(fd, "0\n", 2), 2);
-        close(fd);
-        size_t n = 2;
-        for (int i = 0; i < 300 && n != 1; i++) {
-                status_generation(p, &n);
-                sleep_ms(10);
-        }
+        set_online(online, "0\n");
+        size_t n = await_reservation_count(p, 1);
         ASSERT_EQ(n, 1);
         pace_status_report *st = NULL;
         ASSERT_OK(pace_status(p, &st));
