@@ -272,6 +272,12 @@ char *broker_log(const BrokerInstance *b) {
         return buf;
 }
 
+void assert_broker_log_contains(const BrokerInstance *b, const char *needle) {
+        char *log = broker_log(b);
+        ASSERT_CONTAINS(log, needle);
+        free(log);
+}
+
 int broker_raw_connect(const char *path) {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
         int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

@@ -49,6 +49,8 @@ int broker_stop(BrokerInstance *b);
 int broker_raw_connect(const char *path);
 /* The broker's stderr so far (malloc'ed). */
 char *broker_log(const BrokerInstance *b);
+/* Fails the test, showing the log, unless the broker's stderr so far contains needle. */
+void assert_broker_log_contains(const BrokerInstance *b, const char *needle);
 /* In a daemon's child before exec: stderr appended to log, stdin and
  * stdout on /dev/null. */
 void harness_redirect_output(const char *log);

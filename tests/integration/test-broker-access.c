@@ -293,9 +293,7 @@ TEST(a_broker_started_as_root_drops_to_an_unprivileged_user) {
         ASSERT_TRUE(status_field(b.pid, "NoNewPrivs:", v, sizeof(v)));
         printf("; NoNewPrivs %s\n", v);
         ASSERT_EQ(strcmp(v, "1"), 0);
-        char *log = broker_log(&b);
-        ASSERT_CONTAINS(log, "now running as");
-        free(log);
+        assert_broker_log_contains(&b, "now running as");
         ASSERT_EQ(broker_stop(&b), 0);
 }
 

@@ -431,9 +431,7 @@ TEST(a_thread_reservation_ends_with_its_thread) {
         }
         ASSERT_EQ(n, 0);
         ASSERT_EQ(kill(c.pid, 0), 0); /* the process is still there */
-        char *log = broker_log(&b);
-        ASSERT_CONTAINS(log, "exited");
-        free(log);
+        assert_broker_log_contains(&b, "exited");
 
         child_stop(&c);
         stop_broker(&b, fd);

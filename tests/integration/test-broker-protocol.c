@@ -194,9 +194,7 @@ TEST(bad_requests_get_clear_errors_and_change_nothing) {
         ASSERT_EQ(n, 1);
         close(fd);
         pace_close(p);
-        char *log = broker_log(&b);
-        ASSERT_CONTAINS(log, "refused");
-        free(log);
+        assert_broker_log_contains(&b, "refused");
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
