@@ -109,3 +109,11 @@ void *spinner_thread(void *arg) {
                 ;
         return NULL;
 }
+
+pid_t start_attacker(Stack *s, void (*fn)(void)) {
+        shared_reset();
+        stack_start(s);
+        pid_t pid = attacker(fn);
+        await_reserved();
+        return pid;
+}

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "pace/pace.h"
+#include "stack-harness.h"
 
 #define ATTACKER_UID 60001
 /* Each case's alarm(). */
@@ -47,6 +48,9 @@ pace *attacker_reserve(uint32_t period_ms, uint32_t ppm, pace_scope scope, pid_t
 void attacker_maybe_release(pace *p);
 /* Waits up to ms for *flag to be want; whether it is. */
 bool wait_flag(_Atomic int *flag, int want, unsigned ms);
+/* A stack (stack_start()), sh reset, and an attacker running fn that the
+ * broker granted: the attacker. */
+pid_t start_attacker(Stack *s, void (*fn)(void));
 /* Waits up to 6 s for the attacker's reservation; fails the test if refused. */
 void await_reserved(void);
 /* In an attacker's thread: spins until promoted, then counts itself in sh->promoted. */

@@ -112,10 +112,7 @@ TEST(a_thread_that_lowers_its_own_priority_is_not_left_realtime_after_a_crash) {
         if (skip())
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
         alarm(CASE_ALARM_S);
-        shared_reset();
-        stack_start(&s);
-        pid_t bad = attacker(lowering_attacker);
-        await_reserved();
+        pid_t bad = start_attacker(&s, lowering_attacker);
         ASSERT_TRUE(catch_at_fifo_1(bad, 2000));
 
         /* Kill the dispatch process while the attacker sits at FIFO 1 in its
@@ -180,10 +177,7 @@ TEST(a_thread_that_lowers_its_own_priority_is_swept_at_the_next_start) {
         if (skip())
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
         alarm(CASE_ALARM_S);
-        shared_reset();
-        stack_start(&s);
-        pid_t bad = attacker(lowering_attacker);
-        await_reserved();
+        pid_t bad = start_attacker(&s, lowering_attacker);
 
         /* Both processes die at once with the attacker at FIFO 1: nothing is
          * left to act, so it stays there (this is not the failure; the
@@ -289,10 +283,7 @@ static void run_tid_reuse(bool hide_groups) {
         unsigned bad_policy = 0, bad_nice = 0, bad_affinity = 0, samples = 0, after = 0;
 
         alarm(CASE_ALARM_S);
-        shared_reset();
-        stack_start(&s);
-        pid_t bad = attacker(tid_attacker);
-        await_reserved();
+        pid_t bad = start_attacker(&s, tid_attacker);
         pid_t tid = atomic_load(&sh->tid);
         /* Adopted and promoted while the thread lives. */
         pin(0);

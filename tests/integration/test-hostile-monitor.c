@@ -171,10 +171,7 @@ static bool pidfd_exited(int pidfd, unsigned ms) {
 /* A stack and a spinning attacker reserved on it, in the pace groups it
  * names in mine (at least one): the attacker. */
 static pid_t start_grouped_client(Stack *s, GroupNames *mine) {
-        shared_reset();
-        stack_start(s);
-        pid_t client = attacker(spinning_attacker);
-        await_reserved();
+        pid_t client = start_attacker(s, spinning_attacker);
         sleep_ms(300);
         client_pace_groups(client, mine);
         printf("  the client is in %u pace group(s)%s%s\n", mine->n, mine->n ? ", e.g. " : "",
