@@ -4,9 +4,11 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "pace-build-config.h"
 #include "pace/pace.h"
 #include "parse-util.h"
 
@@ -39,30 +41,45 @@ int cli_getopt_failure(int c, char **argv, const char *valueless) {
         return cli_usage_error("unknown option '-%c'", optopt);
 }
 
-int cli_parse_period(const char *option, const char *s, uint64_t *ret) {
-        int r = parse_duration_ns(s, ret);
+int cli_common_option(int c, char **argv, void (*help)(void), const char *valueless) {
+        switch (c) {
+        case 'h':
+                help();
+                return 1;
+        case 'V':
+                printf("%s (pace) %s\n", cli_program, PACE_VERSION);
+                return 1;
+        case ':':
+        case '?':
+                return cli_getopt_failure(c, argv, valueless);
+        default:
+                abort();
+        }
+}
 
+/* A parser's answer r for option's value s as a usage error: -ERANGE (well
+ * formed, but outside what is allowed) says the range, any other failure
+ * what was expected. */
+static int parse_failure(int r, const char *option, const char *s, const char *range, const char *expected) {
         if (r == -ERANGE)
-                return cli_usage_error("%s '%s' is out of range: it must be more than 0 and at most "
-                                       "about 584 years", option, s);
+                return cli_usage_error("%s '%s' is out of range: %s", option, s, range);
         if (r < 0)
-                return cli_usage_error("invalid %s '%s': expected a duration with a unit, "
-                                       "e.g. 50ms, 250us, 1.5ms or 1s", option, s);
+                return cli_usage_error("invalid %s '%s': expected %s", option, s, expected);
         return 0;
 }
 
-int cli_parse_util(const char *option, const char *s, uint32_t *ret) {
-        int r = parse_utilization_ppm(s, ret);
+int cli_parse_period(const char *option, const char *s, uint64_t *ret) {
+        return parse_failure(parse_duration_ns(s, ret), option, s,
+                             "it must be more than 0 and at most about 584 years",
+                             "a duration with a unit, e.g. 50ms, 250us, 1.5ms or 1s");
+}
 
-        if (r == -ERANGE)
-                return cli_usage_error("%s '%s' is out of range: it must be more than 0%% and at most "
-                                       "100%% (one whole CPU); a reservation runs on one CPU at a time, so "
-                                       "for more, split the work over processes or threads and reserve "
-                                       "each (pace-run --scope thread, or one pace-run per process)", option, s);
-        if (r < 0)
-                return cli_usage_error("invalid %s '%s': expected a percentage such as 60%% "
-                                       "or a fraction of one CPU such as 0.6", option, s);
-        return 0;
+int cli_parse_util(const char *option, const char *s, uint32_t *ret) {
+        return parse_failure(parse_utilization_ppm(s, ret), option, s,
+                             "it must be more than 0% and at most 100% (one whole CPU); a reservation runs "
+                             "on one CPU at a time, so for more, split the work over processes or threads "
+                             "and reserve each (pace-run --scope thread, or one pace-run per process)",
+                             "a percentage such as 60% or a fraction of one CPU such as 0.6");
 }
 
 int cli_parse_pid(const char *option, const char *s, pid_t *ret) {

@@ -22,6 +22,12 @@ _printf_(1, 2) int cli_usage_error(const char *format, ...);
  * given to an option that takes none; valueless lists those short names). */
 int cli_getopt_failure(int c, char **argv, const char *valueless);
 
+/* The options both tools answer alike, and getopt_long's failures: -h
+ * calls help() and -V prints the version (both return 1: exit 0 without
+ * doing anything else); ':' and '?' as cli_getopt_failure(). Any other c is
+ * a bug in the caller's option table and aborts. */
+int cli_common_option(int c, char **argv, void (*help)(void), const char *valueless);
+
 int cli_parse_period(const char *option, const char *s, uint64_t *ret);
 int cli_parse_util(const char *option, const char *s, uint32_t *ret);
 int cli_parse_pid(const char *option, const char *s, pid_t *ret);

@@ -162,17 +162,8 @@ static int parse_args(int argc, char *argv[], Args *args) {
                                 return cli_usage_error("--socket needs a path");
                         args->socket_path = optarg;
                         break;
-                case 'h':
-                        help();
-                        return 1;
-                case 'V':
-                        printf("%s (pace) %s\n", cli_program, PACE_VERSION);
-                        return 1;
-                case ':':
-                case '?':
-                        return cli_getopt_failure(c, argv, "bqhV");
                 default:
-                        abort();
+                        return cli_common_option(c, argv, help, "bqhV");
                 }
         }
 

@@ -372,17 +372,8 @@ static int parse_option(int c, char **argv, Args *args) {
                         return cli_usage_error("invalid --iterations '%s': expected how many refreshes "
                                                "to show (1, 2, ...)", optarg);
                 return 0;
-        case 'h':
-                help();
-                return 1;
-        case 'V':
-                printf("%s (pace) %s\n", cli_program, PACE_VERSION);
-                return 1;
-        case ':':
-        case '?':
-                return cli_getopt_failure(c, argv, "jhV");
         default:
-                abort();
+                return cli_common_option(c, argv, help, "jhV");
         }
 }
 

@@ -2,7 +2,8 @@
 #pragma once
 
 /* pace.json: read by both daemons. The dispatcher reads it itself rather than
- * trusting anything the broker says about limits (DESIGN.md invariant 3). */
+ * trusting anything the broker says about limits (README.md, "Guarantees",
+ * invariant 3). */
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -31,6 +31,16 @@ static size_t decimal_length(const char *s) {
         return n;
 }
 
+/* A leading '-' is stepped over (*s moves past it) and reported in
+ * ret_negative, so that a well-formed negative value can be told from a
+ * malformed one; then as decimal_length(). */
+static size_t signed_decimal_length(const char **s, bool *ret_negative) {
+        *ret_negative = (*s)[0] == '-';
+        if (*ret_negative)
+                (*s)++;
+        return decimal_length(*s);
+}
+
 static int mul_add_u64(uint64_t *v, uint64_t mul, uint64_t add) {
         if (*v > (UINT64_MAX - add) / mul)
                 return -ERANGE;
@@ -84,19 +94,14 @@ int parse_duration_ns(const char *s, uint64_t *ret_ns) {
                 { "ms", 6 },
                 { "s", 9 },
         };
-        bool negative = false;
+        bool negative;
         uint64_t v;
         size_t len;
         int r;
 
         if (!s)
                 return -EINVAL;
-        if (s[0] == '-') {
-                negative = true;
-                s++;
-        }
-
-        len = decimal_length(s);
+        len = signed_decimal_length(&s, &negative);
         if (len == 0)
                 return -EINVAL;
 
@@ -121,19 +126,14 @@ int parse_duration_ns(const char *s, uint64_t *ret_ns) {
 }
 
 int parse_utilization_ppm(const char *s, uint32_t *ret_ppm) {
-        bool negative = false, percent;
+        bool negative, percent;
         uint64_t v;
         size_t len;
         int r;
 
         if (!s)
                 return -EINVAL;
-        if (s[0] == '-') {
-                negative = true;
-                s++;
-        }
-
-        len = decimal_length(s);
+        len = signed_decimal_length(&s, &negative);
         if (len == 0)
                 return -EINVAL;
         if (s[len] == '%' && s[len + 1] == '\0')

@@ -406,16 +406,23 @@ int cpu_list_parse_mask(const char *text, uint64_t *ret_mask) {
         return 0;
 }
 
-int proc_cpus_allowed(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret_mask) {
-        char path[160], buf[8192];
-        const char *line;
-        int r;
+/* /proc/PID/task/TID/NAME under proc_root, whole, into buf. */
+static int read_task_file(const char *proc_root, pid_t pid, pid_t tid, const char *name, char *buf, size_t size) {
+        char path[160];
 
         if (pid <= 0 || tid <= 0)
                 return -ESRCH;
-        snprintf(path, sizeof(path), "%s/%" PRIi32 "/task/%" PRIi32 "/status", proc_root, (int32_t) pid,
-                 (int32_t) tid);
-        r = read_small_file(path, buf, sizeof(buf));
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/task/%" PRIi32 "/%s", proc_root, (int32_t) pid,
+                 (int32_t) tid, name);
+        return read_small_file(path, buf, size);
+}
+
+int proc_cpus_allowed(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret_mask) {
+        char buf[8192];
+        const char *line;
+        int r;
+
+        r = read_task_file(proc_root, pid, tid, "status", buf, sizeof(buf));
         if (r < 0)
                 return r;
         line = strstr(buf, "\nCpus_allowed_list:");
@@ -463,14 +470,10 @@ int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char **ret
 }
 
 int proc_thread_start_time(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret) {
-        char path[160], buf[4096];
+        char buf[4096];
         int r;
 
-        if (pid <= 0 || tid <= 0)
-                return -ESRCH;
-        snprintf(path, sizeof(path), "%s/%" PRIi32 "/task/%" PRIi32 "/stat", proc_root, (int32_t) pid,
-                 (int32_t) tid);
-        r = read_small_file(path, buf, sizeof(buf));
+        r = read_task_file(proc_root, pid, tid, "stat", buf, sizeof(buf));
         if (r < 0)
                 return r;
         return proc_stat_parse(buf, ret, NULL);

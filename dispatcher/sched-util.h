@@ -19,7 +19,7 @@
 #define SCHED_DEADLINE 6
 #endif
 
-/* Priorities fixed by DESIGN.md: the dispatcher preempts the reservations it
+/* The priorities of README.md, "Architecture": the dispatcher preempts the reservations it
  * runs, and reservations preempt every ordinary real-time user below them. */
 #define PACE_DISPATCHER_PRIORITY 99
 #define PACE_RUNNING_PRIORITY 98

@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 #include "broker-harness.h"
+#include "pace-limits.h"
+#include "table-shm.h"
+#include "test.h"
 
 /* Brokers still running when a test exits (a failed assertion calls exit()):
  * stopped, by pid, and their directories removed, so a failure leaves no
@@ -27,7 +30,7 @@ static struct {
         char dir[256];
 } live[HARNESS_MAX_BROKERS];
 
-static void remove_dir(const char *dir) {
+void harness_remove_dir(const char *dir) {
         char cmd[400];
 
         if (strncmp(dir, "/tmp/pace-test-", 15) != 0 || strchr(dir, '\''))
@@ -51,7 +54,7 @@ static void stop_leftovers(void) {
                         waitpid(live[i].pid, NULL, 0);
                 }
                 if (live[i].dir[0])
-                        remove_dir(live[i].dir);
+                        harness_remove_dir(live[i].dir);
                 live[i].pid = 0;
                 live[i].dir[0] = '\0';
         }
@@ -95,6 +98,18 @@ static int write_file(const char *path, const char *content) {
         return fclose(f) == 0 ? 0 : -errno;
 }
 
+void harness_redirect_output(const char *log) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (fd >= 0)
+                dup2(fd, STDERR_FILENO);
+        /* Test runners wait for stdout to close: a daemon must not hold it. */
+        if (null >= 0) {
+                dup2(null, STDIN_FILENO);
+                dup2(null, STDOUT_FILENO);
+        }
+}
+
 int broker_launch(BrokerInstance *b) {
         const char *exe = getenv("PACE_BROKER");
 
@@ -102,15 +117,7 @@ int broker_launch(BrokerInstance *b) {
         if (b->pid < 0)
                 return -errno;
         if (b->pid == 0) {
-                int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (fd >= 0)
-                        dup2(fd, STDERR_FILENO);
-                /* Test runners wait for stdout to close: the broker must not hold it. */
-                if (null >= 0) {
-                        dup2(null, STDIN_FILENO);
-                        dup2(null, STDOUT_FILENO);
-                }
+                harness_redirect_output(b->log);
                 if (geteuid() == 0 && !b->keep_root && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
                                        setuid(HARNESS_BROKER_UID) < 0))
                         _exit(126);
@@ -242,7 +249,7 @@ int broker_stop(BrokerInstance *b) {
                 b->pid = 0;
         }
         if (b->dir[0])
-                remove_dir(b->dir);
+                harness_remove_dir(b->dir);
         untrack(b);
         return status;
 }
@@ -265,6 +272,12 @@ char *broker_log(const BrokerInstance *b) {
         return buf;
 }
 
+void assert_broker_log_contains(const BrokerInstance *b, const char *needle) {
+        char *log = broker_log(b);
+        ASSERT_CONTAINS(log, needle);
+        free(log);
+}
+
 int broker_raw_connect(const char *path) {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
         int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -279,4 +292,111 @@ int broker_raw_connect(const char *path) {
         struct timeval tv = { .tv_sec = 5 };
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         return fd;
+}
+
+void sleep_ms(unsigned ms) {
+        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
+}
+
+bool skip_unless_root(void) {
+        return geteuid() != 0;
+}
+
+Pace__Response *raw_exchange(int fd, const void *buf, size_t size) {
+        static uint8_t reply[PACE_MAX_MESSAGE_SIZE];
+        if (send(fd, buf, size, MSG_NOSIGNAL) != (ssize_t) size)
+                return NULL;
+        ssize_t n = recv(fd, reply, sizeof(reply), 0);
+        if (n <= 0)
+                return NULL;
+        return pace__response__unpack(NULL, (size_t) n, reply);
+}
+
+Pace__Response *raw_request(int fd, Pace__Request *req) {
+        uint8_t buf[1024];
+        size_t n = pace__request__pack(req, buf);
+        return raw_exchange(fd, buf, n);
+}
+
+void assert_error_reply(Pace__Response *resp, Pace__ErrorCode code, const char *says) {
+        ASSERT_TRUE(resp);
+        ASSERT_EQ(resp->version, PACE_PROTOCOL_VERSION);
+        ASSERT_EQ(resp->body_case, PACE__RESPONSE__BODY_ERROR);
+        ASSERT_EQ(resp->error->code, code);
+        ASSERT_CONTAINS(resp->error->message, says);
+        pace__response__free_unpacked(resp, NULL);
+}
+
+uint64_t status_generation(pace *p, size_t *ret_n) {
+        pace_status_report *st = NULL;
+        ASSERT_OK(pace_status(p, &st));
+        uint64_t gen = st->generation;
+        if (ret_n)
+                *ret_n = st->n_reservations;
+        pace_status_report_free(st);
+        return gen;
+}
+
+size_t await_reservation_count(pace *p, size_t want) {
+        size_t n;
+
+        status_generation(p, &n);
+        for (int i = 0; i < 300 && n != want; i++) {
+                sleep_ms(10);
+                status_generation(p, &n);
+        }
+        return n;
+}
+
+int as_other_user(int (*fn)(const char *socket, pid_t target, uint64_t id), const char *socket, pid_t target,
+                  uint64_t id) {
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (setgroups(0, NULL) < 0 || setgid(HARNESS_OTHER_UID) < 0 || setuid(HARNESS_OTHER_UID) < 0)
+                        _exit(99);
+                _exit(fn(socket, target, id));
+        }
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        return WEXITSTATUS(status);
+}
+
+void *park(void *arg) {
+        _Atomic pid_t *tid = arg;
+        *tid = gettid();
+        pause();
+        return NULL;
+}
+
+pid_t fork_paused(void) {
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                pause();
+                _exit(0);
+        }
+        return pid;
+}
+
+void reap_children(const pid_t *pids, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                kill(pids[i], SIGKILL);
+                waitpid(pids[i], NULL, 0);
+        }
+}
+
+void read_table(const BrokerInstance *b, PaceTableBuffer *out) {
+        char path[320];
+        TableReader *r = NULL;
+        snprintf(path, sizeof(path), "%s/table", b->dir);
+        ASSERT_OK(table_reader_open(path, &r));
+        int rr;
+        for (int i = 0; i < 100 && (rr = table_reader_snapshot(r, out, NULL)) == -EAGAIN; i++)
+                ;
+        ASSERT_OK(rr);
+        table_reader_free(r);
 }

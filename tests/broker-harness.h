@@ -6,7 +6,14 @@
  * runs as root the broker runs as an unprivileged uid, which proves it needs
  * no privileges. */
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "pace-table.h"
+#include "pace.pb-c.h"
+#include "pace/pace.h"
 
 #define HARNESS_BROKER_UID 65534 /* nobody */
 
@@ -42,3 +49,50 @@ int broker_stop(BrokerInstance *b);
 int broker_raw_connect(const char *path);
 /* The broker's stderr so far (malloc'ed). */
 char *broker_log(const BrokerInstance *b);
+/* Fails the test, showing the log, unless the broker's stderr so far contains needle. */
+void assert_broker_log_contains(const BrokerInstance *b, const char *needle);
+/* In a daemon's child before exec: stderr appended to log, stdin and
+ * stdout on /dev/null. */
+void harness_redirect_output(const char *log);
+/* rm -rf dir, if it is a /tmp/pace-test-* directory (a quote in it: nothing). */
+void harness_remove_dir(const char *dir);
+
+/* What the protocol tests (tests/integration/test-broker-*.c) share. */
+
+/* An ordinary user with no reservations of its own. */
+#define HARNESS_OTHER_UID 60001
+
+/* Small limits, so that a test reaches them in a few requests. */
+#define HARNESS_PROTOCOL_CONFIG                                                                   \
+        "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_connections\": 64, \"client_timeout_ms\": 400," \
+        "  \"max_reservations_per_user\": 2, \"max_utilization_per_user\": 0.9 }"
+
+void sleep_ms(unsigned ms);
+/* Whether a test that needs root must skip. */
+bool skip_unless_root(void);
+
+/* Sends raw bytes on fd, returns the decoded reply (caller frees) or NULL. */
+Pace__Response *raw_exchange(int fd, const void *buf, size_t size);
+/* The same for a request, packed. */
+Pace__Response *raw_request(int fd, Pace__Request *req);
+/* resp is an error of this code whose message contains says; frees it. */
+void assert_error_reply(Pace__Response *resp, Pace__ErrorCode code, const char *says);
+/* The broker's status generation (and in ret_n its count of reservations). */
+uint64_t status_generation(pace *p, size_t *ret_n);
+/* Polls p's status (for up to 3 s) until it lists want reservations: how
+ * many it lists at the end. */
+size_t await_reservation_count(pace *p, size_t want);
+
+/* Runs fn in a child that has dropped to HARNESS_OTHER_UID; returns its
+ * exit code. */
+int as_other_user(int (*fn)(const char *socket, pid_t target, uint64_t id), const char *socket, pid_t target,
+                  uint64_t id);
+/* A pthread body that stores its tid in *(_Atomic pid_t *) arg and waits
+ * for a signal forever. */
+void *park(void *arg);
+/* A child that waits for a signal forever (and dies with its parent). */
+pid_t fork_paused(void);
+/* SIGKILL and waitpid() for each of n children. */
+void reap_children(const pid_t *pids, size_t n);
+/* A snapshot of broker b's shared table. */
+void read_table(const BrokerInstance *b, PaceTableBuffer *out);

@@ -59,6 +59,9 @@ static inline uint64_t share_cpu_idle_ns(int cpu) {
 static inline void share_measure(int cpu, const pid_t *pids, unsigned n, unsigned ms, double *ret) {
         double best_others = 1e9;
 
+        /* Written below unless every attempt's figure is NaN; gcc cannot
+         * tell, and where it inlines this it warns that ret may be unset. */
+        memset(ret, 0, n * sizeof(double));
         for (unsigned attempt = 0; attempt < 3; attempt++) {
                 uint64_t c0[SHARE_MAX_PIDS], t0 = monotonic_ns(), i0 = share_cpu_idle_ns(cpu), t1, i1;
                 double ours = 0, got[SHARE_MAX_PIDS];

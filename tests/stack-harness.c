@@ -22,10 +22,6 @@
 const char *stack_socket;
 
 
-void sleep_ms(unsigned ms) {
-        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-}
-
 void pin(int cpu) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -58,17 +54,22 @@ bool any_thread_realtime(pid_t pid) {
         return rt;
 }
 
-pid_t spawn(void (*fn)(const void *), const void *arg) {
+pid_t spawn_on(int cpu, void (*fn)(const void *), const void *arg) {
         pid_t pid = fork();
         ASSERT_OK(pid);
         if (pid == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 alarm(CHILD_LIFETIME_S);
-                pin(STACK_CPU);
+                if (cpu >= 0)
+                        pin(cpu);
                 fn(arg);
                 _exit(0);
         }
         return pid;
+}
+
+pid_t spawn(void (*fn)(const void *), const void *arg) {
+        return spawn_on(STACK_CPU, fn, arg);
 }
 
 void hog(const void *arg) {
@@ -187,6 +188,14 @@ void await_reservations(const char *socket, size_t n) {
                 sleep_ms(10);
 }
 
+pid_t spawn_reserved(const Stack *s, void (*fn)(const void *), const void *arg, size_t n) {
+        pid_t pid = spawn(fn, arg);
+
+        await_reservations(s->broker.socket, n);
+        ASSERT_EQ(n_reservations(s->broker.socket), n);
+        return pid;
+}
+
 bool stack_find_reservation(const char *socket, uint64_t id, pace_grant *ret) {
         pace *p = NULL;
         pace_status_report *st = NULL;
@@ -263,4 +272,20 @@ void reap_tree(pid_t pid) {
         reap(pid);
         for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++)
                 kill(kids[i], SIGKILL);
+}
+
+/* pace-run --period 50ms --util 60% --cpu 1 -- sh -c 'while :; do :; done' */
+void reserved_hog(const void *arg) {
+        const char *pace_run = getenv("PACE_RUN");
+        setenv("PACE_SOCKET", stack_socket, 1);
+        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", (const char *) arg, "--cpu", "1", "--",
+              "/bin/sh", "-c", "while :; do :; done", (char *) NULL);
+        _exit(127);
+}
+
+bool tid_listed(const pid_t *list, size_t n, pid_t tid) {
+        for (size_t i = 0; i < n; i++)
+                if (list[i] == tid)
+                        return true;
+        return false;
 }

@@ -40,7 +40,6 @@ typedef struct Stack {
 /* The socket of the last stack started: for children forked later. */
 extern const char *stack_socket;
 
-void sleep_ms(unsigned ms);
 void pin(int cpu);
 /* The policy without the SCHED_RESET_ON_FORK flag the kernel ORs into it. */
 int policy_of(pid_t tid);
@@ -49,6 +48,8 @@ bool any_thread_realtime(pid_t pid);
 
 /* Forks a child pinned to STACK_CPU that runs fn(arg) and exits. */
 pid_t spawn(void (*fn)(const void *), const void *arg);
+/* The same on cpu (-1: where the test may run). */
+pid_t spawn_on(int cpu, void (*fn)(const void *), const void *arg);
 /* A CPU-bound loop, for spawn(). */
 void hog(const void *arg);
 /* SIGKILL and waitpid; nothing for pid <= 0. */
@@ -81,6 +82,9 @@ pid_t dispatcher_child(const Stack *s);
 size_t n_reservations(const char *socket);
 /* Waits up to 3 s for the broker to list at least n reservations. */
 void await_reservations(const char *socket, size_t n);
+/* spawn(fn, arg), a client that reserves, then waits for s's broker to
+ * list n reservations; fails unless it lists exactly n. The client. */
+pid_t spawn_reserved(const Stack *s, void (*fn)(const void *), const void *arg, size_t n);
 /* The broker's status entry of reservation id (0: the first listed), as
  * pacectl status shows it. */
 bool stack_find_reservation(const char *socket, uint64_t id, pace_grant *ret);
@@ -91,3 +95,9 @@ void await_no_reservations(const char *socket);
  * exist (0 when clean); the cpuacct one's path in ret_base (may be NULL). */
 unsigned pace_groups_left(const Stack *s, char *ret_base, size_t size);
 bool have_cpuacct(void);
+
+/* For spawn(): pace-run --period 50ms --util ARG --cpu 1 (ARG a string such
+ * as "60%") -- sh -c 'while :; do :; done', on stack_socket. */
+void reserved_hog(const void *arg);
+/* Whether tid is one of the n in list. */
+bool tid_listed(const pid_t *list, size_t n, pid_t tid);

@@ -29,14 +29,23 @@ static const char *config_default =
         "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_reservations_per_user\": 4,"
         "  \"max_requests_per_second\": 1000 }";
 
-static void sleep_ms(unsigned ms) {
-        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-}
+/* Every case needs callers of several uids. */
+#define SKIP_UNLESS_ROOT()                                                                \
+        do {                                                                              \
+                if (geteuid() != 0)                                                       \
+                        TEST_SKIP("needs root: callers of several uids");                 \
+        } while (0)
 
 static int raw_connect(const char *path) {
         int fd = broker_raw_connect(path);
         ASSERT_CMP(fd, >=, 0);
         return fd;
+}
+
+/* The end of a case: its connection closed, its broker stopped. */
+static void stop_broker(BrokerInstance *b, int fd) {
+        close(fd);
+        broker_stop(b);
 }
 
 static Pace__Response *exchange(int fd, Pace__Request *req) {
@@ -228,8 +237,7 @@ static int exchange_as(uid_t uid, const char *socket_path, Pace__Request *req, c
 }
 
 TEST(only_a_delegate_speaks_for_another) {
-        if (geteuid() != 0)
-                TEST_SKIP("needs root: callers of several uids");
+        SKIP_UNLESS_ROOT();
         BrokerInstance b;
         ASSERT_OK(broker_start(&b, config_default));
         Child c = child_start(CALLER_UID, false, 0);
@@ -270,14 +278,12 @@ TEST(only_a_delegate_speaks_for_another) {
                      "never asked on behalf of another process");
         ASSERT_EQ(n_reservations(fd), 1);
 
-        close(fd);
         child_stop(&c);
-        broker_stop(&b);
+        stop_broker(&b, fd);
 }
 
 TEST(the_named_caller_must_be_who_the_delegate_says) {
-        if (geteuid() != 0)
-                TEST_SKIP("needs root: callers of several uids");
+        SKIP_UNLESS_ROOT();
         BrokerInstance b;
         ASSERT_OK(broker_start(&b, config_default));
         Child c = child_start(CALLER_UID, false, 0);
@@ -307,15 +313,14 @@ TEST(the_named_caller_must_be_who_the_delegate_says) {
         assert_error(exchange(fd, &o.req), PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS, "has exited");
 
         ASSERT_EQ(n_reservations(fd), 0);
-        close(fd);
+
         child_stop(&c);
         child_stop(&other);
-        broker_stop(&b);
+        stop_broker(&b, fd);
 }
 
 TEST(rate_limit_counts_each_caller) {
-        if (geteuid() != 0)
-                TEST_SKIP("needs root: callers of several uids");
+        SKIP_UNLESS_ROOT();
         BrokerInstance b;
         ASSERT_OK(broker_start(&b, "{ \"max_requests_per_second\": 5 }"));
         Child c = child_start(CALLER_UID, false, 0);
@@ -344,15 +349,14 @@ TEST(rate_limit_counts_each_caller) {
         on_behalf_init(&o, OTHER_UID, other.pid, other.pid, other.tid);
         grant_id(exchange(fd, &o.req));
 
-        close(fd);
         child_stop(&c);
+
         child_stop(&other);
-        broker_stop(&b);
+        stop_broker(&b, fd);
 }
 
 TEST(nice_levels) {
-        if (geteuid() != 0)
-                TEST_SKIP("needs root: callers of several uids");
+        SKIP_UNLESS_ROOT();
         BrokerInstance b;
         ASSERT_OK(broker_start(&b, "{ \"rtkit_min_nice_level\": -10 }"));
         Child c = child_start(CALLER_UID, true, 0);
@@ -404,14 +408,12 @@ TEST(nice_levels) {
         }
         ASSERT_EQ(left, 0);
 
-        close(fd);
         child_stop(&other);
-        broker_stop(&b);
+        stop_broker(&b, fd);
 }
 
 TEST(a_thread_reservation_ends_with_its_thread) {
-        if (geteuid() != 0)
-                TEST_SKIP("needs root: callers of several uids");
+        SKIP_UNLESS_ROOT();
         BrokerInstance b;
         ASSERT_OK(broker_start(&b, config_default));
         /* The thread lives 500 ms; its process lives on. */
@@ -429,18 +431,14 @@ TEST(a_thread_reservation_ends_with_its_thread) {
         }
         ASSERT_EQ(n, 0);
         ASSERT_EQ(kill(c.pid, 0), 0); /* the process is still there */
-        char *log = broker_log(&b);
-        ASSERT_CONTAINS(log, "exited");
-        free(log);
+        assert_broker_log_contains(&b, "exited");
 
-        close(fd);
         child_stop(&c);
-        broker_stop(&b);
+        stop_broker(&b, fd);
 }
 
 TEST(reset_known_drops_only_what_was_asked_on_behalf) {
-        if (geteuid() != 0)
-                TEST_SKIP("needs root: callers of several uids");
+        SKIP_UNLESS_ROOT();
         BrokerInstance b;
         ASSERT_OK(broker_start(&b, config_default));
         Child c = child_start(CALLER_UID, true, 0);
@@ -486,10 +484,10 @@ TEST(reset_known_drops_only_what_was_asked_on_behalf) {
         ASSERT_EQ(st->n_nice_levels, 0);
         pace__response__free_unpacked(resp, NULL);
 
-        close(fd);
         child_stop(&c);
+
         child_stop(&plain);
-        broker_stop(&b);
+        stop_broker(&b, fd);
 }
 
 TEST_MAIN()

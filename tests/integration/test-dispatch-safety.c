@@ -49,6 +49,24 @@ static void start_with_client(DispatchEnv *e, const char *config, pid_t client) 
         (void) config;
 }
 
+/* A dispatcher on CONFIG_1MS and its table, empty. */
+static void start_dispatcher(DispatchEnv *e) {
+        env_init(e, CONFIG_1MS);
+        env_start(e);
+        env_create_table(e);
+}
+
+/* A dispatcher on CONFIG_1MS and a hog at nice_value reserved (60% of
+ * 50 ms) and seen at SCHED_FIFO: the hog. */
+static pid_t start_promoted_client(DispatchEnv *e, int nice_value) {
+        start_dispatcher(e);
+        pid_t client = env_spawn_hog(e, nice_value);
+        test_sleep_ms(20);
+        start_with_client(e, CONFIG_1MS, client);
+        ASSERT_TRUE(wait_for_fifo(client, 500));
+        return client;
+}
+
 /* The client is real-time only in its slots: a sampler on CPU 0 sees it at
  * SCHED_FIFO about 60% of the time, never always, never not at all. */
 TEST(fifo_only_during_slots) {
@@ -56,9 +74,7 @@ TEST(fifo_only_during_slots) {
         unsigned n;
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
+        start_dispatcher(&e);
         pid_t client = env_spawn_hog(&e, 0);
         start_with_client(&e, CONFIG_1MS, client);
         double f = sample_fifo_fraction(client, 1000, 300, &n);
@@ -266,9 +282,7 @@ TEST(no_realtime_inheritance) {
         int pipefd[2], got[3];
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
+        start_dispatcher(&e);
         ASSERT_OK(pipe(pipefd));
         pid_t client = fork();
         ASSERT_TRUE(client >= 0);
@@ -332,9 +346,7 @@ TEST(corrupted_table_refused) {
         DispatchEnv e;
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
+        start_dispatcher(&e);
         pid_t client = env_spawn_hog(&e, 0);
         pid_t hog = env_spawn_hog(&e, 0);
         start_with_client(&e, CONFIG_1MS, client);
@@ -409,13 +421,7 @@ TEST(reservation_removed_restores) {
         DispatchEnv e;
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
-        pid_t client = env_spawn_hog(&e, 5);
-        test_sleep_ms(20);
-        start_with_client(&e, CONFIG_1MS, client);
-        ASSERT_TRUE(wait_for_fifo(client, 500));
+        pid_t client = start_promoted_client(&e, 5);
 
         env_publish(&e, 1000000, "", NULL, 0);
         uint64_t t0 = monotonic_ns(), took;
@@ -443,13 +449,7 @@ TEST(sigterm_restores) {
         DispatchEnv e;
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
-        pid_t client = env_spawn_hog(&e, 3);
-        test_sleep_ms(20);
-        start_with_client(&e, CONFIG_1MS, client);
-        ASSERT_TRUE(wait_for_fifo(client, 500));
+        pid_t client = start_promoted_client(&e, 3);
         int status = env_stop_dispatcher(&e);
         assert_restored(client, 3);
         env_cleanup(&e);
@@ -464,9 +464,7 @@ TEST(pid1_and_wrong_start_time) {
 
         DISPATCH_REQUIRE();
         int before = policy_of(1);
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
+        start_dispatcher(&e);
         TestReservation init = { .pid = 1, .start_time = 1, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
         env_publish(&e, 1000000, PATTERN_60_OF_50, &init, 1);
         bool refused = env_wait_log(&e, "refusing table generation 1: reservation 100: pid 1", 1000);
@@ -488,10 +486,6 @@ TEST(pid1_and_wrong_start_time) {
         ASSERT_EQ(f, 0.0);
 }
 
-/* Idle means idle: with an empty table, no thread of the dispatcher wakes
- * up (±2 context switches for anything incidental, e.g. the log write). With
- * a frame of 4 ownership changes per 50 ms, about 80 wake-ups a second, not
- * one per 1 ms slot. */
 /* The table's uid must be the process's owner (or root, who may reserve
  * anything), and the dispatcher never demotes itself. */
 TEST(wrong_owner_and_own_pid_are_ignored) {
@@ -499,9 +493,7 @@ TEST(wrong_owner_and_own_pid_are_ignored) {
         unsigned n;
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
+        start_dispatcher(&e);
         pid_t client = env_spawn_hog(&e, 0);
         TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A', .uid = 4321 };
         env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
@@ -534,13 +526,15 @@ TEST(wrong_owner_and_own_pid_are_ignored) {
         ASSERT_TRUE(monitor_untouched);
 }
 
+/* Idle means idle: with an empty table, no thread of the dispatcher wakes
+ * up (±2 context switches for anything incidental, e.g. the log write). With
+ * a frame of 4 ownership changes per 50 ms, about 80 wake-ups a second, not
+ * one per 1 ms slot. */
 TEST(wakeups_idle_and_active) {
         DispatchEnv e;
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_1MS);
-        env_start(&e);
-        env_create_table(&e);
+        start_dispatcher(&e);
         env_publish(&e, 1000000, "", NULL, 0);
         ASSERT_TRUE(env_wait_log(&e, "generation 1 in force: 0 reservation", 1000));
         test_sleep_ms(200);

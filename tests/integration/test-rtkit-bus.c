@@ -43,10 +43,6 @@ static uid_t CALLER_UID, OTHER_UID;
 static const char *config_default =
         "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_requests_per_second\": 1000 }";
 
-static void sleep_ms(unsigned ms) {
-        nanosleep(&(struct timespec) { .tv_sec = ms / 1000, .tv_nsec = (long) (ms % 1000) * 1000000L }, NULL);
-}
-
 /* ---- the stack: bus, broker, pace-rtkit ---- */
 
 typedef struct Stack {
@@ -84,15 +80,6 @@ static void kill_and_reap(pid_t *pid, int sig, unsigned timeout_ms, int *ret_sta
         *pid = 0;
 }
 
-static void remove_tree(const char *dir) {
-        char cmd[200];
-        if (strncmp(dir, "/tmp/pace-test-rtkit-", 21) != 0 || strchr(dir, '\''))
-                return;
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-                fprintf(stderr, "could not remove %s\n", dir);
-}
-
 static int stack_stop(Stack *s) {
         int status = 0;
 
@@ -101,7 +88,7 @@ static int stack_stop(Stack *s) {
         if (s->broker.pid > 0 || s->broker.dir[0])
                 broker_stop(&s->broker);
         if (s->dir[0])
-                remove_tree(s->dir);
+                harness_remove_dir(s->dir);
         s->dir[0] = '\0';
         live_stack = NULL;
         return status;
@@ -244,14 +231,7 @@ static pid_t launch_rtkit(Stack *s, const char *config) {
         pid = fork();
         ASSERT_OK(pid);
         if (pid == 0) {
-                int fd = open(s->rtkit_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (fd >= 0)
-                        dup2(fd, STDERR_FILENO);
-                if (null >= 0) {
-                        dup2(null, STDIN_FILENO);
-                        dup2(null, STDOUT_FILENO);
-                }
+                harness_redirect_output(s->rtkit_log);
                 prctl(PR_SET_PDEATHSIG, SIGTERM);
                 execl(exe, exe, "-v", "--config", config, "--runtime-dir", s->broker.dir, (char *) NULL);
                 _exit(127);

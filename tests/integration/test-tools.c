@@ -72,6 +72,37 @@ static void reap(pid_t pid) {
         waitpid(pid, NULL, 0);
 }
 
+/* A broker with config_json, a sleeping child, and a connection (in *ret_p)
+ * that reserved the child with params (its pid filled in): the child. */
+static pid_t start_reserving_sleeper(BrokerInstance *b, pace **ret_p, pace_reserve_params *params, pace_grant *ret_g) {
+        ASSERT_OK(broker_start(b, config_json));
+        pid_t sleeper = spawn_sleeper();
+        ASSERT_OK(pace_connect(b->socket, ret_p));
+        params->pid = sleeper;
+        ASSERT_OK(pace_reserve(*ret_p, params, ret_g));
+        return sleeper;
+}
+
+/* What start_reserving_sleeper() started, stopped; the broker exits 0. */
+static void stop_reserving_sleeper(BrokerInstance *b, pace *p, pid_t sleeper) {
+        pace_close(p);
+        reap(sleeper);
+        ASSERT_EQ(broker_stop(b), 0);
+}
+
+/* pacectl --json status on socket, parsed (free with cJSON_Delete()). */
+static cJSON *pacectl_json_status(const char *socket) {
+        const char *pacectl = getenv("PACECTL");
+        char *out = NULL, *err = NULL;
+
+        ASSERT_EQ(run_tool(socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
+        cJSON *root = cJSON_Parse(out);
+        ASSERT_TRUE(root);
+        free(out);
+        free(err);
+        return root;
+}
+
 TEST(pacectl_status_text_and_json) {
         BrokerInstance b;
         pace *p = NULL;
@@ -82,11 +113,8 @@ TEST(pacectl_status_text_and_json) {
 
         pace_status_report *st = NULL;
 
-        ASSERT_OK(broker_start(&b, config_json));
-        pid_t sleeper = spawn_sleeper();
-        ASSERT_OK(pace_connect(b.socket, &p));
-        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = sleeper, .cpu = 1 };
-        ASSERT_OK(pace_reserve(p, &params, &g));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = 1 };
+        pid_t sleeper = start_reserving_sleeper(&b, &p, &params, &g);
 
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
         char pidstr[32];
@@ -99,9 +127,7 @@ TEST(pacectl_status_text_and_json) {
         free(out);
         free(err);
 
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
-        cJSON *root = cJSON_Parse(out);
-        ASSERT_TRUE(root);
+        cJSON *root = pacectl_json_status(b.socket);
         cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "reservations");
         ASSERT_TRUE(cJSON_IsArray(list));
         ASSERT_EQ(cJSON_GetArraySize(list), 1);
@@ -127,8 +153,6 @@ TEST(pacectl_status_text_and_json) {
         }
         pace_status_report_free(st);
         cJSON_Delete(root);
-        free(out);
-        free(err);
 
         /* --socket wins over a wrong $PACE_SOCKET. */
         ASSERT_EQ(run_tool("/nonexistent/broker.sock",
@@ -183,9 +207,7 @@ TEST(pacectl_status_text_and_json) {
         free(out);
         free(err);
 
-        pace_close(p);
-        reap(sleeper);
-        ASSERT_EQ(broker_stop(&b), 0);
+        stop_reserving_sleeper(&b, p, sleeper);
 }
 
 TEST(pace_run_granted_runs_the_command_under_its_reservation) {
@@ -349,11 +371,8 @@ TEST(pacectl_status_new_columns) {
         char *out = NULL, *err = NULL;
         const char *pacectl = getenv("PACECTL");
 
-        ASSERT_OK(broker_start(&b, config_json));
-        pid_t sleeper = spawn_sleeper();
-        ASSERT_OK(pace_connect(b.socket, &p));
-        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = sleeper, .cpu = -1 };
-        ASSERT_OK(pace_reserve(p, &params, &g));
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1 };
+        pid_t sleeper = start_reserving_sleeper(&b, &p, &params, &g);
 
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
         ASSERT_CONTAINS(out, "SCOPE");
@@ -379,9 +398,7 @@ TEST(pacectl_status_new_columns) {
         free(out);
         free(err);
 
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
-        cJSON *root = cJSON_Parse(out);
-        ASSERT_TRUE(root);
+        cJSON *root = pacectl_json_status(b.socket);
         cJSON *r0 = json_first_reservation(root);
         ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r0, "scope")));
         ASSERT_STREQ(cJSON_GetObjectItemCaseSensitive(r0, "scope")->valuestring, "process");
@@ -392,12 +409,8 @@ TEST(pacectl_status_new_columns) {
         ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r0, "delivered_utilization_ppm")));
         ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r0, "accounting")));
         cJSON_Delete(root);
-        free(out);
-        free(err);
 
-        pace_close(p);
-        reap(sleeper);
-        ASSERT_EQ(broker_stop(&b), 0);
+        stop_reserving_sleeper(&b, p, sleeper);
 }
 
 /* Needs the broker to echo the scope and count the threads. */
@@ -408,12 +421,9 @@ TEST(pacectl_status_shows_scope_and_threads_from_broker) {
         char *out = NULL, *err = NULL;
         const char *pacectl = getenv("PACECTL");
 
-        ASSERT_OK(broker_start(&b, config_json));
-        pid_t sleeper = spawn_sleeper();
-        ASSERT_OK(pace_connect(b.socket, &p));
-        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .pid = sleeper,
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
                                        .cpu = -1, .scope = PACE_SCOPE_TREE };
-        ASSERT_OK(pace_reserve(p, &params, &g));
+        pid_t sleeper = start_reserving_sleeper(&b, &p, &params, &g);
         ASSERT_EQ(g.scope, PACE_SCOPE_TREE);
         ASSERT_EQ(g.threads, 1);
         ASSERT_CMP(g.phase_ns, <, g.period_ns);
@@ -423,19 +433,13 @@ TEST(pacectl_status_shows_scope_and_threads_from_broker) {
         free(out);
         free(err);
 
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
-        cJSON *root = cJSON_Parse(out);
-        ASSERT_TRUE(root);
+        cJSON *root = pacectl_json_status(b.socket);
         cJSON *r0 = json_first_reservation(root);
         ASSERT_STREQ(cJSON_GetObjectItemCaseSensitive(r0, "scope")->valuestring, "tree");
         ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(r0, "threads")->valuedouble, 1);
         cJSON_Delete(root);
-        free(out);
-        free(err);
 
-        pace_close(p);
-        reap(sleeper);
-        ASSERT_EQ(broker_stop(&b), 0);
+        stop_reserving_sleeper(&b, p, sleeper);
 }
 
 TEST(pacectl_top_prints_frames) {
@@ -447,11 +451,8 @@ TEST(pacectl_top_prints_frames) {
         char row[64];
         double t;
 
-        ASSERT_OK(broker_start(&b, config_json));
-        pid_t sleeper = spawn_sleeper();
-        ASSERT_OK(pace_connect(b.socket, &p));
-        pace_reserve_params params = { .period_ns = 40 * NSEC_PER_MSEC, .utilization_ppm = 250000, .pid = sleeper, .cpu = -1 };
-        ASSERT_OK(pace_reserve(p, &params, &g));
+        pace_reserve_params params = { .period_ns = 40 * NSEC_PER_MSEC, .utilization_ppm = 250000, .cpu = -1 };
+        pid_t sleeper = start_reserving_sleeper(&b, &p, &params, &g);
 
         /* Not a terminal: frames one after another, a blank line between,
          * no escape sequences; -n ends it; the interval is waited. */
@@ -500,9 +501,7 @@ TEST(pacectl_top_prints_frames) {
         free(out);
         free(err);
 
-        pace_close(p);
-        reap(sleeper);
-        ASSERT_EQ(broker_stop(&b), 0);
+        stop_reserving_sleeper(&b, p, sleeper);
 }
 
 TEST(pace_run_scope_option) {

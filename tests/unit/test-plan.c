@@ -32,6 +32,16 @@ static void config_for(PaceConfig *c, uint32_t n_cpus) {
                 c->cpus[i] = (int32_t) i;
 }
 
+/* A plan over the first n_cpus CPUs (config_for() writes c, which must
+ * outlive the plan). */
+static Plan *plan_for(PaceConfig *c, uint32_t n_cpus) {
+        Plan *p = NULL;
+
+        config_for(c, n_cpus);
+        ASSERT_OK(plan_new(c, &p));
+        return p;
+}
+
 static uint64_t next_rand(uint64_t *state) {
         /* xorshift64*: deterministic, so a failure is reproducible by seed */
         *state ^= *state >> 12;
@@ -103,12 +113,10 @@ static void export_and_check(const Plan *p, const PaceConfig *c, PaceTableBuffer
 
 TEST(grant_exact_when_period_divides_frame) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         PlanEntry e;
         char why[256];
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest req = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                             .utilization_ppm = 600000, .cpu = -1 };
         ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
@@ -157,13 +165,11 @@ TEST(on_behalf_reaches_the_table_and_survives_a_restore) {
  * scope and thread travel into the table. */
 TEST(phase_is_the_start_after_the_longest_gap_and_scope_reaches_the_table) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         PlanEntry e;
         char why[256];
         uint32_t phase;
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 20 * NSEC_PER_MSEC,
                           .utilization_ppm = 300000, .cpu = -1, .scope = PACE_TABLE_SCOPE_THREAD, .tid = 101 };
         ASSERT_OK(plan_admit(p, &a, &e, why, sizeof(why)));
@@ -202,12 +208,10 @@ TEST(phase_is_the_start_after_the_longest_gap_and_scope_reaches_the_table) {
 
 TEST(rounded_period_still_covers_requested_windows) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         PlanEntry e;
         char why[256];
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         /* 30 frames per second: 33.333 ms is no divisor of 1200 ms. */
         PlanRequest req = { .id = 7, .pid = 100, .uid = 1000, .period_ns = 33333333, .utilization_ppm = 400000,
                             .cpu = -1 };
@@ -220,11 +224,9 @@ TEST(rounded_period_still_covers_requested_windows) {
 
 TEST(free_time_is_spread_not_one_block) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         char why[256];
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest req = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 200 * NSEC_PER_MSEC,
                             .utilization_ppm = 700000, .cpu = -1 };
         ASSERT_OK(plan_admit(p, &req, NULL, why, sizeof(why)));
@@ -235,11 +237,9 @@ TEST(free_time_is_spread_not_one_block) {
 
 TEST(bad_requests_are_refused_and_change_nothing) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 2);
         char why[256];
 
-        config_for(&c, 2);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest ok = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                            .utilization_ppm = 300000, .cpu = -1 };
         ASSERT_OK(plan_admit(p, &ok, NULL, why, sizeof(why)));
@@ -276,11 +276,9 @@ TEST(bad_requests_are_refused_and_change_nothing) {
 
 TEST(oversubscription_is_refused_with_what_is_free) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         char why[256];
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                           .utilization_ppm = 500000, .cpu = -1 };
         PlanRequest b = a;
@@ -328,12 +326,10 @@ TEST(per_user_limits_hold_and_root_is_exempt) {
 
 TEST(worst_fit_balances_and_explicit_cpu_is_honoured) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 2);
         PlanEntry e1, e2, e3;
         char why[256];
 
-        config_for(&c, 2);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                           .utilization_ppm = 700000, .cpu = -1 };
         ASSERT_OK(plan_admit(p, &r, &e1, why, sizeof(why)));
@@ -379,11 +375,9 @@ TEST(worst_fit_spreads_what_first_fit_would_stack) {
 
 TEST(release_restores_exactly_the_previous_table) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         char why[256];
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                           .utilization_ppm = 300000, .cpu = -1 };
         ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
@@ -724,11 +718,9 @@ TEST(non_harmonic_periods_share_a_cpu) {
 
 TEST(refusals_name_the_real_reason) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         char why[512];
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         /* More than one CPU: say how to get it instead. */
         PlanRequest big = { .id = 9, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 1500000,
                             .cpu = -1 };
@@ -765,12 +757,10 @@ TEST(refusals_name_the_real_reason) {
  * 50 slots in every window. */
 TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 2);
         PlanEntry e;
         char why[512];
 
-        config_for(&c, 2);
-        ASSERT_OK(plan_new(&c, &p));
         for (uint64_t id = 1; id <= 2; id++) {
                 PlanRequest r = { .id = id, .pid = 100, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC,
                                   .utilization_ppm = 250000, .cpu = (int32_t) id - 1 };
@@ -811,12 +801,10 @@ TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
  * the refusal says so and how to ask instead, and changes nothing. */
 TEST(servers_and_aligned_reservations_are_never_split) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 2);
         PlanEntry e;
         char why[512];
 
-        config_for(&c, 2);
-        ASSERT_OK(plan_new(&c, &p));
         for (uint64_t id = 1; id <= 2; id++) {
                 PlanRequest r = { .id = id, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 250000,
                                   .cpu = (int32_t) id - 1 };
@@ -910,13 +898,11 @@ TEST(servers_are_charged_their_switches) {
  * its block's start, where a client waiting for its allocation wakes. */
 TEST(aligned_budgets_are_one_block_from_their_phase) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         PlanEntry e;
         char why[512];
         uint32_t phase;
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1,
                           .kind = PLAN_KIND_ALIGNED };
         ASSERT_OK(plan_admit(p, &a, &e, why, sizeof(why)));
@@ -967,12 +953,10 @@ TEST(aligned_budgets_are_one_block_from_their_phase) {
  * is granted. */
 TEST(aligned_keeps_its_period_or_is_refused) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
         PlanEntry e;
         char why[512];
 
-        config_for(&c, 1);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = -1 };
         ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table2);
@@ -996,12 +980,10 @@ TEST(aligned_keeps_its_period_or_is_refused) {
 
 TEST(worst_fit_stays_within_the_allowed_cpus) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 3);
         PlanEntry e;
         char why[512];
 
-        config_for(&c, 3);
-        ASSERT_OK(plan_new(&c, &p));
         /* CPU 0 empty, CPU 1 20% held, CPU 2 10%: worst fit alone picks 0. */
         PlanRequest fill = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = 1 };
         ASSERT_OK(plan_admit(p, &fill, NULL, why, sizeof(why)));
@@ -1045,12 +1027,10 @@ TEST(worst_fit_stays_within_the_allowed_cpus) {
 
 TEST(a_named_cpu_outside_the_allowed_cpus_is_refused) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 2);
         PlanEntry e;
         char why[512];
 
-        config_for(&c, 2);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest r = { .id = 4232, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000,
                           .cpu = 0, .allowed_cpus = UINT64_C(1) << 1 };
         ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
@@ -1082,12 +1062,10 @@ TEST(a_named_cpu_outside_the_allowed_cpus_is_refused) {
  * no piece lands on CPU 0. */
 TEST(a_split_stays_within_the_allowed_cpus) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 3);
         PlanEntry e;
         char why[512];
 
-        config_for(&c, 3);
-        ASSERT_OK(plan_new(&c, &p));
         for (int32_t cpu = 1; cpu <= 2; cpu++) {
                 PlanRequest f = { .id = (uint64_t) cpu, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC,
                                   .utilization_ppm = 250000, .cpu = cpu };
@@ -1130,11 +1108,9 @@ TEST(a_split_stays_within_the_allowed_cpus) {
 
 TEST(no_managed_or_online_cpu_allowed_is_refused) {
         PaceConfig c;
-        _cleanup_(plan_freep) Plan *p = NULL;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 2);
         char why[512];
 
-        config_for(&c, 2);
-        ASSERT_OK(plan_new(&c, &p));
         PlanRequest r = { .id = 1, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000,
                           .cpu = -1, .allowed_cpus = UINT64_C(1) << 5 };
         ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);

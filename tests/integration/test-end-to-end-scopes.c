@@ -1,0 +1,533 @@
+/* SPDX-License-Identifier: MIT */
+/* The whole stack on the real kernel: pace-broker (as nobody) admits through
+ * pace-run, publishes the table, pace-dispatcher enforces it. Root only;
+ * every process it starts is pinned to CPU 1, bounded in time and reaped.
+ *
+ * Here: scopes, groups and accounting: a process scope covers all its
+ * threads, a tree scope a command's children, a thousand threads cost the
+ * dispatcher nothing, and no cgroup outlives the dispatcher. */
+#include <dirent.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker-harness.h"
+#include "cpu-share.h"
+#include "macro.h"
+#include "pace/pace.h"
+#include "proc-util.h"
+#include "stack-harness.h"
+#include "test.h"
+
+static _Atomic int spin_go;
+
+/* Waits (sleeping) until every thread exists, so creating a thousand of
+ * them on one CPU is not slowed by the ones already spinning; then spins. */
+static void *spin_thread(void *arg) {
+        while (!atomic_load(&spin_go))
+                usleep(1000);
+        for (volatile uint64_t i = 0;; i++)
+                ;
+        return NULL;
+}
+
+/* Granted with one thread, the client then starts a thousand: the
+ * dispatcher moves at most max_threads_per_reservation of them, so its own
+ * time stays small (without the limit it took about 79% of the CPU at
+ * SCHED_FIFO 99 and a competing process kept 1%). */
+/* Whether the v1 hierarchy of `controller` puts the task whose
+ * /proc/.../cgroup file is `path` in a group whose path contains `needle`.
+ * Read from /proc, not from the group's tasks file: reading that would
+ * refresh the kernel's cached task list, the one the dispatcher reads. */
+static bool cgroup_path_contains(const char *path, const char *controller, const char *needle) {
+        char line[512];
+        bool found = false;
+        FILE *f = fopen(path, "re");
+        while (f && !found && fgets(line, sizeof(line), f)) {
+                char *controllers = strchr(line, ':'), *where = controllers ? strchr(controllers + 1, ':') : NULL;
+                if (!where)
+                        continue;
+                *where = '\0';
+                bool match = false;
+                for (char *t = strtok(controllers + 1, ","); t; t = strtok(NULL, ","))
+                        match |= strcmp(t, controller) == 0;
+                found = match && strstr(where + 1, needle) != NULL;
+        }
+        if (f)
+                fclose(f);
+        return found;
+}
+
+/* Whether a process sits in one of pace's cpu cgroups (the shared
+ * low-weight group the dispatcher puts reservation members in). */
+static bool in_pace_cpu_group(pid_t pid) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int) pid);
+        return cgroup_path_contains(path, "cpu", "/pace.");
+}
+
+TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_cpu) {
+        Stack s = {};
+        int ready[2];
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1], \"max_threads_per_reservation\": 32, \"reserve_root_processes\": true }");
+        ASSERT_OK(pipe(ready));
+        pid_t client = fork();
+        ASSERT_OK(client);
+        if (client == 0) {
+                pace *p = NULL;
+                pace_grant g;
+                pthread_attr_t attr;
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                alarm(CHILD_LIFETIME_S);
+                pin(STACK_CPU);
+                pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 500000, .cpu = STACK_CPU };
+                if (pace_connect(s.broker.socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                        _exit(3);
+                pace_close(p);
+                pthread_attr_init(&attr);
+                pthread_attr_setstacksize(&attr, 64 * 1024);
+                for (int i = 0; i < 1000; i++) {
+                        pthread_t t;
+                        if (pthread_create(&t, &attr, spin_thread, NULL) != 0)
+                                _exit(4);
+                }
+                atomic_store(&spin_go, 1);
+                if (write(ready[1], "x", 1) != 1)
+                        _exit(5);
+                pause();
+                _exit(0);
+        }
+        char c;
+        ASSERT_EQ(read(ready[0], &c, 1), 1);
+        pid_t other = spawn(hog, NULL);
+        sleep_ms(500);
+        pid_t child = dispatcher_child(&s);
+        ASSERT_TRUE(child > 0);
+        bool cpu_group = in_pace_cpu_group(client);
+
+        /* The dispatcher's own CPU time, how many threads ever run
+         * real-time, and what the client and a competing hog get, over 3 s. */
+        uint64_t d0 = share_cpu_time_ns(child), t0 = monotonic_ns();
+        uint64_t c0 = share_cpu_time_ns(client), h0 = share_cpu_time_ns(other);
+        unsigned most_fifo = 0;
+        char taskdir[64];
+        snprintf(taskdir, sizeof(taskdir), "/proc/%d/task", (int) client);
+        pin(0);
+        for (int round = 0; round < 10; round++) {
+                unsigned fifo = 0;
+                DIR *d = opendir(taskdir);
+                ASSERT_TRUE(d);
+                for (struct dirent *de; (de = readdir(d));)
+                        if (de->d_name[0] != '.')
+                                fifo += policy_of(atoi(de->d_name)) == SCHED_FIFO;
+                closedir(d);
+                most_fifo = MAX(most_fifo, fifo);
+                sleep_ms(250);
+        }
+        uint64_t d1 = share_cpu_time_ns(child), t1 = monotonic_ns();
+        double dispatcher_share = 100.0 * (double) (d1 - d0) / (double) (t1 - t0);
+        double client_share = 100.0 * (double) (share_cpu_time_ns(client) - c0) / (double) (t1 - t0);
+        double hog_share = 100.0 * (double) (share_cpu_time_ns(other) - h0) / (double) (t1 - t0);
+        bool logged = dispatcher_log_line(&s, "past max_threads_per_reservation", NULL, 0) > 0;
+        printf("  1001 threads: at most %u real-time at once; dispatcher used %.2f%% of a CPU; client %.2f%% of "
+               "a 50%% grant, hog %.2f%% (waiting threads %s the shared low-weight cpu group)\n", most_fifo,
+               dispatcher_share, client_share, hog_share, cpu_group ? "in" : "NOT in");
+
+        reap(other);
+        reap(client);
+        close(ready[0]);
+        close(ready[1]);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_TRUE(logged);
+        ASSERT_CMP(most_fifo, <=, 32);
+        /* 32 threads x 2 calls x 10 switches per 50 ms is about 13,000
+         * calls a second: a few percent of a CPU at most. */
+        ASSERT_CMP(dispatcher_share, <, 10.0);
+        /* A thousand threads do not buy more than the grant: between its
+         * slots the whole process weighs cpu.shares 2 against the hog's
+         * 1024 (0.2% of the free half), plus the tick a demoted thread may
+         * finish (see test-dispatch-safety's hourglass): 2 points. Without
+         * a v1 cpu hierarchy there is no shared cpu group: the 968 threads
+         * the dispatcher never touches compete at nice 0, the hog's weight
+         * is 1/969 of the total, and no bound can hold. With one, the group
+         * must be there (the kill test shows a restart gets it too). */
+        if (access("/sys/fs/cgroup/cpu/cpu.shares", F_OK) < 0) {
+                printf("  no v1 cpu hierarchy, so no shared cpu group: the client's share is not checked\n");
+                return;
+        }
+        ASSERT_TRUE(cpu_group);
+        ASSERT_CMP(client_share, <=, 52.0);
+}
+
+/* Whether a thread id is listed in a cgroup file. */
+static bool listed_in(const char *path, pid_t id) {
+        FILE *f = fopen(path, "re");
+        long v;
+        bool found = false;
+        if (!f)
+                return false;
+        while (!found && fscanf(f, "%ld", &v) == 1)
+                found = v == id;
+        fclose(f);
+        return found;
+}
+
+typedef struct ScopeShared {
+        _Atomic pid_t late_tid;
+        _Atomic int go_late;
+        _Atomic uint64_t id;
+} ScopeShared;
+
+static ScopeShared *scope_shared;
+
+static void *busy_thread(void *arg);
+
+/* Busy; whichever thread holds the CPU when told makes the late one (a
+ * waiting thread would queue behind its SCHED_FIFO siblings for good). */
+static void *busy_thread(void *arg) {
+        pthread_t t;
+        if (arg)
+                atomic_store(&scope_shared->late_tid, (pid_t) gettid());
+        for (;;)
+                if (atomic_load_explicit(&scope_shared->go_late, memory_order_relaxed) == 1 &&
+                    atomic_exchange(&scope_shared->go_late, 2) == 1)
+                        pthread_create(&t, NULL, busy_thread, (void *) 1);
+        return NULL;
+}
+
+/* Reserves itself, process scope, (50 ms, 50%) on CPU 1, then runs 8 busy
+ * threads; a 9th when told. */
+static void eight_thread_client(const void *arg) {
+        pace *p = NULL;
+        pace_grant g;
+        pthread_t t;
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 500000, .cpu = STACK_CPU,
+                                       .scope = PACE_SCOPE_PROCESS };
+
+        if (pace_connect(stack_socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                _exit(3);
+        atomic_store(&scope_shared->id, g.id);
+        for (int i = 0; i < 7; i++)
+                pthread_create(&t, NULL, busy_thread, NULL);
+        busy_thread(NULL);
+}
+
+/* The thread ids of a process; at most max. */
+static size_t task_ids(pid_t pid, pid_t *ret, size_t max) {
+        char path[64];
+        size_t n = 0;
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        DIR *d = opendir(path);
+        for (struct dirent *de; d && (de = readdir(d));)
+                if (atoi(de->d_name) > 0 && n < max)
+                        ret[n++] = (pid_t) atoi(de->d_name);
+        if (d)
+                closedir(d);
+        return n;
+}
+
+TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_got) {
+        Stack s = {};
+        char base[512] = "", tasks[700];
+        if (skip() || !have_cpuacct())
+                TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
+        scope_shared = mmap(NULL, sizeof(*scope_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(scope_shared != MAP_FAILED);
+        memset(scope_shared, 0, sizeof(*scope_shared));
+        stack_start(&s);
+
+        pid_t other = spawn(hog, NULL);
+        pid_t client = spawn_reserved(&s, eight_thread_client, NULL, 1);
+        uint64_t id = atomic_load(&scope_shared->id);
+        sleep_ms(300);
+
+        /* Its group: all 8 threads listed, found without a /proc walk. */
+        ASSERT_EQ(pace_groups_left(&s, base, sizeof(base)), 2);
+        snprintf(tasks, sizeof(tasks), "%s/res-%" PRIu64 "/tasks", base, id);
+        unsigned in_group = 0;
+        for (int k = 0; k < 8; k++) {
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/%d/task", (int) client);
+                DIR *d = opendir(path);
+                for (struct dirent *de; d && (de = readdir(d));)
+                        if (atoi(de->d_name) > 0)
+                                in_group += k == 0 && listed_in(tasks, atoi(de->d_name));
+                if (d)
+                        closedir(d);
+        }
+        ASSERT_EQ(in_group, 8);
+
+        /* 50% of CPU 1 for the 8 threads together, next to a nice-0 hog. */
+        double shares[3];
+        share_measure(STACK_CPU, (pid_t[]) { client, other, dispatcher_child(&s) }, 3, 4000, shares);
+        printf("  8 threads under (50 ms, 50%%): %.2f%%; hog %.2f%%\n", shares[0], shares[1]);
+        ASSERT_CMP(shares[0], >=, 48.0);
+        ASSERT_CMP(shares[0], <=, 52.0);
+
+        /* Shared among the threads: SCHED_FIFO does not time-slice, so the
+         * dispatcher starts each promotion with the next thread. The grant
+         * runs 5 times a frame (5 ms each); 8 spinning threads take turns at
+         * the head of the queue, 6.25% each. In a fixed order one thread
+         * would take all 50% and the others next to nothing. */
+        pid_t tids[64];
+        uint64_t c0[64], c1[64];
+        size_t n_tids = task_ids(client, tids, ELEMENTSOF(tids));
+        ASSERT_EQ(n_tids, 8);
+        for (size_t i = 0; i < n_tids; i++)
+                c0[i] = thread_cpu_ns(client, tids[i]);
+        uint64_t w0 = monotonic_ns();
+        sleep_ms(2000);
+        double least = 100, most = 0, window = (double) (monotonic_ns() - w0);
+        for (size_t i = 0; i < n_tids; i++) {
+                c1[i] = thread_cpu_ns(client, tids[i]);
+                double share = 100.0 * (double) (c1[i] - c0[i]) / window;
+                least = MIN(least, share);
+                most = MAX(most, share);
+        }
+        printf("  per thread over 2 s: least %.2f%%, most %.2f%% (fair: 6.25%%)\n", least, most);
+        ASSERT_CMP(least, >=, 3.0);
+        ASSERT_CMP(most, <=, 12.0);
+
+        /* Delivered, as pacectl status reports it (cgroup accounting),
+         * against the kernel's process CPU clock over the same window: the
+         * report changes when a window of whole periods (about 2 s) closes,
+         * so poll both every 2 ms, take the time the report changed as the
+         * window's end (within a poll) and read the clock at its two ends. */
+        enum { MAX_POLLS = 4000 };
+        static uint64_t poll_t[MAX_POLLS], poll_c[MAX_POLLS];
+        pace_grant g = {};
+        uint64_t last_window = 0, last_delivered = 0;
+        int changes = 0;
+        double proc = -1;
+        for (unsigned i = 0; i < MAX_POLLS && changes < 2; i++) {
+                poll_c[i] = share_cpu_time_ns(client);
+                poll_t[i] = monotonic_ns();
+                ASSERT_TRUE(stack_find_reservation(s.broker.socket, id, &g));
+                if (g.accounting.valid &&
+                    (g.accounting.window_ns != last_window || g.accounting.delivered_ns != last_delivered)) {
+                        last_window = g.accounting.window_ns;
+                        last_delivered = g.accounting.delivered_ns;
+                        /* The first change seen may be old; the second
+                         * happened between two polls. */
+                        if (changes++ == 1 && i > 0) {
+                                uint64_t end = poll_t[i - 1], start = end - g.accounting.window_ns;
+                                unsigned k = 0;
+                                while (k < i && poll_t[k] < start)
+                                        k++;
+                                ASSERT_CMP(k, <, i);
+                                proc = 100.0 * (double) (poll_c[i - 1] - poll_c[k]) / (double) (end - poll_t[k]);
+                        }
+                }
+                sleep_ms(2);
+        }
+        ASSERT_TRUE(proc >= 0);
+        ASSERT_TRUE(g.accounting.valid);
+        double delivered = 100.0 * (double) g.accounting.delivered_ns / (double) g.accounting.window_ns;
+        printf("  delivered %.2f%% over %.0f ms (pace) vs %.2f%% (process CPU clock, same window); %" PRIu64
+               " periods, %" PRIu64 " blocked, %" PRIu64 " wanted more; %u threads\n", delivered,
+               (double) g.accounting.window_ns / 1e6, proc, g.accounting.periods, g.accounting.periods_blocked,
+               g.accounting.periods_wanted_more, g.threads);
+        ASSERT_CMP(delivered, >=, proc - 1.0);
+        ASSERT_CMP(delivered, <=, proc + 1.0);
+        /* Always runnable: it wanted more in (nearly) every period, and
+         * never used less than its budget. */
+        ASSERT_CMP(g.accounting.periods, >, 40);
+        ASSERT_CMP(g.accounting.periods_wanted_more * 10, >=, g.accounting.periods * 9);
+        ASSERT_CMP(g.accounting.periods_blocked * 10, <=, g.accounting.periods);
+        ASSERT_EQ(g.threads, 8);
+
+        /* A thread created now is in the group, and promoted, within one
+         * frame (50 ms) of its birth. Membership is read from /proc: the
+         * dispatcher must find the thread on its own (a held open tasks
+         * file kept the kernel's first list forever, and a reader here
+         * would have refreshed it for the dispatcher). */
+        /* Its tid is read from /proc, not reported by the thread: it need
+         * not have run yet. In its slots it queues behind its spinning
+         * SCHED_FIFO siblings, between them its group weighs cpu.shares 2
+         * against the hog, so its first run can be seconds away (once, 20 s
+         * and more: the test hung waiting for it). */
+        pid_t known[64], late = 0;
+        size_t n_known = task_ids(client, known, ELEMENTSOF(known));
+        ASSERT_EQ(n_known, 8);
+        atomic_store(&scope_shared->go_late, 1);
+        for (uint64_t until = monotonic_ns() + 5 * NSEC_PER_SEC; !late && monotonic_ns() < until;) {
+                pid_t now_ids[64];
+                size_t n_now = task_ids(client, now_ids, ELEMENTSOF(now_ids));
+                for (size_t i = 0; i < n_now && !late; i++)
+                        if (!tid_listed(known, n_known, now_ids[i]))
+                                late = now_ids[i];
+        }
+        if (!late)
+                TEST_FAIL_("the client did not start a 9th thread within 5 s (go_late %d)",
+                           atomic_load(&scope_shared->go_late));
+        uint64_t born = monotonic_ns(), promoted = 0;
+        char late_cgroup[96], res_name[48];
+        snprintf(late_cgroup, sizeof(late_cgroup), "/proc/%d/task/%d/cgroup", (int) client, (int) late);
+        snprintf(res_name, sizeof(res_name), "/res-%" PRIu64, id);
+        ASSERT_TRUE(cgroup_path_contains(late_cgroup, "cpuacct", res_name)); /* born inside */
+        pin(0);
+        while (monotonic_ns() - born < 500 * NSEC_PER_MSEC && !promoted)
+                if (policy_of(late) == SCHED_FIFO)
+                        promoted = monotonic_ns();
+        ASSERT_TRUE(promoted != 0);
+        printf("  a thread born after the grant was SCHED_FIFO %.1f ms after its birth\n",
+               (double) (promoted - born) / 1e6);
+        ASSERT_CMP(promoted - born, <, 60 * NSEC_PER_MSEC);
+
+        /* Outside its slots no thread of it is real-time: sampled, the
+         * share of samples with any thread real-time stays near the grant
+         * (every thread moves together). */
+        unsigned any_rt = 0, samples = 0;
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
+                any_rt += any_thread_realtime(client);
+                sleep_ms(1);
+        }
+        printf("  some thread real-time in %u of %u samples\n", any_rt, samples);
+        ASSERT_CMP(any_rt * 100, <, samples * 65);
+
+        reap(client);
+        reap(other);
+        await_no_reservations(s.broker.socket);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
+        munmap(scope_shared, sizeof(*scope_shared));
+}
+
+/* pace-run (tree scope by default) -- sh -c 'spin & spin; wait' */
+static void reserved_tree(const void *arg) {
+        const char *pace_run = getenv("PACE_RUN");
+        setenv("PACE_SOCKET", stack_socket, 1);
+        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "40%", "--cpu", "1", "--", "/bin/sh",
+              "-c", "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait", (char *) NULL);
+        _exit(127);
+}
+
+TEST(a_tree_scope_covers_the_children_of_a_pace_run_command) {
+        Stack s = {};
+        char base[512] = "", procs[700];
+        if (skip() || !have_cpuacct())
+                TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
+        stack_start(&s);
+        pid_t client = spawn(reserved_tree, NULL);
+        await_reservations(s.broker.socket, 1);
+        sleep_ms(500);
+        ASSERT_EQ(pace_groups_left(&s, base, sizeof(base)), 2);
+        pace *p = NULL;
+        pace_status_report *st = NULL;
+        ASSERT_OK(pace_connect(s.broker.socket, &p));
+        ASSERT_OK(pace_status(p, &st));
+        ASSERT_EQ(st->n_reservations, 1);
+        ASSERT_EQ(st->reservations[0].scope, PACE_SCOPE_TREE);
+        snprintf(procs, sizeof(procs), "%s/res-%" PRIu64 "/cgroup.procs", base, st->reservations[0].id);
+        pace_status_report_free(st);
+        pace_close(p);
+
+        /* The shell and its two children, all inside; each child is
+         * promoted in the tree's slots. */
+        pid_t kids[8];
+        unsigned n = 0;
+        FILE *f = fopen(procs, "re");
+        ASSERT_TRUE(f);
+        for (long v; n < ELEMENTSOF(kids) && fscanf(f, "%ld", &v) == 1;)
+                if (v != client)
+                        kids[n++] = (pid_t) v;
+        fclose(f);
+        ASSERT_CMP(n, >=, 2);
+        pin(0);
+        unsigned fifo[8] = {}, samples = 0;
+        for (uint64_t end = monotonic_ns() + NSEC_PER_SEC; monotonic_ns() < end; samples++) {
+                for (unsigned i = 0; i < n; i++)
+                        fifo[i] += policy_of(kids[i]) == SCHED_FIFO;
+                sleep_ms(1);
+        }
+        unsigned busy = 0;
+        for (unsigned i = 0; i < n; i++)
+                busy += fifo[i] > samples / 10;
+        printf("  %u processes in the tree's group; %u of them SCHED_FIFO in >10%% of %u samples\n", n + 1, busy,
+               samples);
+        ASSERT_CMP(busy, >=, 2);
+        for (unsigned i = 0; i < n; i++)
+                ASSERT_CMP(fifo[i], <, samples * 6 / 10);
+
+        reap(client);
+        for (unsigned i = 0; i < n; i++)
+                reap(kids[i]);
+        await_no_reservations(s.broker.socket);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
+}
+
+/* The dispatcher says so when its cpu group is refused its runtime. */
+static void assert_no_cpu_group_refusal(const Stack *s) {
+        char line[1024];
+        int r = dispatcher_log_line(s, "cannot give the cgroup", line, sizeof(line));
+        ASSERT_OK(r);
+        if (r > 0)
+                TEST_FAIL_("dispatcher: %s", line);
+}
+
+TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
+        Stack s = {};
+        if (skip() || !have_cpuacct())
+                TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
+        stack_start(&s);
+        pid_t client = spawn(reserved_hog, "30%");
+        await_reservations(s.broker.socket, 1);
+        sleep_ms(300);
+        /* The accounting group and the shared cpu group, which has the
+         * real-time runtime its members need. */
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
+
+        /* The dispatcher proper dies: its monitor removes the groups and
+         * the restarted one makes them anew, at once. A removed cpu group
+         * lingers in the kernel for a while with its runtime still counted,
+         * so the new one was refused it (EINVAL) unless the old one gave it
+         * back before its removal. */
+        pid_t child = dispatcher_child(&s);
+        ASSERT_CMP(child, >, 0);
+        kill(child, SIGKILL);
+        sleep_ms(1500);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
+        assert_no_cpu_group_refusal(&s);
+
+        /* Both processes die at once: the groups stay (nothing is left to
+         * act), and the next start removes them before making its own. */
+        child = dispatcher_child(&s);
+        kill(s.dispatcher, SIGKILL);
+        kill(child, SIGKILL);
+        waitpid(s.dispatcher, NULL, 0);
+        sleep_ms(100);
+        s.dispatcher = 0;
+        ASSERT_CMP(pace_groups_left(&s, NULL, 0), >=, 1);
+        reap(client);
+        await_no_reservations(s.broker.socket);
+        stack_start_dispatcher(&s);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
+        assert_no_cpu_group_refusal(&s);
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
+}
+
+TEST_MAIN()
