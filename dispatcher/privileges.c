@@ -177,8 +177,8 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         }
         r = set_limit(RLIMIT_NOFILE, limits->max_files, NULL);
         if (r < 0) {
-                snprintf(err, err_size, "cannot set RLIMIT_NOFILE to %" PRIu64 " (two or three descriptors per "
-                         "reserved process): %s", limits->max_files, strerror(-r));
+                snprintf(err, err_size, "cannot set RLIMIT_NOFILE to %" PRIu64 " (up to eight descriptors per "
+                         "reserved process, one per nice level): %s", limits->max_files, strerror(-r));
                 return r;
         }
         /* Binding only for a non-root uid: the kernel exempts uid 0 from
