@@ -42,7 +42,7 @@ void frame_compile(const uint16_t *slots, uint32_t frame, const bool *live, cons
                 if (!out[k].owner)
                         continue;
                 FrameScratch *o = &scratch[out[k].owner];
-                uint32_t end = k + 1 < n ? out[k + 1].start : frame;
+                uint32_t end = frame_run_end(out, n, frame, k);
                 out[k].gap = o->next - end;
                 o->next = out[k].start;
                 o->maxgap = MAX(o->maxgap, out[k].gap);
@@ -57,7 +57,7 @@ void frame_compile(const uint16_t *slots, uint32_t frame, const bool *live, cons
                 uint32_t period = period_slots[out[k].owner];
                 if (out[k].gap != o->maxgap || period == 0)
                         continue;
-                uint32_t end = k + 1 < n ? out[k + 1].start : frame;
+                uint32_t end = frame_run_end(out, n, frame, k);
                 uint32_t off = (uint32_t) (((uint64_t) (rot == UINT32_MAX ? 0 : rot) + end) % period);
                 if (o->close == UINT32_MAX)
                         o->close = off;

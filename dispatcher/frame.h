@@ -38,6 +38,11 @@ typedef struct FrameScratch {
 void frame_compile(const uint16_t *slots, uint32_t frame, const bool *live, const uint32_t *period_slots,
                    FrameScratch *scratch, FrameRun *out, uint32_t *ret_n, uint32_t *ret_rot);
 
+/* Where run k of n_runs ends: the next run's start, or the frame's end. */
+static inline uint32_t frame_run_end(const FrameRun *runs, uint32_t n_runs, uint32_t frame, uint32_t k) {
+        return k + 1 < n_runs ? runs[k + 1].start : frame;
+}
+
 /* Where the global grid stands at slot g (CLOCK_MONOTONIC / slot) for a
  * compiled frame: the offset into the rotated frame and the run that
  * covers it. */

@@ -503,7 +503,7 @@ static uint64_t loop_free_take_until(CpuLoop *l, uint64_t t, uint32_t k, uint64_
                         deadline = looked;
                         break;
                 }
-                uint32_t end = j + 1 < l->n_runs ? l->runs[j + 1].start : l->frame_slots;
+                uint32_t end = frame_run_end(l->runs, l->n_runs, l->frame_slots, j);
                 uint64_t s = frame_start + (uint64_t) l->runs[j].start * slot_ns, e = frame_start + (uint64_t) end * slot_ns;
                 if (!l->by_owner[l->runs[j].owner]) {
                         if (n > 0 && l->free_ahead[n - 1][1] == s)
@@ -712,7 +712,7 @@ static void loop_active(CpuLoop *l) {
                         loop_period_end(l, last, t);
                 last = owner;
                 last_closes = l->runs[k].closes;
-                uint32_t run_end = k + 1 < l->n_runs ? l->runs[k + 1].start : l->frame_slots;
+                uint32_t run_end = frame_run_end(l->runs, l->n_runs, l->frame_slots, k);
                 Held *next = owner && !owner->server ? owner : NULL;
                 if (next && held_budget_spent(next, &l->ctx, (uint64_t) next->budget_slots * slot_ns,
                                               (uint64_t) (run_end - l->runs[k].start) * slot_ns))
