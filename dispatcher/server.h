@@ -68,8 +68,8 @@ bool server_budget_look(ServerBudget *b, uint64_t now_ns, uint64_t window_ns, ui
  * (the reserve). The reserve covers what a server held back still runs:
  * demoted while runnable, a busy server runs on first for up to about 6 ms
  * (the lag EEVDF owes a task that waited, and a slice run to parity), so a
- * busy server's reserve is that much larger (in strict mode too, loop.c
- * says why). What the servers took of each free run is measured afterwards,
+ * busy server's reserve is that much larger. In strict mode servers stay
+ * out of free time (loop.c says why). What the servers took of each free run is measured afterwards,
  * so a reserve that fell short shows: the last turn does not advance, and
  * servers are held back in free time until it does. */
 

@@ -49,8 +49,8 @@ static void server_env_init(DispatchEnv *e) {
 }
 
 /* 30% of 50 ms backed by 3 slots of every 10 (A), beside 30% (B) held by a
- * process that sleeps: a server runs at 97 in B's idle slots, and in the
- * free ones as far as non-real-time work's turn allows. */
+ * process that sleeps: a server runs at 97 in B's idle slots, and (nice
+ * mode) in the free ones as far as non-real-time work's turn allows. */
 #define PATTERN_30_BESIDE_IDLE "AAABBB....AAABBB....AAABBB....AAABBB....AAABBB...."
 
 /* B of PATTERN_30_BESIDE_IDLE: a child that only sleeps. */
@@ -182,12 +182,12 @@ TEST(a_server_thread_runs_when_it_wakes) {
                " us p90 %" PRIu64 " us (%u jobs)\n",
                s50, s90, sn, n50, n90, nn, t50, t90, tn);
         /* Its own and B's idle slots hold 60% of the instants, the free
-         * ones the rest: it holds a priority in all of them while it has
-         * budget and non-real-time work's turn is not due, so nine in ten
-         * wake at once. Before servers took free time, p90 was 2 ms (the
-         * instants in free slots waited beside the hog). */
+         * ones the rest. In nice mode it holds a priority in all of them
+         * while it has budget and non-real-time work's turn is not due, so
+         * nine in ten wake at once; before servers took free time p90 was
+         * 2 ms (the instants in free slots waited beside the hog). Strict
+         * mode keeps servers out of free time (loop.c): its median only. */
         ASSERT_CMP(s50, <=, 500u);
-        ASSERT_CMP(s90, <=, 500u);
         ASSERT_CMP(n50, <=, 500u);
         ASSERT_CMP(n90, <=, 500u);
 }
