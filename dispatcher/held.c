@@ -307,6 +307,12 @@ static void held_drop_thread(Held *h, const HeldContext *ctx, size_t i) {
         h->threads[i] = h->threads[--h->n_threads];
 }
 
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
 struct linux_dirent64 {
         uint64_t d_ino;
         int64_t d_off;
@@ -327,6 +333,9 @@ struct linux_dirent64 {
 #define LIVE_SET_SLOTS 512u
 /* The longest record a thread id's entry can take (a 10-digit name). */
 #define LIVE_LIST_MAX_RECLEN 32
+/* How long a process found too large for one listing is checked thread
+ * by thread before a listing is tried again. */
+#define LIVE_LIST_RETRY_NS NSEC_PER_SEC
 
 /* Every thread id of the held process, into set (LIVE_SET_SLOTS, open
  * addressing, 0 = empty), from one read of its task directory. -E2BIG if
@@ -383,7 +392,17 @@ static bool live_set_has(const pid_t *set, pid_t tid) {
  * process's live threads and nobody else's. */
 static void held_drop_dead(Held *h, const HeldContext *ctx) {
         pid_t set[LIVE_SET_SLOTS];
-        bool listed = h->n_threads >= LIVE_LIST_MIN_THREADS && held_live_set(h, set) >= 0;
+        bool listed = false;
+
+        if (h->n_threads >= LIVE_LIST_MIN_THREADS && now_ns() >= h->next_live_list_ns) {
+                int r = held_live_set(h, set);
+                listed = r >= 0;
+                /* A listing that overflows still cost the kernel a dentry
+                 * lookup per entry (about 170): a process that large is
+                 * checked thread by thread until it may have shrunk. */
+                if (r == -E2BIG)
+                        h->next_live_list_ns = now_ns() + LIVE_LIST_RETRY_NS;
+        }
 
         for (size_t i = h->n_threads; i-- > 0;) {
                 const RegistryEntry *e = h->threads[i].entry;
@@ -520,12 +539,6 @@ static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const Pac
  * with, which never gives it more than the grant; a client that keeps
  * making short-lived threads has them looked for every time. */
 #define TASK_SCAN_INTERVAL_NS (10 * NSEC_PER_MSEC)
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
 
 /* The thread group a thread id belongs to now (a tree's other processes),
  * if that process has exactly the reservation's owner: a tree's member

@@ -78,6 +78,7 @@ typedef struct Held {
         char cpus[64];
         uint64_t next_group_scan_ns;
         uint64_t next_task_scan_ns; /* next look at /proc/PID/task for new threads */
+        uint64_t next_live_list_ns; /* a process too large for one listing: when to try one again */
         unsigned rotation; /* which held thread is promoted first next time */
         bool main_orig_set;
         PaceSchedAttr main_orig;
