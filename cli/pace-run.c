@@ -36,12 +36,12 @@
 #include "pace/pace.h"
 #include "parse-util.h"
 
-/* The kind an unmodified program gets when --kind is not given. It should be
- * the kind that meets such a program's deadlines best, decided by
- * measurement (bench/); until that is measured it stays what pace-run has
- * always granted. This one constant is all a change of default needs
- * (and the man page and help text, which say it). */
-#define PACE_RUN_DEFAULT_KIND PACE_KIND_SLOTS
+/* The kind an unmodified program gets when --kind is not given: the one
+ * that meets such a program's deadlines best, by bench/response (a
+ * server's response times are at SCHED_DEADLINE's median, slots' about
+ * 2.4 times it: docs/benchmarks.md). A server is never split over CPUs;
+ * where only a split fits, reserve() falls back to slots. */
+#define PACE_RUN_DEFAULT_KIND PACE_KIND_SERVER
 
 enum {
         EXIT_REFUSED = 1,
@@ -54,7 +54,7 @@ enum {
 typedef struct Args {
         const char *socket_path;
         pace_reserve_params reserve;
-        bool have_period, have_util;
+        bool have_period, have_util, have_kind;
         bool best_effort;
         bool quiet;
         char **command;
@@ -150,6 +150,7 @@ static int parse_args(int argc, char *argv[], Args *args) {
                         r = cli_parse_kind("--kind", optarg, &args->reserve.kind);
                         if (r < 0)
                                 return r;
+                        args->have_kind = true;
                         break;
                 case 'b':
                         args->best_effort = true;
@@ -253,9 +254,24 @@ static int reserve(const Args *args) {
         }
 
         r = pace_reserve(p, &args->reserve, &g);
+        bool fell_back = false;
+        if (r == PACE_E_NO_CAPACITY && !args->have_kind && args->reserve.kind != PACE_KIND_SLOTS) {
+                /* The default kind is never split over CPUs; slots may be.
+                 * Asked for no kind in particular, the command is better
+                 * off with slots than with nothing. */
+                pace_reserve_params slots = args->reserve;
+                slots.kind = PACE_KIND_SLOTS;
+                r = pace_reserve(p, &slots, &g);
+                fell_back = r >= 0;
+        }
         if (r >= 0) {
-                if (!args->quiet)
-                        print_grant(&g, args->reserve.scope, args->reserve.kind);
+                if (!args->quiet) {
+                        print_grant(&g, args->reserve.scope, args->have_kind ? args->reserve.kind : PACE_KIND_DEFAULT);
+                        if (fell_back)
+                                fprintf(stderr, "%s: no one CPU had room for it as a %s (never split over CPUs), so it "
+                                        "is slots; --kind %s asks for that kind or nothing\n", cli_program,
+                                        cli_kind_name(args->reserve.kind), cli_kind_name(args->reserve.kind));
+                }
                 return 0;
         }
 

@@ -278,7 +278,8 @@ void reap_tree(pid_t pid) {
 void reserved_hog(const void *arg) {
         const char *pace_run = getenv("PACE_RUN");
         setenv("PACE_SOCKET", stack_socket, 1);
-        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", (const char *) arg, "--cpu", "1", "--",
+        execl(pace_run, pace_run, "--quiet", "--kind", "slots", "--period", "50ms", "--util", (const char *) arg, "--cpu",
+              "1", "--",
               "/bin/sh", "-c", "while :; do :; done", (char *) NULL);
         _exit(127);
 }

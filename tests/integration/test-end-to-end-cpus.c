@@ -258,7 +258,7 @@ TEST(two_seventy_percent_reservations_land_on_different_cpus) {
                         CPU_SET(1, &both);
                         sched_setaffinity(0, sizeof(both), &both);
                         const char *pace_run = getenv("PACE_RUN");
-                        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "70%", "--", "/bin/sh", "-c",
+                        execl(pace_run, pace_run, "--quiet", "--kind", "slots", "--period", "50ms", "--util", "70%", "--", "/bin/sh", "-c",
                               "while :; do :; done", (char *) NULL);
                         _exit(127);
                 }

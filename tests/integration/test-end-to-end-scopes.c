@@ -417,7 +417,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
 static void reserved_tree(const void *arg) {
         const char *pace_run = getenv("PACE_RUN");
         setenv("PACE_SOCKET", stack_socket, 1);
-        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "40%", "--cpu", "1", "--", "/bin/sh",
+        execl(pace_run, pace_run, "--quiet", "--kind", "slots", "--period", "50ms", "--util", "40%", "--cpu", "1", "--", "/bin/sh",
               "-c", "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait", (char *) NULL);
         _exit(127);
 }

@@ -274,10 +274,24 @@ TEST(tools_name_every_cpu_of_a_split_reservation) {
          * its death), so pace-run finds the same room. */
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", id, NULL }, NULL, NULL), 0);
 
+        /* Asked for a server, it is a server or nothing: none is split. */
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--kind", "server", "--period", "50ms", "--util", "60%",
+                                                       "--", "/bin/echo", "ran", NULL },
+                           &out, &err), 1);
+        ASSERT_CONTAINS(err, "never split over CPUs");
+        ASSERT_STREQ(out, "");
+        free(out);
+        free(err);
+
+        /* Asked for no kind, the default server does not fit on one CPU:
+         * pace-run takes slots, split, and says why. */
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "60%", "--", "/bin/true",
                                                        NULL },
                            &out, &err), 0);
         ASSERT_CONTAINS(err, "reserved 60% of CPUs 0+1:");
+        ASSERT_CONTAINS(err, "kind slots");
+        ASSERT_CONTAINS(err, "no one CPU had room for it as a server");
+        ASSERT_FALSE(strstr(err, "requested kind"));
         free(out);
         free(err);
 
@@ -586,7 +600,7 @@ TEST(pace_run_scope_is_granted_as_asked) {
 
 /* pace-run --kind (-k) asks for a kind and says which was had; a
  * bad one is a usage error and nothing runs; without it the default is
- * slots. pacectl shows each reservation's kind in status (text and JSON)
+ * server. pacectl shows each reservation's kind in status (text and JSON)
  * and in top, and modify keeps the kind unless --kind names another. */
 TEST(kinds_from_pace_run_and_pacectl) {
         BrokerInstance b;
@@ -612,7 +626,7 @@ TEST(kinds_from_pace_run_and_pacectl) {
         static const struct {
                 const char *option, *value, *shown;
         } runs[] = {
-                { NULL, NULL, "slots" },
+                { NULL, NULL, "server" },
                 { "--kind", "slots", "slots" },
                 { "-k", "server", "server" },
                 { "--kind", "aligned", "aligned" },

@@ -31,7 +31,8 @@
 static void reserved_tree_of_eight(const void *arg) {
         const char *pace_run = getenv("PACE_RUN");
         setenv("PACE_SOCKET", stack_socket, 1);
-        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "50%", "--cpu", "1", "--", "/bin/sh",
+        execl(pace_run, pace_run, "--quiet", "--kind", "slots", "--period", "50ms", "--util", "50%", "--cpu", "1", "--",
+              "/bin/sh",
               "-c",
               "spin() { while :; do :; done; }; spin & spin & spin & spin & sleep 1; spin & spin & spin & spin & wait",
               (char *) NULL);
@@ -144,7 +145,8 @@ static size_t pace_dirs_on_unified(char *ret_first, size_t size) {
 static void reserved_spinner(const void *arg) {
         const char *pace_run = getenv("PACE_RUN");
         setenv("PACE_SOCKET", stack_socket, 1);
-        execl(pace_run, pace_run, "--quiet", "--period", "50ms", "--util", "60%", "--cpu", "1", "--", "/bin/sh",
+        execl(pace_run, pace_run, "--quiet", "--kind", "slots", "--period", "50ms", "--util", "60%", "--cpu", "1", "--",
+              "/bin/sh",
               "-c", "while :; do :; done", (char *) NULL);
         _exit(127);
 }
