@@ -761,6 +761,107 @@ out:
         return r;
 }
 
+/* The CPUs to try, as indices into p->cpus: the one asked for, or worst
+ * fit (the emptiest first keeps free time balanced) among those the target
+ * may run on; a split takes its CPUs from this order too. */
+static uint32_t placement_order(const Plan *p, const PlanRequest *req, uint32_t order[static PACE_MAX_CPUS]) {
+        uint32_t n = 0;
+
+        if (req->cpu >= 0) {
+                order[n++] = (uint32_t) cpu_index(p, req->cpu);
+                return n;
+        }
+        for (uint32_t i = 0; i < p->n_cpus; i++)
+                if (cpu_allowed(req, p->cpus[i].cpu))
+                        order[n++] = i;
+        for (uint32_t i = 1; i < n; i++)
+                for (uint32_t j = i; j > 0; j--) {
+                        uint32_t r1 = cpu_reserved_ppm(&p->cpus[order[j - 1]]);
+                        uint32_t r2 = cpu_reserved_ppm(&p->cpus[order[j]]);
+                        if (r1 <= r2)
+                                break;
+                        uint32_t t = order[j];
+                        order[j] = order[j - 1];
+                        order[j - 1] = t;
+                }
+        return n;
+}
+
+/* Why a request found no room, in terms the user can act on: what it costs
+ * in whole slots (priced alone in p's scratch), what the user may still
+ * hold, what is free where. */
+static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, bool over_quota,
+                           uint64_t user_ppm, const uint32_t *order, uint32_t n_order, char *why, size_t why_size) {
+        char a[32], b[32];
+        uint32_t cheapest_ppm, cheapest_budget = 0, cheapest_period = 0;
+        cheapest_cover(p, req, &cheapest_ppm, &cheapest_budget, &cheapest_period);
+        char asked[96];
+        snprintf(asked, sizeof(asked), "%s every %s", format_ppm(a, sizeof(a), req->utilization_ppm),
+                 format_duration(b, sizeof(b), req->period_ns));
+        if (cheapest_ppm == UINT32_MAX && !over_quota) {
+                explain(why, why_size, "%s cannot be granted: in whole slots of %s the smallest grant that covers it "
+                        "is more than the %s of a CPU that can be reserved (non_rt_share); ask for a longer period",
+                        asked, format_duration(a, sizeof(a), p->config.slot_ns), format_ppm(b, sizeof(b), p->cap_ppm));
+                return -ENOSPC;
+        }
+        if (over_quota) {
+                explain(why, why_size, "uid %u already holds %s of CPU time; %s, which in whole slots is %s, would "
+                        "pass the per-user limit of %s (max_utilization_per_user)", (unsigned) req->uid,
+                        format_ppm(a, sizeof(a), (uint32_t) user_ppm), asked,
+                        format_ppm(b, sizeof(b), cheapest_ppm),
+                        format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
+                return -EDQUOT;
+        }
+        char list[256] = "", rounded[96] = "", within[128] = "", outside[128] = "";
+        size_t len = 0;
+        /* Free time on CPUs the target may not use is no use to it: say
+         * that the list leaves them out, and which. */
+        uint64_t excluded = req->allowed_cpus ? managed_mask(p, false) & ~req->allowed_cpus : 0;
+        if (excluded && req->cpu < 0) {
+                char who[64], set[256];
+                format_target(who, sizeof(who), req);
+                snprintf(within, sizeof(within), " on the CPUs %s may run on", who);
+                snprintf(outside, sizeof(outside), "; %s %s %s outside its affinity", cpus_word(excluded),
+                         format_cpu_mask(set, sizeof(set), excluded),
+                         __builtin_popcountll(excluded) == 1 ? "is" : "are");
+        }
+        for (uint32_t o = 0; o < n_order && len < sizeof(list); o++) {
+                const PlanCpu *c = &p->cpus[order[o]];
+                uint32_t reserved = cpu_reserved_ppm(c);
+                len += (size_t) snprintf(list + len, sizeof(list) - len, "%sCPU %" PRId32 ": %s free", o ? ", " : "",
+                                         c->cpu, format_ppm(a, sizeof(a), reserved < p->cap_ppm ? p->cap_ppm - reserved : 0));
+        }
+        if ((uint64_t) cheapest_ppm * 1000 > (uint64_t) req->utilization_ppm * 1005)
+                snprintf(rounded, sizeof(rounded), "; in whole slots that is at least %" PRIu32 " of every %" PRIu32
+                         " (%s)", cheapest_budget, cheapest_period, format_ppm(a, sizeof(a), cheapest_ppm));
+        char whole[512] = "";
+        size_t whole_len = 0;
+        if (unsplittable)
+                whole_len = (size_t) snprintf(whole, sizeof(whole), "; a%s %s reservation is never split over CPUs "
+                                              "(%s), so one CPU must hold all of it: ask for less, or for kind "
+                                              "slots, which may be split",
+                                              req->kind == PLAN_KIND_ALIGNED ? "n" : "", plan_kind_name(req->kind),
+                                              req->kind == PLAN_KIND_SERVER
+                                                      ? "its budget is spent wherever its threads run"
+                                                      : "its budget is one block");
+        /* Free time in total is not enough for a block: say what is. */
+        if (req->kind == PLAN_KIND_ALIGNED && whole_len < sizeof(whole))
+                snprintf(whole + whole_len, sizeof(whole) - whole_len, "; an aligned budget needs one stretch of "
+                         "free slots in every period, which spread reservations may not leave");
+        if (unsplittable) {
+                char who[64];
+                if (within[0])
+                        snprintf(within, sizeof(within), " on any one of the CPUs %s may run on",
+                                 format_target(who, sizeof(who), req));
+                else
+                        snprintf(within, sizeof(within), " on any one CPU");
+        }
+        explain(why, why_size, "not enough free CPU time for %s%s%s (%s; free time also pays the dispatcher's "
+                "switch costs%s)%s%s", asked, within, rounded, list,
+                req->kind == PLAN_KIND_SERVER ? ", a server's own included" : "", outside, whole);
+        return -ENOSPC;
+}
+
 int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
         char a[32], b[32];
         int r;
@@ -799,26 +900,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                 }
         }
 
-        if (req->cpu >= 0) {
-                order[n_order++] = (uint32_t) cpu_index(p, req->cpu);
-        } else {
-                /* Worst fit: the emptiest CPU first keeps free time
-                 * balanced. Only CPUs the target may run on: the split
-                 * below takes its CPUs from this order too. */
-                for (uint32_t i = 0; i < p->n_cpus; i++)
-                        if (cpu_allowed(req, p->cpus[i].cpu))
-                                order[n_order++] = i;
-                for (uint32_t i = 1; i < n_order; i++)
-                        for (uint32_t j = i; j > 0; j--) {
-                                uint32_t r1 = cpu_reserved_ppm(&p->cpus[order[j - 1]]);
-                                uint32_t r2 = cpu_reserved_ppm(&p->cpus[order[j]]);
-                                if (r1 <= r2)
-                                        break;
-                                uint32_t t = order[j];
-                                order[j] = order[j - 1];
-                                order[j - 1] = t;
-                        }
-        }
+        n_order = placement_order(p, req, order);
 
         uint32_t owner = p->n_entries + 1;
         bool over_quota = false;
@@ -903,75 +985,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                         }
                 }
 
-        /* Say why, in terms the user can act on: what the request costs in
-         * whole slots, what the user may still hold, what is free. */
-        uint32_t cheapest_ppm, cheapest_budget = 0, cheapest_period = 0;
-        cheapest_cover(p, req, &cheapest_ppm, &cheapest_budget, &cheapest_period);
-        char asked[96];
-        snprintf(asked, sizeof(asked), "%s every %s", format_ppm(a, sizeof(a), req->utilization_ppm),
-                 format_duration(b, sizeof(b), req->period_ns));
-        if (cheapest_ppm == UINT32_MAX && !over_quota) {
-                explain(why, why_size, "%s cannot be granted: in whole slots of %s the smallest grant that covers it "
-                        "is more than the %s of a CPU that can be reserved (non_rt_share); ask for a longer period",
-                        asked, format_duration(a, sizeof(a), slot_ns), format_ppm(b, sizeof(b), p->cap_ppm));
-                return -ENOSPC;
-        }
-        if (over_quota) {
-                explain(why, why_size, "uid %u already holds %s of CPU time; %s, which in whole slots is %s, would "
-                        "pass the per-user limit of %s (max_utilization_per_user)", (unsigned) req->uid,
-                        format_ppm(a, sizeof(a), (uint32_t) user_ppm), asked,
-                        format_ppm(b, sizeof(b), cheapest_ppm),
-                        format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
-                return -EDQUOT;
-        }
-        char list[256] = "", rounded[96] = "", within[128] = "", outside[128] = "";
-        size_t len = 0;
-        /* Free time on CPUs the target may not use is no use to it: say
-         * that the list leaves them out, and which. */
-        uint64_t excluded = req->allowed_cpus ? managed_mask(p, false) & ~req->allowed_cpus : 0;
-        if (excluded && req->cpu < 0) {
-                char who[64], set[256];
-                format_target(who, sizeof(who), req);
-                snprintf(within, sizeof(within), " on the CPUs %s may run on", who);
-                snprintf(outside, sizeof(outside), "; %s %s %s outside its affinity", cpus_word(excluded),
-                         format_cpu_mask(set, sizeof(set), excluded),
-                         __builtin_popcountll(excluded) == 1 ? "is" : "are");
-        }
-        for (uint32_t o = 0; o < n_order && len < sizeof(list); o++) {
-                const PlanCpu *c = &p->cpus[order[o]];
-                uint32_t reserved = cpu_reserved_ppm(c);
-                len += (size_t) snprintf(list + len, sizeof(list) - len, "%sCPU %" PRId32 ": %s free", o ? ", " : "",
-                                         c->cpu, format_ppm(a, sizeof(a), reserved < p->cap_ppm ? p->cap_ppm - reserved : 0));
-        }
-        if ((uint64_t) cheapest_ppm * 1000 > (uint64_t) req->utilization_ppm * 1005)
-                snprintf(rounded, sizeof(rounded), "; in whole slots that is at least %" PRIu32 " of every %" PRIu32
-                         " (%s)", cheapest_budget, cheapest_period, format_ppm(a, sizeof(a), cheapest_ppm));
-        char whole[512] = "";
-        size_t whole_len = 0;
-        if (unsplittable)
-                whole_len = (size_t) snprintf(whole, sizeof(whole), "; a%s %s reservation is never split over CPUs "
-                                              "(%s), so one CPU must hold all of it: ask for less, or for kind "
-                                              "slots, which may be split",
-                                              req->kind == PLAN_KIND_ALIGNED ? "n" : "", plan_kind_name(req->kind),
-                                              req->kind == PLAN_KIND_SERVER
-                                                      ? "its budget is spent wherever its threads run"
-                                                      : "its budget is one block");
-        /* Free time in total is not enough for a block: say what is. */
-        if (req->kind == PLAN_KIND_ALIGNED && whole_len < sizeof(whole))
-                snprintf(whole + whole_len, sizeof(whole) - whole_len, "; an aligned budget needs one stretch of "
-                         "free slots in every period, which spread reservations may not leave");
-        if (unsplittable) {
-                char who[64];
-                if (within[0])
-                        snprintf(within, sizeof(within), " on any one of the CPUs %s may run on",
-                                 format_target(who, sizeof(who), req));
-                else
-                        snprintf(within, sizeof(within), " on any one CPU");
-        }
-        explain(why, why_size, "not enough free CPU time for %s%s%s (%s; free time also pays the dispatcher's "
-                "switch costs%s)%s%s", asked, within, rounded, list,
-                req->kind == PLAN_KIND_SERVER ? ", a server's own included" : "", outside, whole);
-        return -ENOSPC;
+        return explain_no_room(p, req, unsplittable, over_quota, user_ppm, order, n_order, why, why_size);
 }
 
 int plan_clone(const Plan *p, Plan **ret) {
