@@ -282,7 +282,7 @@ static int drop_root(int dir_fd) {
         return 0;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
         _cleanup_(server_freep) Server *server = NULL;
         _cleanup_close_ int dir_fd = -EBADF;
         sd_event *event = NULL;
@@ -372,3 +372,5 @@ int main(int argc, char **argv) {
         }
         return 0;
 }
+
+DAEMON_MAIN(run)

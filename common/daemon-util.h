@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 
@@ -23,6 +24,15 @@ typedef struct DaemonArgs {
         const char *user; /* --user, for a daemon that offers it */
         bool verbose;
 } DaemonArgs;
+
+/* A daemon's main(): run() returns its exit status, 0 or one it chose, or
+ * a negative errno after logging it (exit status 1). One place says so for
+ * every daemon, as systemd's DEFINE_MAIN_FUNCTION does. */
+#define DAEMON_MAIN(run_func)                                   \
+        int main(int argc, char **argv) {                       \
+                int _r = run_func(argc, argv);                  \
+                return _r < 0 ? EXIT_FAILURE : _r;              \
+        }
 
 /* Parses --config, --runtime-dir, -v, -h, --version and, with with_user,
  * --user into args (which holds the defaults). Returns 1 to go on, 0 after

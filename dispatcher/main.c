@@ -11,6 +11,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "config.h"
+#include "daemon-util.h"
 #include "dispatcher.h"
 #include "freezer-v1.h"
 #include "pace-stats.h"
@@ -223,7 +224,9 @@ static int dispatch_child(int ready_fd, void *userdata) {
         return dispatch(d, args->runtime_dir, ready_fd);
 }
 
-int main(int argc, char **argv) {
+/* Returns 0 to go on, 1 after --help or --version, or -EINVAL after saying
+ * what was wrong. */
+static int parse_argv(int argc, char **argv, const char **ret_runtime_dir) {
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "runtime-dir", required_argument, NULL, 'r' },
@@ -232,14 +235,7 @@ int main(int argc, char **argv) {
                 { "version", no_argument, NULL, 'V' },
                 {},
         };
-        _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
-        _cleanup_free_ char *config_error = NULL;
-        const char *runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
-        _cleanup_(freezer_v1_closep) FreezerV1 *freezer = NULL;
-        PrivilegeReport report;
-        PaceConfig config;
-        char err[1024] = "";
-        int c, r;
+        int c;
 
         while ((c = getopt_long(argc, argv, "c:r:h", options, NULL)) >= 0)
                 switch (c) {
@@ -247,24 +243,40 @@ int main(int argc, char **argv) {
                         arg_config = optarg;
                         break;
                 case 'r':
-                        runtime_dir = optarg;
+                        *ret_runtime_dir = optarg;
                         break;
                 case 'M':
                         arg_monitor = false;
                         break;
                 case 'h':
                         help();
-                        return EXIT_SUCCESS;
+                        return 1;
                 case 'V':
                         printf("pace-dispatcher %s\n", PACE_VERSION);
-                        return EXIT_SUCCESS;
+                        return 1;
                 default:
-                        return EXIT_FAILURE;
+                        return -EINVAL;
                 }
         if (optind < argc) {
                 fprintf(stderr, "pace-dispatcher: unexpected argument \"%s\"\n", argv[optind]);
-                return EXIT_FAILURE;
+                return -EINVAL;
         }
+        return 0;
+}
+
+static int run(int argc, char **argv) {
+        _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
+        _cleanup_free_ char *config_error = NULL;
+        const char *runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
+        _cleanup_(freezer_v1_closep) FreezerV1 *freezer = NULL;
+        PrivilegeReport report;
+        PaceConfig config;
+        char err[1024] = "";
+        int r;
+
+        r = parse_argv(argc, argv, &runtime_dir);
+        if (r != 0)
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 
         /* A write to a reader that is gone (the monitor's pipe after a
          * SIGKILL of the monitor, a journal stream) must not kill the
@@ -367,3 +379,5 @@ int main(int argc, char **argv) {
         mo.freezer = freezer;
         return monitor_run(&mo);
 }
+
+DAEMON_MAIN(run)

@@ -292,7 +292,7 @@ static void log_name_taken(sd_bus *bus) {
                         "rtkit-daemon) or set \"rtkit\": false in pace.json", unique ?: "another program");
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_event_unrefp) sd_event *event = NULL;
         _cleanup_(broker_client_freep) BrokerClient *broker = NULL;
@@ -384,3 +384,5 @@ int main(int argc, char **argv) {
         }
         return 0;
 }
+
+DAEMON_MAIN(run)
