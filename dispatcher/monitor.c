@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-event.h>
+
 #include "held.h"
 #include "macro.h"
 #include "group.h"
@@ -46,7 +48,8 @@ typedef struct Monitor {
         pid_t child;
         int pidfd;
         int ready_fd;
-        int threads[MAX_WATCHED];
+        sd_event *event; /* while watch_deaths() runs */
+        sd_event_source *threads[MAX_WATCHED]; /* each owns its pidfd */
         unsigned n_threads;
         bool ready;       /* this child said MONITOR_READY */
         bool ever_ready;  /* some child did: later deaths are crashes, not start-up errors */
@@ -56,6 +59,11 @@ typedef struct Monitor {
         bool realtime;
         bool no_thread_pidfd;
         int fail;         /* exit status forced by the monitor itself, 0: none */
+        /* This child's death, if it was swept. */
+        bool swept;
+        int sweep_error;
+        unsigned demoted, groups;
+        uint64_t sweep_ns;
         uint64_t restarts[MAX_RESTARTS_KEPT];
         unsigned n_restarts;
 } Monitor;
@@ -80,7 +88,7 @@ _printf_(3, 4) static void mlog(Monitor *m, DispatcherLogLevel level, const char
 
 static void close_threads(Monitor *m) {
         for (unsigned i = 0; i < m->n_threads; i++)
-                safe_close(m->threads[i]);
+                m->threads[i] = sd_event_source_disable_unref(m->threads[i]);
         m->n_threads = 0;
 }
 
@@ -132,6 +140,7 @@ static int spawn_child(Monitor *m) {
         m->ready_fd = p[0];
         m->ready = false;
         m->orderly = false;
+        m->swept = false;
         r = pidfd_open_checked(pid, &m->pidfd);
         if (r < 0) {
                 /* No pidfd (kernel < 5.3): we could not watch it. */
@@ -142,6 +151,8 @@ static int spawn_child(Monitor *m) {
         }
         return 0;
 }
+
+static int on_died(sd_event_source *s, int fd, uint32_t revents, void *userdata);
 
 /* A pidfd of each dispatch thread (PIDFD_THREAD): after a SIGKILL the
  * process pidfd turns readable only once every thread has exited, and the
@@ -175,7 +186,11 @@ static void watch_threads(Monitor *m) {
                                 break;
                         continue;
                 }
-                m->threads[m->n_threads++] = fd;
+                if (sd_event_add_io(m->event, &m->threads[m->n_threads], fd, EPOLLIN, on_died, m) < 0) {
+                        safe_close(fd);
+                        continue;
+                }
+                (void) sd_event_source_set_io_fd_own(m->threads[m->n_threads++], true);
         }
         closedir(dir);
 }
@@ -212,14 +227,17 @@ static void on_ready(Monitor *m) {
              (int) m->child, m->n_threads, PACE_DISPATCHER_PRIORITY);
 }
 
-static void read_ready(Monitor *m) {
+static int read_ready(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Monitor *m = userdata;
         char buf[16];
-        ssize_t n = read(m->ready_fd, buf, sizeof(buf));
+        ssize_t n = read(fd, buf, sizeof(buf));
 
         if (n <= 0) {
-                if (n == 0 || errno != EINTR)
+                if (n == 0 || errno != EINTR) {
+                        (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
                         m->ready_fd = safe_close(m->ready_fd);
-                return;
+                }
+                return 0;
         }
         for (ssize_t i = 0; i < n; i++) {
                 if (buf[i] == MONITOR_READY && !m->ready)
@@ -230,6 +248,7 @@ static void read_ready(Monitor *m) {
                         close_threads(m);
                 }
         }
+        return 0;
 }
 
 /* Returns 1 if a signal was read, 0 if none was pending. */
@@ -268,46 +287,62 @@ static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, ui
         return r;
 }
 
+static int on_signal(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        (void) read_signal(userdata);
+        return 0;
+}
+
+/* A dispatch thread or the process is gone. A thread's source exists only
+ * until the child announced an orderly stop. */
+static int on_died(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Monitor *m = userdata;
+
+        if (!m->orderly) {
+                m->sweep_error = sweep_now(m, &m->demoted, &m->groups, &m->sweep_ns);
+                m->swept = true;
+        }
+        return sd_event_exit(sd_event_source_get_event(s), 0);
+}
+
+/* Until a dispatch thread or the process is gone. Of what one wake-up
+ * brings the pipe comes first (an orderly stop announces itself before
+ * any thread exits), then a death, then a signal. */
+static int watch_deaths(Monitor *m) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_(sd_event_source_unrefp) sd_event_source *sig = NULL, *ready = NULL, *child = NULL;
+        int r;
+
+        r = sd_event_new(&e);
+        if (r < 0)
+                return r;
+        r = sd_event_add_io(e, &sig, m->sfd, EPOLLIN, on_signal, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_priority(sig, SD_EVENT_PRIORITY_IDLE);
+        r = sd_event_add_io(e, &ready, m->ready_fd, EPOLLIN, read_ready, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_priority(ready, SD_EVENT_PRIORITY_IMPORTANT);
+        r = sd_event_add_io(e, &child, m->pidfd, EPOLLIN, on_died, m);
+        if (r < 0)
+                return r;
+        m->event = e;
+        r = sd_event_loop(e);
+        close_threads(m);
+        m->event = NULL;
+        return r;
+}
+
 /* Until the child has died; then sweeps (unless it stopped in order) and
  * reaps it. Returns its wait status. */
 static int watch_child(Monitor *m) {
-        unsigned demoted = 0, groups = 0;
-        uint64_t sweep_ns = 0;
-        int sweep_error = 0, status = 0;
-        bool swept = false;
+        int r, status = 0;
 
-        for (;;) {
-                struct pollfd p[3 + MAX_WATCHED];
-                unsigned n = 0;
-
-                p[n++] = (struct pollfd) { .fd = m->sfd, .events = POLLIN };
-                p[n++] = (struct pollfd) { .fd = m->ready_fd, .events = POLLIN };
-                p[n++] = (struct pollfd) { .fd = m->pidfd, .events = POLLIN };
-                for (unsigned i = 0; i < m->n_threads; i++)
-                        p[n++] = (struct pollfd) { .fd = m->threads[i], .events = POLLIN };
-                if (poll(p, n, -1) < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        /* Cannot wait any more: treat it as dead, sweep. */
-                        break;
-                }
-                bool died = p[2].revents != 0;
-                for (unsigned i = 3; i < n; i++)
-                        died = died || p[i].revents != 0;
-                /* An orderly stop announces itself before any thread exits. */
-                if (p[1].revents)
-                        read_ready(m);
-                if (died && !m->orderly) {
-                        sweep_error = sweep_now(m, &demoted, &groups, &sweep_ns);
-                        swept = true;
-                        break;
-                }
-                if (p[2].revents)
-                        break;
-                if (p[0].revents)
-                        (void) read_signal(m);
-        }
-        close_threads(m);
+        /* Should the loop fail, nothing can be watched any more: wait for
+         * the exit as after a death, unswept. */
+        r = watch_deaths(m);
+        if (r < 0)
+                mlog(m, DISPATCHER_LOG_ERROR, "cannot watch dispatcher pid %d: %s", (int) m->child, strerror(-r));
 
         /* The main thread may still be exiting (it is SCHED_OTHER, and its
          * memory is locked): nothing of it can promote any more. */
@@ -315,7 +350,7 @@ static int watch_child(Monitor *m) {
         bool slow = false;
         for (;;) {
                 struct pollfd p = { .fd = m->pidfd, .events = POLLIN };
-                int r = poll(&p, 1, slow ? -1 : EXIT_SLOW_MS);
+                r = poll(&p, 1, slow ? -1 : EXIT_SLOW_MS);
                 if (r > 0)
                         break;
                 if (r == 0 && !slow) {
@@ -332,22 +367,22 @@ static int watch_child(Monitor *m) {
         m->pidfd = safe_close(m->pidfd);
         m->ready_fd = safe_close(m->ready_fd);
 
-        if (swept) {
+        if (m->swept) {
                 char how[64];
                 if (WIFSIGNALED(status))
                         snprintf(how, sizeof(how), "died of signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
                 else
                         snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
-                if (sweep_error < 0 && sweep_error != -ENOENT)
+                if (m->sweep_error < 0 && m->sweep_error != -ENOENT)
                         mlog(m, DISPATCHER_LOG_ERROR, "dispatcher pid %d %s; cannot read the table %s: %s",
-                             (int) m->child, how, m->table_path, strerror(-sweep_error));
+                             (int) m->child, how, m->table_path, strerror(-m->sweep_error));
                 else
-                        mlog(m, demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
+                        mlog(m, m->demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
                              "dispatcher pid %d %s; %u thread(s) demoted from SCHED_FIFO %d to SCHED_OTHER, %u "
                              "freezer group(s) thawed, %" PRIu64 " us after noticing; its last thread exited %" PRIu64
                              " ms later",
-                             (int) m->child, how, demoted, PACE_RUNNING_PRIORITY, groups, (uint64_t) (sweep_ns / NSEC_PER_USEC),
-                             (uint64_t) (exit_ns / NSEC_PER_MSEC));
+                             (int) m->child, how, m->demoted, PACE_RUNNING_PRIORITY, m->groups,
+                             (uint64_t) (m->sweep_ns / NSEC_PER_USEC), (uint64_t) (exit_ns / NSEC_PER_MSEC));
                 (void) freezer_v1_sweep(m->o->freezer, true);
                 if (m->o->group_name)
                         (void) group_set_remove(m->o->group_name);
