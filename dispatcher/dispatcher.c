@@ -38,6 +38,7 @@
 #include "table-check.h"
 #include "table-guard.h"
 #include "table-shm.h"
+#include "time-util.h"
 #include "watchdog.h"
 
 /* A header written through mmap raises no inotify event: after the file
@@ -85,12 +86,6 @@ struct Dispatcher {
 
         int housekeeping_efd;
 };
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
 
 static int resolve_cpus(PaceConfig *config) {
         char buf[1024];
@@ -231,7 +226,7 @@ const PaceConfig *dispatcher_config(const Dispatcher *d) {
 
 static void kick_until(Dispatcher *d, bool (*done)(const CpuLoop *l, uint64_t arg), uint64_t arg,
                        uint64_t timeout_ns) {
-        uint64_t deadline = now_ns() + timeout_ns;
+        uint64_t deadline = monotonic_ns() + timeout_ns;
 
         for (;;) {
                 bool all = true;
@@ -246,7 +241,7 @@ static void kick_until(Dispatcher *d, bool (*done)(const CpuLoop *l, uint64_t ar
                          * its wait, so repeat it until acknowledged. */
                         loop_kick(l);
                 }
-                if (all || now_ns() > deadline)
+                if (all || monotonic_ns() > deadline)
                         return;
                 (void) usleep(2000);
         }
@@ -542,7 +537,7 @@ static void main_loop_done(MainLoop *m) {
  * sd_event_source_set_time_relative() counts from): a round of
  * housekeeping waits 50 times what the last one took after it ended. */
 static void arm(sd_event_source *s, uint64_t ns) {
-        (void) sd_event_source_set_time(s, (now_ns() + ns) / NSEC_PER_USEC);
+        (void) sd_event_source_set_time(s, (monotonic_ns() + ns) / NSEC_PER_USEC);
         (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
 }
 
@@ -617,8 +612,8 @@ static void watch(MainLoop *m, bool probe) {
         const DispatcherRunOptions *o = m->o;
         uint64_t stalled_ns;
 
-        switch (probe ? watchdog_probe(d->watchdog, now_ns(), &stalled_ns) :
-                        watchdog_look(d->watchdog, now_ns(), &stalled_ns)) {
+        switch (probe ? watchdog_probe(d->watchdog, monotonic_ns(), &stalled_ns) :
+                        watchdog_look(d->watchdog, monotonic_ns(), &stalled_ns)) {
         case WATCHDOG_RECOVERED:
                 run_log(o, DISPATCHER_LOG_INFO, "every dispatch loop advances again after %" PRIu64 " ms",
                         (uint64_t) (stalled_ns / NSEC_PER_MSEC));
@@ -645,7 +640,7 @@ static void watch(MainLoop *m, bool probe) {
 
 static int on_look(sd_event_source *s, uint64_t usec, void *userdata) {
         MainLoop *m = userdata;
-        uint64_t every_usec = m->look_every_ns / NSEC_PER_USEC, next = usec + every_usec, now = now_ns() / NSEC_PER_USEC;
+        uint64_t every_usec = m->look_every_ns / NSEC_PER_USEC, next = usec + every_usec, now = monotonic_ns() / NSEC_PER_USEC;
 
         /* On a fixed grid, as an interval timer: a late look does not
          * delay the ones after it, and missed ones are not made up. */
@@ -704,7 +699,7 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
          * so a client with thousands of threads stretches the interval: the
          * work stays under 2% of a CPU (the next round waits 50 times what
          * this one took). */
-        uint64_t started = now_ns();
+        uint64_t started = monotonic_ns();
         char why[512] = "";
         size_t watched = (d->groups ? group_set_housekeep(d->groups, o->make_scope, o->userdata, why, sizeof(why)) :
                                       0) +
@@ -712,7 +707,7 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
         if (why[0])
                 run_log(o, DISPATCHER_LOG_WARNING, "%s; the reservation's members are found in /proc", why);
         if (watched > 0)
-                arm(s, MAX(HOUSEKEEPING_NS, 50 * (now_ns() - started)));
+                arm(s, MAX(HOUSEKEEPING_NS, 50 * (monotonic_ns() - started)));
         return 0;
 }
 
@@ -806,7 +801,7 @@ static int main_loop_setup(MainLoop *m) {
         if (o->watchdog_ns > 0 && o->watchdog_ping) {
                 m->look_every_ns = watchdog_look_interval(o->watchdog_ns);
                 r = sd_event_add_time(m->event, &m->look, CLOCK_MONOTONIC,
-                                      (now_ns() + m->look_every_ns) / NSEC_PER_USEC, 1, on_look, m);
+                                      (monotonic_ns() + m->look_every_ns) / NSEC_PER_USEC, 1, on_look, m);
                 if (r < 0)
                         return r;
                 r = sd_event_add_time(m->event, &m->probe, CLOCK_MONOTONIC, UINT64_MAX, 1, on_probe, m);

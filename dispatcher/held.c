@@ -16,6 +16,7 @@
 #include "held.h"
 #include "macro.h"
 #include "proc-util.h"
+#include "time-util.h"
 
 #define PF_KTHREAD 0x00200000UL
 #define REGISTRY_BUCKETS 256u
@@ -307,12 +308,6 @@ static void held_drop_thread(Held *h, const HeldContext *ctx, size_t i) {
         h->threads[i] = h->threads[--h->n_threads];
 }
 
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
-
 struct linux_dirent64 {
         uint64_t d_ino;
         int64_t d_off;
@@ -393,15 +388,16 @@ static bool live_set_has(const pid_t *set, pid_t tid) {
 static void held_drop_dead(Held *h, const HeldContext *ctx) {
         pid_t set[LIVE_SET_SLOTS];
         bool listed = false;
+        uint64_t now;
 
-        if (h->n_threads >= LIVE_LIST_MIN_THREADS && now_ns() >= h->next_live_list_ns) {
+        if (h->n_threads >= LIVE_LIST_MIN_THREADS && (now = monotonic_ns()) >= h->next_live_list_ns) {
                 int r = held_live_set(h, set);
                 listed = r >= 0;
                 /* A listing that overflows still cost the kernel a dentry
                  * lookup per entry (about 170): a process that large is
                  * checked thread by thread until it may have shrunk. */
                 if (r == -E2BIG)
-                        h->next_live_list_ns = now_ns() + LIVE_LIST_RETRY_NS;
+                        h->next_live_list_ns = now + LIVE_LIST_RETRY_NS;
         }
 
         for (size_t i = h->n_threads; i-- > 0;) {
@@ -637,7 +633,7 @@ static void held_move_rotated(Held *h, const HeldContext *ctx, const PaceSchedAt
 static int held_scan_proc(Held *h, const HeldContext *ctx, unsigned *budget, uint32_t *skipped) {
         /* The first promotion finds the threads it moves; later ones look
          * for newcomers now and then. */
-        if (h->n_threads > 0 && now_ns() < h->next_task_scan_ns)
+        if (h->n_threads > 0 && monotonic_ns() < h->next_task_scan_ns)
                 return 0;
         unsigned budget_before = *budget;
         for (int slice = 0; slice < TASK_SLICES_PER_PROMOTION; slice++) {
@@ -669,7 +665,7 @@ static int held_scan_proc(Held *h, const HeldContext *ctx, unsigned *budget, uin
                         break;
                 }
         }
-        h->next_task_scan_ns = *budget == budget_before ? now_ns() + TASK_SCAN_INTERVAL_NS : 0;
+        h->next_task_scan_ns = *budget == budget_before ? monotonic_ns() + TASK_SCAN_INTERVAL_NS : 0;
         return 0;
 }
 
@@ -680,7 +676,7 @@ static int held_scan_group(Held *h, const HeldContext *ctx, unsigned *budget, ui
         size_t n;
         int r;
 
-        uint64_t now = now_ns();
+        uint64_t now = monotonic_ns();
         if (now < h->next_group_scan_ns)
                 return 0;
         h->next_group_scan_ns = now + GROUP_SCAN_INTERVAL_NS;
@@ -703,7 +699,7 @@ static int held_scan_group(Held *h, const HeldContext *ctx, unsigned *budget, ui
 static int held_scan_tree(Held *h, const HeldContext *ctx, unsigned *budget, uint32_t *skipped) {
         TreeMember m[TREE_WATCH_MAX_THREADS];
 
-        uint64_t now = now_ns();
+        uint64_t now = monotonic_ns();
         if (now < h->next_group_scan_ns)
                 return 0;
         h->next_group_scan_ns = now + GROUP_SCAN_INTERVAL_NS;

@@ -19,6 +19,7 @@
 #include "stats-file.h"
 #include "table-check.h"
 #include "table-guard.h"
+#include "time-util.h"
 
 /* The delivered figure covers whole periods of at least this long. */
 #define ACCT_WINDOW_NS (2 * NSEC_PER_SEC)
@@ -41,12 +42,6 @@ _printf_(3, 4) static void loop_log(CpuLoop *l, DispatcherLogLevel level, const 
         va_start(ap, fmt);
         (void) log_ring_pushv(l->shared->log, level, fmt, ap);
         va_end(ap);
-}
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
 }
 
 static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
@@ -280,7 +275,7 @@ static int loop_consider(CpuLoop *l) {
         }
         if (seen == l->seen_gen)
                 return 0;
-        uint64_t now = now_ns();
+        uint64_t now = monotonic_ns();
         if (now < l->next_look_ns)
                 return 0; /* looked at later: the generation stays unseen */
         /* One token spent: the bucket is full again one interval later
@@ -594,7 +589,7 @@ static int loop_sleep_serving(CpuLoop *l, uint64_t t) {
                 int r = loop_sleep_until(l, next);
                 if (r < 0 || next == t)
                         return r;
-                loop_servers_look(l, now_ns());
+                loop_servers_look(l, monotonic_ns());
         }
 }
 
@@ -618,7 +613,7 @@ static int loop_sleep_serving(CpuLoop *l, uint64_t t) {
  * how late wake-ups come and how long the reading of this kind of change
  * took. */
 static void loop_spin_until(CpuLoop *l, uint64_t t, uint64_t early, uint64_t woke, bool kind) {
-        uint64_t now = now_ns(), target = t > early ? t - early : 0;
+        uint64_t now = monotonic_ns(), target = t > early ? t - early : 0;
         uint64_t late = woke > target ? woke - target : 0, prep = now > woke ? now - woke : 0;
 
         if (late > l->late_ns)
@@ -628,7 +623,7 @@ static void loop_spin_until(CpuLoop *l, uint64_t t, uint64_t early, uint64_t wok
         /* An average over the last 8 or so of its kind. */
         l->prep_ns[kind] = l->prep_ns[kind] - l->prep_ns[kind] / 8 + MIN(prep, LOOP_EARLY_MAX_NS) / 8;
         while (now < t && !loop_stopping(l))
-                now = now_ns();
+                now = monotonic_ns();
 }
 
 /* Where the global grid stands at time t for the frame in force: when the
@@ -655,7 +650,7 @@ static void loop_active(CpuLoop *l) {
         /* Join the grid where it stands: the run under way is entered at
          * once, not a frame later. Non-real-time work counts as having
          * just had its turn. */
-        l->nonrt_turn_ns = now_ns();
+        l->nonrt_turn_ns = monotonic_ns();
         l->free_since_ns = 0;
         loop_locate(l, l->nonrt_turn_ns, &frame_start, &k);
         for (;;) {
@@ -668,7 +663,7 @@ static void loop_active(CpuLoop *l) {
 
                 if (loop_sleep_serving(l, t > early ? t - early : 0) < 0)
                         break;
-                uint64_t woke = now_ns();
+                uint64_t woke = monotonic_ns();
 
                 if (k == 0) {
                         /* Frame boundary: the only place a new table may take
@@ -679,7 +674,7 @@ static void loop_active(CpuLoop *l) {
                         uint64_t gen;
                         bool fresh = l->reader && !l->reader_broken &&
                                      table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
-                                     now_ns() >= l->next_look_ns;
+                                     monotonic_ns() >= l->next_look_ns;
                         if (fresh) {
                                 /* Whoever owned the last run is done anyway
                                  * (runs are rotated); demote before the copy
@@ -698,7 +693,7 @@ static void loop_active(CpuLoop *l) {
                                         loop_locate(l, t, &frame_start, &k);
                                 }
                         }
-                        uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = now_ns();
+                        uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = monotonic_ns();
                         if (now > t + frame_ns) {
                                 /* Stalled (a VM pause): rejoin the grid now
                                  * rather than replay the missed slots. */

@@ -29,6 +29,7 @@
 #include "proc-util.h"
 #include "sched-util.h"
 #include "sweep.h"
+#include "time-util.h"
 
 #ifndef PIDFD_THREAD
 #define PIDFD_THREAD O_EXCL /* linux/pidfd.h, kernel 6.9 */
@@ -67,12 +68,6 @@ typedef struct Monitor {
         uint64_t restarts[MAX_RESTARTS_KEPT];
         unsigned n_restarts;
 } Monitor;
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
 
 _printf_(3, 4) static void mlog(Monitor *m, DispatcherLogLevel level, const char *fmt, ...) {
         char message[512];
@@ -276,14 +271,14 @@ static int read_signal(Monitor *m) {
 /* The time-critical part: straight after the wake-up, before any logging.
  * The freezer groups are thawed even when the table cannot be read. */
 static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, uint64_t *ret_ns) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         int r;
 
         *ret_demoted = 0;
         r = sweep_table_file(m->table_path, m->scratch, ret_demoted);
         *ret_demoted += sweep_demote_groups(m->o->group_base);
         *ret_groups = freezer_v1_sweep(m->o->freezer, false);
-        *ret_ns = now_ns() - t0;
+        *ret_ns = monotonic_ns() - t0;
         return r;
 }
 
@@ -346,7 +341,7 @@ static int watch_child(Monitor *m) {
 
         /* The main thread may still be exiting (it is SCHED_OTHER, and its
          * memory is locked): nothing of it can promote any more. */
-        uint64_t t0 = now_ns();
+        uint64_t t0 = monotonic_ns();
         bool slow = false;
         for (;;) {
                 struct pollfd p = { .fd = m->pidfd, .events = POLLIN };
@@ -361,7 +356,7 @@ static int watch_child(Monitor *m) {
                 if (r < 0 && errno != EINTR)
                         break;
         }
-        uint64_t exit_ns = now_ns() - t0;
+        uint64_t exit_ns = monotonic_ns() - t0;
         while (waitpid(m->child, &status, 0) < 0 && errno == EINTR)
                 ;
         m->pidfd = safe_close(m->pidfd);
@@ -394,7 +389,7 @@ static int watch_child(Monitor *m) {
 /* More than max_restarts within the window: a dispatcher that dies at
  * once would otherwise be restarted forever. */
 static bool may_restart(Monitor *m) {
-        uint64_t now = now_ns();
+        uint64_t now = monotonic_ns();
         unsigned max = MIN(m->o->max_restarts, MAX_RESTARTS_KEPT), kept = 0;
 
         for (unsigned i = 0; i < m->n_restarts; i++)
