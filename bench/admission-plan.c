@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
                         uint64_t t0 = monotonic_ns();
                         r = plan_admit(p, &req, &e, why, sizeof(why));
                         uint64_t t1 = monotonic_ns();
-                        if (r < 0) {
+                        if (r != 0) {
                                 fprintf(stderr, "admission-plan: frame %" PRIu32 " ms: %s\n", frame_ms, why);
                                 return 1;
                         }

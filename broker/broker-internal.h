@@ -80,11 +80,22 @@ void drop_nice(Broker *b, size_t i);
 int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size);
 PlanRequest request_for_entry(const PlanEntry *e);
 
+/* A request refused for a reason its sender must read: the protocol's
+ * error code and one line saying what to change. Whatever decides fills it
+ * with refuse() and returns the code, which is positive: a refusal is an
+ * answer, turned into the Error reply in one place (broker_handle()), while
+ * a negative errno stays what it is everywhere, a failure of the broker's
+ * own. */
+typedef struct Refusal {
+        Pace__ErrorCode code;
+        char message[512];
+} Refusal;
+_printf_(3, 4) int refuse(Refusal *ret, Pace__ErrorCode code, const char *fmt, ...);
+/* pace.proto's ErrorCode for a plan_admit()/plan_validate() refusal. */
+Pace__ErrorCode plan_refusal_code(PlanRefusal r);
+
 /* reply.c */
 int pack_response(Pace__Response *resp, uint8_t **ret, size_t *ret_size);
-_printf_(4, 5) int error_reply(uint8_t **ret, size_t *ret_size, int code, const char *fmt, ...);
-/* pace.proto's ErrorCode for a plan_admit()/plan_validate() error. */
-int plan_error_code(int r);
 void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g);
 /* A split grant's pieces, for a reserve reply: storage that lives as long
  * as the reply is being packed. (A change is never split: it stays on the
@@ -99,8 +110,8 @@ const char *format_grant_cpus(const Pace__Grant *g, char *buf, size_t size);
 int grant_reply(Broker *b, const PlanEntry *entry, uint8_t **reply, size_t *reply_size);
 int admin_reply(uint8_t **reply, size_t *reply_size, const char *message);
 
-/* target.c. Each returns 0, or 1 after writing the refusal into the reply,
- * or a negative errno. */
+/* target.c. Each returns 0, a refusal (> 0, in *ret_refusal) or a negative
+ * errno. */
 /* How a refused target is described: a reservation and a nice level are
  * checked alike, each refusal in the words of its request. */
 typedef struct TargetWords {
@@ -112,21 +123,23 @@ typedef struct TargetWords {
 extern const TargetWords reserve_words, nice_words;
 int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidfd, pid_t tid,
                 const TargetWords *words, int *ret_pidfd, ProcInfo *ret_info, uint64_t *ret_thread_start_time,
-                uint8_t **reply, size_t *reply_size);
+                Refusal *ret_refusal);
 int target_permitted(Broker *b, const BrokerPeer *peer, pid_t pid, const ProcInfo *info, const TargetWords *words,
-                     uint8_t **reply, size_t *reply_size);
+                     Refusal *ret_refusal);
 int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, int pidfd, uint64_t *ret_mask,
-                      uint8_t **reply, size_t *reply_size);
+                      Refusal *ret_refusal);
 
 /* The handlers, called by request.c once the peer may ask at all. Each
- * returns 0 with a reply (a refusal is a reply too) or a negative errno. */
+ * returns 0 with a reply, a refusal (> 0, in *ret_refusal, for
+ * broker_handle() to answer) or a negative errno. */
 int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__ReserveRequest *req,
-                   uint8_t **reply, size_t *reply_size);
+                   uint8_t **reply, size_t *reply_size, Refusal *ret_refusal);
 int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
-                   size_t *reply_size);
+                   size_t *reply_size, Refusal *ret_refusal);
 int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *req, uint8_t **reply,
-                  size_t *reply_size);
+                  size_t *reply_size, Refusal *ret_refusal);
 int handle_nice(Broker *b, const BrokerPeer *peer, const Pace__NiceRequest *req, uint8_t **reply,
-                size_t *reply_size);
+                size_t *reply_size, Refusal *ret_refusal);
 int handle_status(Broker *b, uint8_t **reply, size_t *reply_size);
-int handle_admin(Broker *b, const BrokerPeer *peer, const Pace__Request *req, uint8_t **reply, size_t *reply_size);
+int handle_admin(Broker *b, const BrokerPeer *peer, const Pace__Request *req, uint8_t **reply, size_t *reply_size,
+                 Refusal *ret_refusal);

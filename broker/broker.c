@@ -320,7 +320,7 @@ void broker_tick(Broker *b) {
 }
 
 /* Removes id and admits req in a copy of the plan; the plan is replaced only
- * if that worked. */
+ * if that worked. 0, a PlanRefusal (> 0, with why) or a negative errno. */
 int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
         _cleanup_(plan_freep) Plan *next = NULL;
         int r;
@@ -332,7 +332,7 @@ int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret_entry,
         if (r < 0)
                 return r;
         r = plan_admit(next, req, ret_entry, why, why_size);
-        if (r < 0)
+        if (r != 0)
                 return r;
         plan_free(b->plan);
         b->plan = TAKE_PTR(next);
@@ -389,7 +389,7 @@ void broker_cpus_online(Broker *b, const int32_t *online, size_t n_online) {
                 PlanRequest preq = request_for_entry(e);
                 preq.cpu = -1;
                 preq.allowed_cpus = b->reservations[i].allowed_cpus;
-                if (replan(b, e->id, &preq, &moved, why, sizeof(why)) >= 0) {
+                if (replan(b, e->id, &preq, &moved, why, sizeof(why)) == 0) {
                         broker_log(b, LOG_WARNING, "reservation %" PRIu64 " moved from CPU %" PRIi32 " (offline) to CPU %"
                                    PRIi32, moved.id, from, moved.cpu);
                         i++;

@@ -16,7 +16,7 @@ static size_t nice_levels_of(const Broker *b, uid_t uid) {
 }
 
 int handle_nice(Broker *b, const BrokerPeer *peer, const Pace__NiceRequest *req, uint8_t **reply,
-                size_t *reply_size) {
+                size_t *reply_size, Refusal *ret_refusal) {
         _cleanup_close_ int pidfd = -EBADF;
         pid_t pid = req->has_pid ? req->pid : peer->pid;
         uint64_t thread_start_time;
@@ -24,26 +24,26 @@ int handle_nice(Broker *b, const BrokerPeer *peer, const Pace__NiceRequest *req,
         int r;
 
         if (req->nice < -20 || req->nice > 19)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "nice level %" PRIi32 " does not exist; nice levels go from -20 to 19", req->nice);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "nice level %" PRIi32 " does not exist; nice levels go from -20 to 19", req->nice);
         if (req->nice < b->config.rtkit_min_nice_level)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "nice level %" PRIi32 " is below %" PRIi32 ", the lowest pace grants "
-                                   "(rtkit_min_nice_level)", req->nice, b->config.rtkit_min_nice_level);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "nice level %" PRIi32 " is below %" PRIi32 ", the lowest pace grants "
+                              "(rtkit_min_nice_level)", req->nice, b->config.rtkit_min_nice_level);
         if (pid <= 0 || req->tid <= 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "pid %" PRIi32 " and tid %" PRIi32 " must both be positive", (int32_t) pid,
-                                   req->tid);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "pid %" PRIi32 " and tid %" PRIi32 " must both be positive", (int32_t) pid,
+                              req->tid);
         if (pid == 1)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid 1 (init) is never reniced");
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "pid 1 (init) is never reniced");
 
-        r = open_target(b, peer, pid, false, req->tid, &nice_words, &pidfd, &info, &thread_start_time, reply,
-                        reply_size);
+        r = open_target(b, peer, pid, false, req->tid, &nice_words, &pidfd, &info, &thread_start_time,
+                        ret_refusal);
         if (r == 0)
-                r = target_permitted(b, peer, pid, &info, &nice_words, reply, reply_size);
+                r = target_permitted(b, peer, pid, &info, &nice_words, ret_refusal);
         if (r != 0)
-                return r < 0 ? r : 0;
+                return r;
 
         /* One level per thread: a second request replaces the first. */
         size_t slot = b->n_nice;
@@ -52,14 +52,14 @@ int handle_nice(Broker *b, const BrokerPeer *peer, const Pace__NiceRequest *req,
                         slot = i;
         if (slot == b->n_nice) {
                 if (b->n_nice >= PACE_MAX_NICE_THREADS)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                                           "%u threads hold a nice level from pace, its limit; try again when "
-                                           "some have ended", PACE_MAX_NICE_THREADS);
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                      "%u threads hold a nice level from pace, its limit; try again when "
+                                      "some have ended", PACE_MAX_NICE_THREADS);
                 if (peer->uid != 0 && nice_levels_of(b, peer->uid) >= b->config.max_reservations_per_user)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                                           "uid %u holds nice levels for %zu threads, its limit "
-                                           "(max_reservations_per_user)", (unsigned) peer->uid,
-                                           nice_levels_of(b, peer->uid));
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                                      "uid %u holds nice levels for %zu threads, its limit "
+                                      "(max_reservations_per_user)", (unsigned) peer->uid,
+                                      nice_levels_of(b, peer->uid));
                 b->n_nice++;
         } else
                 safe_close(b->nice[slot].pidfd);

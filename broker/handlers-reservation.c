@@ -13,37 +13,37 @@
 #include "parse-util.h"
 #include "proc-util.h"
 
-/* Opens the target and checks it is one the peer may reserve. On refusal
- * writes a reply and returns 1; on success returns 0 with the pidfd. */
+/* Opens the target and checks it is one the peer may reserve: 0 with the
+ * pidfd, a refusal (> 0, in *ret_refusal) or a negative errno. */
 static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, pid_t *ret_pid,
                           ProcInfo *ret_info, int *ret_pidfd, uint32_t *ret_threads, uint64_t *ret_allowed_cpus,
-                          uint8_t **reply, size_t *reply_size) {
+                          Refusal *ret_refusal) {
         _cleanup_close_ int pidfd = -EBADF;
         pid_t pid = req->has_pid ? req->pid : peer->pid;
         int r;
 
         if (req->has_pid && req->pid <= 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "pid %" PRIi32 " is not a process id; leave pid out to reserve the calling process",
-                                   req->pid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "pid %" PRIi32 " is not a process id; leave pid out to reserve the calling process",
+                              req->pid);
         if (pid == 1)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid 1 (init) can never be reserved") ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "pid 1 (init) can never be reserved");
         uint32_t scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
         if (scope > PACE_TABLE_SCOPE_TREE)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "scope %" PRIu32 " does not exist: use process (0), thread (1) or tree (2)",
-                                   scope) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "scope %" PRIu32 " does not exist: use process (0), thread (1) or tree (2)",
+                              scope);
         if (scope == PACE_TABLE_SCOPE_THREAD && (!req->has_tid || req->tid <= 0))
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "the thread scope needs the thread's id (tid), a positive number; "
-                                   "got %s", req->has_tid ? "a non-positive one" : "none") ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "the thread scope needs the thread's id (tid), a positive number; "
+                              "got %s", req->has_tid ? "a non-positive one" : "none");
         if (scope != PACE_TABLE_SCOPE_THREAD && req->has_tid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "a thread id (tid %" PRIi32 ") belongs only with the thread scope", req->tid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "a thread id (tid %" PRIi32 ") belongs only with the thread scope", req->tid);
 
         r = open_target(b, peer, pid, !req->has_pid && peer->pidfd >= 0, 0, &reserve_words, &pidfd, ret_info,
-                        NULL, reply, reply_size);
+                        NULL, ret_refusal);
         if (r != 0)
                 return r;
         uint32_t threads = 1;
@@ -52,19 +52,19 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 struct stat st;
                 snprintf(task, sizeof(task), "%s/%" PRIi32 "/task/%" PRIi32, b->proc_root, (int32_t) pid, req->tid);
                 if (stat(task, &st) < 0)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                           "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, req->tid) ?: 1;
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                      "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, req->tid);
         } else if ((scope == PACE_TABLE_SCOPE_TREE ? proc_count_tree_threads(b->proc_root, pid, 4096, &threads)
                                                    : proc_count_threads(b->proc_root, pid, &threads)) == 0 &&
                    threads > b->config.max_threads_per_reservation)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                                   "pid %" PRIi32 " has %" PRIu32 " threads%s; a reservation covers at most %" PRIu32
-                                   " (max_threads_per_reservation): the dispatcher moves each of them at every "
-                                   "switch", (int32_t) pid, threads,
-                                   scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
-                                   b->config.max_threads_per_reservation) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                              "pid %" PRIi32 " has %" PRIu32 " threads%s; a reservation covers at most %" PRIu32
+                              " (max_threads_per_reservation): the dispatcher moves each of them at every "
+                              "switch", (int32_t) pid, threads,
+                              scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
+                              b->config.max_threads_per_reservation);
         *ret_threads = threads;
-        r = target_permitted(b, peer, pid, ret_info, &reserve_words, reply, reply_size);
+        r = target_permitted(b, peer, pid, ret_info, &reserve_words, ret_refusal);
         if (r != 0)
                 return r;
         for (size_t i = 0; i < b->n_reservations; i++) {
@@ -74,18 +74,18 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                  * reservation per pid (or one per thread of it). */
                 if (e && e->pid == pid && e->scope == PACE_TABLE_SCOPE_THREAD && scope == PACE_TABLE_SCOPE_THREAD &&
                     e->tid == req->tid)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                           "thread %" PRIi32 " of pid %" PRIi32 " already holds reservation %" PRIu64
-                                           "; release it first", req->tid, (int32_t) pid, e->id) ?: 1;
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                      "thread %" PRIi32 " of pid %" PRIi32 " already holds reservation %" PRIu64
+                                      "; release it first", req->tid, (int32_t) pid, e->id);
                 if (e && e->pid == pid && e->scope == PACE_TABLE_SCOPE_THREAD && scope == PACE_TABLE_SCOPE_THREAD)
                         continue;
                 if (e && e->pid == pid)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                           "pid %" PRIi32 " already holds reservation %" PRIu64
-                                           "; release it first (one reservation per process)",
-                                           (int32_t) pid, e->id) ?: 1;
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                      "pid %" PRIi32 " already holds reservation %" PRIu64
+                                      "; release it first (one reservation per process)",
+                                      (int32_t) pid, e->id);
         }
-        r = read_allowed_cpus(b, pid, scope, req->tid, pidfd, ret_allowed_cpus, reply, reply_size);
+        r = read_allowed_cpus(b, pid, scope, req->tid, pidfd, ret_allowed_cpus, ret_refusal);
         if (r != 0)
                 return r;
         *ret_pid = pid;
@@ -94,18 +94,18 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
 }
 
 /* The reservation a release or change names, if the peer may touch it: 0
- * with *ret_res, or 1 after writing the refusal (or negative errno). */
+ * with *ret_res, or a refusal (> 0, in *ret_refusal). */
 static int owned_reservation(Broker *b, const BrokerPeer *peer, uint64_t id, const char *verb, Reservation **ret_res,
-                             uint8_t **reply, size_t *reply_size) {
+                             Refusal *ret_refusal) {
         Reservation *res = find_reservation(b, id);
 
         if (!res)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
-                                   "no reservation with id %" PRIu64 " (pacectl status lists them)", id) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_RESERVATION,
+                              "no reservation with id %" PRIu64 " (pacectl status lists them)", id);
         if (peer->uid != 0 && peer->uid != res->owner_uid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "reservation %" PRIu64 " belongs to uid %u; uid %u may %s only its own", id,
-                                   (unsigned) res->owner_uid, (unsigned) peer->uid, verb) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "reservation %" PRIu64 " belongs to uid %u; uid %u may %s only its own", id,
+                              (unsigned) res->owner_uid, (unsigned) peer->uid, verb);
         *ret_res = res;
         return 0;
 }
@@ -114,9 +114,9 @@ static int owned_reservation(Broker *b, const BrokerPeer *peer, uint64_t id, con
  * unspecified (slots for a new reservation, the reservation's own for a
  * change). A value the protocol does not define is refused, naming the
  * field: protobuf-c passes any number through an enum field. Returns 0 with
- * *ret, or 1 after writing the refusal (or a negative errno). */
+ * *ret, or a refusal (> 0, in *ret_refusal). */
 static int request_kind(bool has_kind, int kind, PlanKind absent, const char *absent_means, PlanKind *ret,
-                        uint8_t **reply, size_t *reply_size) {
+                        Refusal *ret_refusal) {
         switch (has_kind ? kind : PACE__KIND__KIND_UNSPECIFIED) {
         case PACE__KIND__KIND_UNSPECIFIED:
                 *ret = absent;
@@ -131,18 +131,18 @@ static int request_kind(bool has_kind, int kind, PlanKind absent, const char *ab
                 *ret = PLAN_KIND_ALIGNED;
                 return 0;
         default:
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "kind %d does not exist: use slots (1), server (2) or aligned (3), or leave "
-                                   "kind out for %s", kind, absent_means) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "kind %d does not exist: use slots (1), server (2) or aligned (3), or leave "
+                              "kind out for %s", kind, absent_means);
         }
 }
 
-/* A CPU field outside any machine's range: 1 after writing the refusal. */
-static int bad_cpu_field(bool has_cpu, int32_t cpu, uint8_t **reply, size_t *reply_size) {
+/* A CPU field outside any machine's range: a refusal (> 0, in *ret_refusal). */
+static int bad_cpu_field(bool has_cpu, int32_t cpu, Refusal *ret_refusal) {
         if (!has_cpu || (cpu >= 0 && cpu < (int32_t) PACE_MAX_CPUS))
                 return 0;
-        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                           "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", cpu) ?: 1;
+        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                      "CPU %" PRIi32 " does not exist; leave cpu out to let the broker choose", cpu);
 }
 
 /* The on-behalf reservation thread tid of pid already holds for uid, if
@@ -158,22 +158,30 @@ static Reservation *find_on_behalf_thread(Broker *b, pid_t pid, pid_t tid, uid_t
         return NULL;
 }
 
+/* The planner said no (r > 0) or failed (r < 0): a refusal is logged, as
+ * every refused reservation is, and answered in the planner's words. */
+static int plan_refused(Broker *b, const BrokerPeer *peer, int r, const char *why, Refusal *ret_refusal) {
+        if (r < 0)
+                return r;
+        broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid, (int32_t) peer->pid, why);
+        return refuse(ret_refusal, plan_refusal_code(r), "%s", why);
+}
+
 int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__ReserveRequest *req,
-                   uint8_t **reply, size_t *reply_size) {
+                   uint8_t **reply, size_t *reply_size, Refusal *ret_refusal) {
         _cleanup_close_ int pidfd = -EBADF;
         char why[512] = "";
         ProcInfo info;
         PlanEntry entry;
-        pid_t pid;
+        pid_t pid = 0;
         int r;
 
-        PlanKind kind;
-        r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+        PlanKind kind = PLAN_KIND_SLOTS;
+        r = bad_cpu_field(req->has_cpu, req->cpu, ret_refusal);
         if (r == 0)
-                r = request_kind(req->has_kind, (int) req->kind, PLAN_KIND_SLOTS, "slots", &kind, reply,
-                                 reply_size);
+                r = request_kind(req->has_kind, (int) req->kind, PLAN_KIND_SLOTS, "slots", &kind, ret_refusal);
         if (r != 0)
-                return r < 0 ? r : 0;
+                return r;
         /* Range errors first: they need no process lookup. */
         PlanRequest preq = {
                 .id = b->next_id,
@@ -185,11 +193,8 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
                 .on_behalf = on_behalf,
         };
         r = plan_validate(b->plan, &preq, why, sizeof(why));
-        if (r < 0) {
-                broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
-                           (int32_t) peer->pid, why);
-                return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
-        }
+        if (r != 0)
+                return plan_refused(b, peer, r, why, ret_refusal);
 
         /* RealtimeKit1 callers ask again for a thread they were granted
          * (rtkit answers that with success): the same grant, nothing new. */
@@ -202,15 +207,15 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
         }
 
         if (b->n_reservations >= b->config.max_reservations)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                                   "the broker holds %zu reservations, its limit (max_reservations); try again when "
-                                   "some have ended", b->n_reservations);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                              "the broker holds %zu reservations, its limit (max_reservations); try again when "
+                              "some have ended", b->n_reservations);
 
-        uint32_t threads;
-        uint64_t allowed_cpus;
-        r = resolve_target(b, peer, req, &pid, &info, &pidfd, &threads, &allowed_cpus, reply, reply_size);
+        uint32_t threads = 0;
+        uint64_t allowed_cpus = 0;
+        r = resolve_target(b, peer, req, &pid, &info, &pidfd, &threads, &allowed_cpus, ret_refusal);
         if (r != 0)
-                return r < 0 ? r : 0;
+                return r;
 
         preq.pid = pid;
         preq.start_time = info.start_time;
@@ -218,11 +223,8 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
         preq.tid = preq.scope == PACE_TABLE_SCOPE_THREAD ? req->tid : 0;
         preq.allowed_cpus = allowed_cpus;
         r = plan_admit(b->plan, &preq, &entry, why, sizeof(why));
-        if (r < 0) {
-                broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid,
-                           (int32_t) peer->pid, why);
-                return error_reply(reply, reply_size, plan_error_code(r), "%s", why);
-        }
+        if (r != 0)
+                return plan_refused(b, peer, r, why, ret_refusal);
 
         uint64_t thread_start_time = 0;
         if (preq.scope == PACE_TABLE_SCOPE_THREAD)
@@ -242,8 +244,8 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
                 if (r < 0) {
                         (void) plan_remove(b->plan, entry.id);
                         safe_close(res->pidfd);
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                           "cannot watch pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                      "cannot watch pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
                 }
         }
         b->n_reservations++;
@@ -269,12 +271,12 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
 }
 
 int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest *req, uint8_t **reply,
-                   size_t *reply_size) {
+                   size_t *reply_size, Refusal *ret_refusal) {
         Reservation *res;
-        int r = owned_reservation(b, peer, req->id, "release", &res, reply, reply_size);
+        int r = owned_reservation(b, peer, req->id, "release", &res, ret_refusal);
 
         if (r != 0)
-                return r < 0 ? r : 0;
+                return r;
 
         broker_log(b, LOG_INFO, "reservation %" PRIu64 " released by uid %u", req->id, (unsigned) peer->uid);
         drop_reservation(b, res);
@@ -289,22 +291,22 @@ int handle_release(Broker *b, const BrokerPeer *peer, const Pace__ReleaseRequest
 }
 
 int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *req, uint8_t **reply,
-                  size_t *reply_size) {
+                  size_t *reply_size, Refusal *ret_refusal) {
         Reservation *res;
         char why[512] = "";
         PlanEntry entry;
         int r;
 
         PlanKind kind = PLAN_KIND_SLOTS;
-        r = owned_reservation(b, peer, req->id, "change", &res, reply, reply_size);
+        r = owned_reservation(b, peer, req->id, "change", &res, ret_refusal);
         if (r == 0)
-                r = bad_cpu_field(req->has_cpu, req->cpu, reply, reply_size);
+                r = bad_cpu_field(req->has_cpu, req->cpu, ret_refusal);
         /* Absent: the kind it has. */
         if (r == 0)
                 r = request_kind(req->has_kind, (int) req->kind, plan_flags_kind(plan_find(b->plan, req->id)->flags),
-                                 "the reservation's own", &kind, reply, reply_size);
+                                 "the reservation's own", &kind, ret_refusal);
         if (r != 0)
-                return r < 0 ? r : 0;
+                return r;
 
         /* Each CPU's dispatch thread swaps tables at its own frame boundary,
          * and those differ between CPUs: a change that moved a reservation
@@ -313,33 +315,33 @@ int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *
          * frame boundary, so a change stays where the reservation is. */
         const PlanEntry *old = plan_find(b->plan, req->id);
         if (old->flags & PACE_RES_PIECE)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "reservation %" PRIu64 " is split over CPUs, and its pieces cannot all change at "
-                                   "one instant; release it and reserve again; the reservation stays as it was",
-                                   req->id);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "reservation %" PRIu64 " is split over CPUs, and its pieces cannot all change at "
+                              "one instant; release it and reserve again; the reservation stays as it was",
+                              req->id);
         if (req->has_cpu && req->cpu != old->cpu)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "reservation %" PRIu64 " lives on CPU %" PRIi32 " and a change stays there (old "
-                                   "and new would both be in force for up to a frame while CPUs swap tables); to "
-                                   "move it to CPU %" PRIi32 ", release it and reserve again; the reservation stays "
-                                   "as it was", req->id, old->cpu, req->cpu);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "reservation %" PRIu64 " lives on CPU %" PRIi32 " and a change stays there (old "
+                              "and new would both be in force for up to a frame while CPUs swap tables); to "
+                              "move it to CPU %" PRIi32 ", release it and reserve again; the reservation stays "
+                              "as it was", req->id, old->cpu, req->cpu);
         /* The CPU must still be one the target may run on: its owner may
          * have changed the affinity since the grant. (While the dispatcher
          * holds the threads, it has pinned them to this very CPU.) */
         uint64_t allowed_cpus;
-        r = read_allowed_cpus(b, old->pid, old->scope, old->tid, res->pidfd, &allowed_cpus, reply, reply_size);
+        r = read_allowed_cpus(b, old->pid, old->scope, old->tid, res->pidfd, &allowed_cpus, ret_refusal);
         if (r != 0)
-                return r < 0 ? r : 0;
+                return r;
         if (old->cpu >= 64 || !(allowed_cpus & (UINT64_C(1) << old->cpu))) {
                 char set[256];
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "reservation %" PRIu64 " lives on CPU %" PRIi32 ", which is outside the CPUs %s %"
-                                   PRIi32 " may run on now (%s), and a change stays on its CPU; release it and "
-                                   "reserve again to move it, or let it run on CPU %" PRIi32 " again; the "
-                                   "reservation stays as it was",
-                                   req->id, old->cpu, old->scope == PACE_TABLE_SCOPE_THREAD ? "thread" : "pid",
-                                   (int32_t) (old->scope == PACE_TABLE_SCOPE_THREAD ? old->tid : old->pid),
-                                   format_cpu_mask(set, sizeof(set), allowed_cpus), old->cpu);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "reservation %" PRIu64 " lives on CPU %" PRIi32 ", which is outside the CPUs %s %"
+                              PRIi32 " may run on now (%s), and a change stays on its CPU; release it and "
+                              "reserve again to move it, or let it run on CPU %" PRIi32 " again; the "
+                              "reservation stays as it was",
+                              req->id, old->cpu, old->scope == PACE_TABLE_SCOPE_THREAD ? "thread" : "pid",
+                              (int32_t) (old->scope == PACE_TABLE_SCOPE_THREAD ? old->tid : old->pid),
+                              format_cpu_mask(set, sizeof(set), allowed_cpus), old->cpu);
         }
         PlanRequest preq = request_for_entry(old);
         preq.period_ns = req->period_ns;
@@ -348,11 +350,13 @@ int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *
         preq.cpu = old->cpu;
         preq.allowed_cpus = allowed_cpus;
         r = plan_validate(b->plan, &preq, why, sizeof(why));
-        if (r >= 0)
+        if (r == 0)
                 r = replan(b, req->id, &preq, &entry, why, sizeof(why));
-        if (r < 0) {
+        if (r < 0)
+                return r;
+        if (r > 0) {
                 broker_log(b, LOG_INFO, "reservation %" PRIu64 ": change refused, it stays as it was: %s", req->id, why);
-                return error_reply(reply, reply_size, plan_error_code(r), "%s; the reservation stays as it was", why);
+                return refuse(ret_refusal, plan_refusal_code(r), "%s; the reservation stays as it was", why);
         }
         broker_publish(b);
         broker_log(b, LOG_INFO, "reservation %" PRIu64 " changed by uid %u: CPU %" PRIi32 ", %s, %" PRIu32

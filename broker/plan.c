@@ -559,18 +559,18 @@ static int validate_affinity(const Plan *p, const PlanRequest *req, char *why, s
                         cpus_word(req->allowed_cpus), format_cpu_mask(set, sizeof(set), req->allowed_cpus),
                         cpus_word(managed_mask(p, false)),
                         format_cpu_mask(managed, sizeof(managed), managed_mask(p, false)));
-                return -ENODEV;
+                return PLAN_REFUSED_CPU;
         }
         if (req->cpu >= 0 && !cpu_allowed(req, req->cpu)) {
                 explain(why, why_size, "CPU %" PRId32 " is outside %s's allowed CPUs (%s); name one of them or "
                         "change its affinity", req->cpu, who, format_cpu_mask(set, sizeof(set), usable));
-                return -ENODEV;
+                return PLAN_REFUSED_CPU;
         }
         if (req->cpu < 0 && (usable & managed_mask(p, true)) == 0) {
                 explain(why, why_size, "the %s %s may run on that pace manages (%s) %s offline; change its "
                         "affinity to include an online one", cpus_word(usable), who,
                         format_cpu_mask(set, sizeof(set), usable), __builtin_popcountll(usable) == 1 ? "is" : "are");
-                return -ENODEV;
+                return PLAN_REFUSED_CPU;
         }
         return 0;
 }
@@ -583,20 +583,20 @@ int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_s
                 explain(why, why_size, "period %s is shorter than one slot (%s); ask for at least %s",
                         format_duration(a, sizeof(a), req->period_ns), format_duration(b, sizeof(b), slot_ns),
                         b);
-                return -ERANGE;
+                return PLAN_REFUSED_RANGE;
         }
         if (req->period_ns > p->config.max_frame_ns) {
                 explain(why, why_size, "period %s is longer than the longest frame (%s, max_frame_ms)",
                         format_duration(a, sizeof(a), req->period_ns),
                         format_duration(b, sizeof(b), p->config.max_frame_ns));
-                return -ERANGE;
+                return PLAN_REFUSED_RANGE;
         }
         if (req->utilization_ppm == 0 || req->utilization_ppm > PPM) {
                 explain(why, why_size, "utilization %" PRIu32 " ppm is out of range; allowed: 1 to %u ppm (0.0001%% to 100%%)%s",
                         req->utilization_ppm, PPM,
                         req->utilization_ppm > PPM ? ": a reservation holds at most one CPU at a time; for more, "
                                                      "split the work over processes and reserve each" : "");
-                return -ERANGE;
+                return PLAN_REFUSED_RANGE;
         }
         if (req->utilization_ppm > p->cap_ppm) {
                 explain(why, why_size, "%s of a CPU can never be granted: non_rt_share keeps %s of every CPU for "
@@ -604,16 +604,16 @@ int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_s
                         format_ppm(a, sizeof(a), req->utilization_ppm),
                         format_ppm(b, sizeof(b), p->config.non_rt_share_ppm),
                         format_ppm((char[32]) {}, 32, p->cap_ppm));
-                return -ENOSPC;
+                return PLAN_REFUSED_NO_ROOM;
         }
         if (req->cpu >= 0 && cpu_index(p, req->cpu) >= 0 && p->cpus[cpu_index(p, req->cpu)].offline) {
                 explain(why, why_size, "CPU %" PRId32 " is offline; leave the CPU out or name an online one", req->cpu);
-                return -ENODEV;
+                return PLAN_REFUSED_CPU;
         }
         if (req->cpu >= 0 && cpu_index(p, req->cpu) < 0) {
                 explain(why, why_size, "CPU %" PRId32 " is not managed by pace (see \"cpus\" in the configuration)",
                         req->cpu);
-                return -ENODEV;
+                return PLAN_REFUSED_CPU;
         }
         return validate_affinity(p, req, why, why_size);
 }
@@ -802,7 +802,7 @@ static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, b
                 explain(why, why_size, "%s cannot be granted: in whole slots of %s the smallest grant that covers it "
                         "is more than the %s of a CPU that can be reserved (non_rt_share); ask for a longer period",
                         asked, format_duration(a, sizeof(a), p->config.slot_ns), format_ppm(b, sizeof(b), p->cap_ppm));
-                return -ENOSPC;
+                return PLAN_REFUSED_NO_ROOM;
         }
         if (over_quota) {
                 explain(why, why_size, "uid %u already holds %s of CPU time; %s, which in whole slots is %s, would "
@@ -810,7 +810,7 @@ static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, b
                         format_ppm(a, sizeof(a), (uint32_t) user_ppm), asked,
                         format_ppm(b, sizeof(b), cheapest_ppm),
                         format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
-                return -EDQUOT;
+                return PLAN_REFUSED_USER_LIMIT;
         }
         char list[256] = "", rounded[96] = "", within[128] = "", outside[128] = "";
         size_t len = 0;
@@ -859,7 +859,7 @@ static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, b
         explain(why, why_size, "not enough free CPU time for %s%s%s (%s; free time also pays the dispatcher's "
                 "switch costs%s)%s%s", asked, within, rounded, list,
                 req->kind == PLAN_KIND_SERVER ? ", a server's own included" : "", outside, whole);
-        return -ENOSPC;
+        return PLAN_REFUSED_NO_ROOM;
 }
 
 int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
@@ -871,11 +871,11 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
         uint64_t user_ppm;
 
         r = plan_validate(p, req, why, why_size);
-        if (r < 0)
+        if (r != 0)
                 return r;
         if (p->n_entries >= PACE_MAX_RESERVATIONS) {
                 explain(why, why_size, "the broker holds %u reservations, its limit", PACE_MAX_RESERVATIONS);
-                return -E2BIG;
+                return PLAN_REFUSED_BROKER_LIMIT;
         }
 
         for (uint32_t i = 0; i < p->n_periods; i++)
@@ -888,7 +888,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                 if (user_count >= p->config.max_reservations_per_user) {
                         explain(why, why_size, "uid %u already holds %" PRIu32 " reservations, the per-user limit "
                                 "(max_reservations_per_user)", (unsigned) req->uid, user_count);
-                        return -EDQUOT;
+                        return PLAN_REFUSED_USER_LIMIT;
                 }
                 if (user_ppm + (uint64_t) min_budget * PPM / period > p->config.max_utilization_per_user_ppm) {
                         explain(why, why_size, "uid %u already holds %s of CPU time; %s more would pass the per-user "
@@ -896,7 +896,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                                 format_ppm(a, sizeof(a), (uint32_t) user_ppm),
                                 format_ppm(b, sizeof(b), (uint32_t) ((uint64_t) min_budget * PPM / period)),
                                 format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
-                        return -EDQUOT;
+                        return PLAN_REFUSED_USER_LIMIT;
                 }
         }
 

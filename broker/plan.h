@@ -114,23 +114,32 @@ static inline void plan_freep(Plan **p) {
         plan_free(*p);
 }
 
+/* Why the planner said no. Positive, so that a negative errno keeps its one
+ * meaning (the planner failed: -ENOMEM) and a refusal is never mistaken for
+ * one, nor one for a refusal; the broker maps each to the protocol's
+ * ErrorCode. */
+typedef enum PlanRefusal {
+        PLAN_REFUSED_RANGE = 1,    /* period or utilization outside what the configuration allows */
+        PLAN_REFUSED_CPU,          /* the CPU asked for is not managed, offline or outside allowed_cpus;
+                                    * or no managed (online) CPU is in allowed_cpus */
+        PLAN_REFUSED_USER_LIMIT,   /* a per-user limit */
+        PLAN_REFUSED_BROKER_LIMIT, /* the broker-wide reservation limit */
+        PLAN_REFUSED_NO_ROOM,      /* not enough free time (or no placement that keeps the guarantees) */
+} PlanRefusal;
+
 /* Admits the request or leaves the plan untouched: on one CPU if any has
  * room, else (when the request names no CPU, and for the slots kind only)
  * split into pieces on several CPUs whose slots never coincide. A split
  * grant comes back as one entry with the whole budget and the first piece's
  * CPU. Every budget server on a CPU is charged frame_server_switches() at
- * the CPU's (possibly grown) frame, the sum table_check() adds. Errors, each with a
- * sentence in why[] that says what to change:
- *   -ERANGE  period or utilization outside what the configuration allows
- *   -ENODEV  the requested CPU is not managed, or outside allowed_cpus;
- *            or no managed (online) CPU is in allowed_cpus
- *   -EDQUOT  a per-user limit
- *   -E2BIG   the broker-wide reservation limit
- *   -ENOSPC  not enough free time (or no placement that keeps the guarantees) */
+ * the CPU's (possibly grown) frame, the sum table_check() adds.
+ * Returns 0, a PlanRefusal (positive, with a sentence in why[] that says
+ * what to change), or a negative errno when the planner itself failed. */
 int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size);
 
 /* The checks of plan_admit() that need no placement: period, utilization
- * and CPU within what the configuration and allowed_cpus allow. */
+ * and CPU within what the configuration and allowed_cpus allow. 0 or a
+ * PlanRefusal, as plan_admit(). */
 int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_size);
 
 /* A deep copy, for changes that must be all or nothing. */

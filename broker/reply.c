@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Replies. Each builder packs a complete Response; the caller frees it. */
+/* Replies. Each builder packs a complete Response; the caller frees it.
+ * And refusals, which broker_handle() packs. */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -35,14 +37,15 @@ int broker_error_reply(int code, const char *message, uint8_t **ret_reply, size_
         return pack_response(&resp, ret_reply, ret_reply_size);
 }
 
-int error_reply(uint8_t **ret, size_t *ret_size, int code, const char *fmt, ...) {
-        char message[512];
+int refuse(Refusal *ret, Pace__ErrorCode code, const char *fmt, ...) {
         va_list ap;
 
+        assert(code > 0);
         va_start(ap, fmt);
-        vsnprintf(message, sizeof(message), fmt, ap);
+        vsnprintf(ret->message, sizeof(ret->message), fmt, ap);
         va_end(ap);
-        return broker_error_reply(code, message, ret, ret_size);
+        ret->code = code;
+        return (int) code;
 }
 
 /* pace.proto's Kind and the planner's: the wire has an "unspecified" 0,
@@ -153,17 +156,16 @@ int admin_reply(uint8_t **reply, size_t *reply_size, const char *message) {
         return pack_response(&resp, reply, reply_size);
 }
 
-int plan_error_code(int r) {
+Pace__ErrorCode plan_refusal_code(PlanRefusal r) {
         switch (r) {
-        case -ERANGE:
-        case -ENODEV:
+        case PLAN_REFUSED_RANGE:
+        case PLAN_REFUSED_CPU:
                 return PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT;
-        case -EDQUOT:
-        case -E2BIG:
+        case PLAN_REFUSED_USER_LIMIT:
+        case PLAN_REFUSED_BROKER_LIMIT:
                 return PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED;
-        case -ENOSPC:
+        case PLAN_REFUSED_NO_ROOM:
                 return PACE__ERROR_CODE__ERROR_NO_CAPACITY;
-        default:
-                return PACE__ERROR_CODE__ERROR_INTERNAL;
         }
+        return PACE__ERROR_CODE__ERROR_INTERNAL;
 }

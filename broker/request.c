@@ -31,23 +31,22 @@ static bool group_allows(const Broker *b, const BrokerPeer *peer) {
         return false;
 }
 
-/* Replies. Each builder packs a complete Response; the caller frees it. */
-
 static bool is_delegate(const Broker *b, const BrokerPeer *peer) {
         return peer->uid == 0 || peer->uid == b->delegate_uid;
 }
 
-static int rate_refusal(Broker *b, const BrokerPeer *peer, uint8_t **ret_reply, size_t *ret_reply_size) {
-        return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                           "uid %u sends more than %" PRIu32 " requests per second (max_requests_per_second); "
-                           "slow down", (unsigned) peer->uid, b->config.max_requests_per_second);
+static int rate_refusal(Broker *b, const BrokerPeer *peer, Refusal *ret_refusal) {
+        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
+                      "uid %u sends more than %" PRIu32 " requests per second (max_requests_per_second); "
+                      "slow down", (unsigned) peer->uid, b->config.max_requests_per_second);
 }
 
 /* The peer a delegate speaks for: the process on_behalf_of names, if it
  * lives, started when the delegate says and runs as the uid it says. 0
- * with *ret (its pidfd the caller's to close), or 1 after the refusal. */
+ * with *ret (its pidfd the caller's to close), or a refusal (> 0, in
+ * *ret_refusal). */
 static int delegated_peer(Broker *b, const BrokerPeer *delegate, const Pace__Caller *caller, BrokerPeer *ret,
-                          uint8_t **reply, size_t *reply_size) {
+                          Refusal *ret_refusal) {
         _cleanup_close_ int pidfd = -EBADF;
         char path[64], status[4096];
         ProcInfo info;
@@ -55,12 +54,12 @@ static int delegated_peer(Broker *b, const BrokerPeer *delegate, const Pace__Cal
         int r;
 
         if (delegate->uid != 0 && delegate->uid != b->delegate_uid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "uid %u may not ask on behalf of another process; only root and pace's own "
-                                   "services (uid %u) may", (unsigned) delegate->uid, (unsigned) b->delegate_uid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "uid %u may not ask on behalf of another process; only root and pace's own "
+                              "services (uid %u) may", (unsigned) delegate->uid, (unsigned) b->delegate_uid);
         if (caller->pid <= 1)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "on_behalf_of names pid %" PRIi32 ", not a user process", caller->pid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "on_behalf_of names pid %" PRIi32 ", not a user process", caller->pid);
         r = pidfd_open_checked(caller->pid, &pidfd);
         if (r >= 0)
                 r = proc_info_read(b->proc_root, caller->pid, &info);
@@ -73,20 +72,20 @@ static int delegated_peer(Broker *b, const BrokerPeer *delegate, const Pace__Cal
         if (r >= 0 && info.start_time != caller->start_time)
                 r = -ESRCH; /* the pid has been reused since the delegate looked */
         if (r == -ESRCH || r == -EINVAL || r == -ENOENT)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                   "the calling process %" PRIi32 " has exited", caller->pid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                              "the calling process %" PRIi32 " has exited", caller->pid);
         if (r < 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                   "cannot read /proc for the calling process %" PRIi32 ": %s", caller->pid,
-                                   strerror(-r)) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL,
+                              "cannot read /proc for the calling process %" PRIi32 ": %s", caller->pid,
+                              strerror(-r));
         /* The bus gives the uid a connection had when it connected: the
          * process's real or effective one. Anything else is a confused or
          * lying delegate. */
         if (proc_status_owner(status, &owner) < 0 ||
             (owner.uids[0] != (uid_t) caller->uid && owner.uids[1] != (uid_t) caller->uid))
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "the calling process %" PRIi32 " does not run as uid %" PRIu32, caller->pid,
-                                   caller->uid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "the calling process %" PRIi32 " does not run as uid %" PRIu32, caller->pid,
+                              caller->uid);
 
         *ret = (BrokerPeer) {
                 .pid = caller->pid,
@@ -101,23 +100,23 @@ static int delegated_peer(Broker *b, const BrokerPeer *delegate, const Pace__Cal
 }
 
 static int dispatch_request(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__Request *req,
-                            uint8_t **ret_reply, size_t *ret_reply_size) {
+                            uint8_t **ret_reply, size_t *ret_reply_size, Refusal *ret_refusal) {
         switch (req->body_case) {
         case PACE__REQUEST__BODY_RESERVE:
         case PACE__REQUEST__BODY_RELEASE:
         case PACE__REQUEST__BODY_MODIFY:
         case PACE__REQUEST__BODY_NICE:
                 if (!group_allows(b, peer))
-                        return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                           "uid %u is in none of the groups allowed to reserve (allowed_groups "
-                                           "in the configuration); ask the administrator", (unsigned) peer->uid);
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                      "uid %u is in none of the groups allowed to reserve (allowed_groups "
+                                      "in the configuration); ask the administrator", (unsigned) peer->uid);
                 if (req->body_case == PACE__REQUEST__BODY_RELEASE)
-                        return handle_release(b, peer, req->release, ret_reply, ret_reply_size);
+                        return handle_release(b, peer, req->release, ret_reply, ret_reply_size, ret_refusal);
                 if (req->body_case == PACE__REQUEST__BODY_MODIFY)
-                        return handle_modify(b, peer, req->modify, ret_reply, ret_reply_size);
+                        return handle_modify(b, peer, req->modify, ret_reply, ret_reply_size, ret_refusal);
                 if (req->body_case == PACE__REQUEST__BODY_NICE)
-                        return handle_nice(b, peer, req->nice, ret_reply, ret_reply_size);
-                return handle_reserve(b, peer, on_behalf, req->reserve, ret_reply, ret_reply_size);
+                        return handle_nice(b, peer, req->nice, ret_reply, ret_reply_size, ret_refusal);
+                return handle_reserve(b, peer, on_behalf, req->reserve, ret_reply, ret_reply_size, ret_refusal);
         case PACE__REQUEST__BODY_STATUS:
                 return handle_status(b, ret_reply, ret_reply_size);
         case PACE__REQUEST__BODY_RELOAD:
@@ -125,57 +124,76 @@ static int dispatch_request(Broker *b, const BrokerPeer *peer, bool on_behalf, c
                 /* Administration is the delegate's own business, never
                  * something it does for a caller. */
                 if (on_behalf)
-                        return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                           "reload and reset are never asked on behalf of another process");
-                return handle_admin(b, peer, req, ret_reply, ret_reply_size);
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                      "reload and reset are never asked on behalf of another process");
+                return handle_admin(b, peer, req, ret_reply, ret_reply_size, ret_refusal);
         default:
-                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
-                                   "request has no body (reserve, release, modify, nice or status)");
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_MALFORMED,
+                              "request has no body (reserve, release, modify, nice or status)");
         }
 }
 
-int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size, uint8_t **ret_reply,
-                  size_t *ret_reply_size) {
-        Pace__Request *req;
+static void request_freep(Pace__Request **req) {
+        if (*req)
+                pace__request__free_unpacked(*req, NULL);
+}
+
+/* Everything up to a handler's answer: 0 with a reply, a refusal (> 0) or
+ * a negative errno. */
+static int handle_request(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size,
+                          uint8_t **ret_reply, size_t *ret_reply_size, Refusal *ret_refusal) {
+        _cleanup_(request_freep) Pace__Request *req = NULL;
         int r;
 
         /* Before decoding: flooding with garbage costs tokens too. A
          * delegate speaks for many users; each of them is counted once
          * the request says who. */
         if (!is_delegate(b, peer) && !rate_allows(b, peer))
-                return rate_refusal(b, peer, ret_reply, ret_reply_size);
+                return rate_refusal(b, peer, ret_refusal);
         if (request_size == 0)
-                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
-                                   "empty message; expected a pace.Request");
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_MALFORMED, "empty message; expected a pace.Request");
         if (request_size > b->config.max_message_bytes)
-                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
-                                   "message of %zu bytes is larger than the limit of %" PRIu32 " bytes "
-                                   "(max_message_bytes)", request_size, b->config.max_message_bytes);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_MALFORMED,
+                              "message of %zu bytes is larger than the limit of %" PRIu32 " bytes "
+                              "(max_message_bytes)", request_size, b->config.max_message_bytes);
 
         req = pace__request__unpack(NULL, request_size, request);
         if (!req)
-                return error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_MALFORMED,
-                                   "%zu bytes that are not a valid pace.Request message", request_size);
-
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_MALFORMED,
+                              "%zu bytes that are not a valid pace.Request message", request_size);
         if (req->version != PACE_PROTOCOL_VERSION)
-                r = error_reply(ret_reply, ret_reply_size, PACE__ERROR_CODE__ERROR_UNSUPPORTED_VERSION,
-                                "protocol version %" PRIu32 " is not supported; this broker speaks version %u",
-                                req->version, PACE_PROTOCOL_VERSION);
-        else if (req->on_behalf_of) {
-                BrokerPeer caller;
-                r = delegated_peer(b, peer, req->on_behalf_of, &caller, ret_reply, ret_reply_size);
-                if (r == 0) {
-                        if (!rate_allows(b, &caller))
-                                r = rate_refusal(b, &caller, ret_reply, ret_reply_size);
-                        else
-                                r = dispatch_request(b, &caller, true, req, ret_reply, ret_reply_size);
-                        safe_close(caller.pidfd);
-                } else if (r > 0)
-                        r = 0;
-        } else if (is_delegate(b, peer) && !rate_allows(b, peer))
-                r = rate_refusal(b, peer, ret_reply, ret_reply_size);
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_UNSUPPORTED_VERSION,
+                              "protocol version %" PRIu32 " is not supported; this broker speaks version %u",
+                              req->version, PACE_PROTOCOL_VERSION);
+        if (!req->on_behalf_of) {
+                if (is_delegate(b, peer) && !rate_allows(b, peer))
+                        return rate_refusal(b, peer, ret_refusal);
+                return dispatch_request(b, peer, false, req, ret_reply, ret_reply_size, ret_refusal);
+        }
+
+        BrokerPeer caller;
+        r = delegated_peer(b, peer, req->on_behalf_of, &caller, ret_refusal);
+        if (r != 0)
+                return r;
+        if (!rate_allows(b, &caller))
+                r = rate_refusal(b, &caller, ret_refusal);
         else
-                r = dispatch_request(b, peer, false, req, ret_reply, ret_reply_size);
-        pace__request__free_unpacked(req, NULL);
+                r = dispatch_request(b, &caller, true, req, ret_reply, ret_reply_size, ret_refusal);
+        safe_close(caller.pidfd);
         return r;
+}
+
+int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size, uint8_t **ret_reply,
+                  size_t *ret_reply_size) {
+        Refusal refusal;
+        int r;
+
+        r = handle_request(b, peer, request, request_size, ret_reply, ret_reply_size, &refusal);
+        if (r == 0)
+                return 0;
+        /* The one place a refusal becomes an Error reply. A failure of the
+         * broker's own is answered too, so the client is not left waiting. */
+        if (r < 0)
+                refuse(&refusal, PACE__ERROR_CODE__ERROR_INTERNAL, "the broker could not answer: %s", strerror(-r));
+        return broker_error_reply(refusal.code, refusal.message, ret_reply, ret_reply_size);
 }

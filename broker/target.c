@@ -19,9 +19,9 @@
  * its CPU, and it gives them their own affinity back only at its next frame
  * boundary after a release: a process reserved again within that frame is
  * read as pinned to its old CPU.
- * 0 with the mask, or 1 after writing the refusal (or negative errno). */
+ * 0 with the mask, a refusal (> 0, in *ret_refusal), or a negative errno. */
 int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, int pidfd, uint64_t *ret_mask,
-                      uint8_t **reply, size_t *reply_size) {
+                      Refusal *ret_refusal) {
         bool thread = scope == PACE_TABLE_SCOPE_THREAD;
         uint64_t mask = 0;
         int r, alive;
@@ -29,22 +29,22 @@ int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, int pidfd
         r = proc_cpus_allowed(b->proc_root, pid, thread ? tid : pid, &mask);
         alive = pidfd_alive(pidfd);
         if (alive == -ESRCH)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                              "no process with pid %" PRIi32, (int32_t) pid);
         if (r == -ESRCH && thread)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                   "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                              "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid);
         if (r < 0 || alive < 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                   "cannot read the CPU affinity of %s %" PRIi32 ": %s", thread ? "thread" : "pid",
-                                   (int32_t) (thread ? tid : pid), strerror(r < 0 ? -r : -alive)) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL,
+                              "cannot read the CPU affinity of %s %" PRIi32 ": %s", thread ? "thread" : "pid",
+                              (int32_t) (thread ? tid : pid), strerror(r < 0 ? -r : -alive));
         /* The kernel never leaves a task without a CPU: an empty mask means
          * every CPU it may use is numbered 64 or above. */
         if (mask == 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                   "%s %" PRIi32 " may run only on CPUs numbered 64 or above, and pace manages CPUs "
-                                   "0-63 at most; change its affinity", thread ? "thread" : "pid",
-                                   (int32_t) (thread ? tid : pid)) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                              "%s %" PRIi32 " may run only on CPUs numbered 64 or above, and pace manages CPUs "
+                              "0-63 at most; change its affinity", thread ? "thread" : "pid",
+                              (int32_t) (thread ? tid : pid));
         *ret_mask = mask;
         return 0;
 }
@@ -69,66 +69,66 @@ const TargetWords nice_words = {
  * pidfd holds even if the pid is reused in between. With tid > 0 the
  * thread's start time is read in the same window. For the caller itself
  * (use_peer_pidfd), the kernel's pidfd from the connection is better still.
- * 0 with the pidfd, or 1 after writing the refusal (or negative errno). */
+ * 0 with the pidfd, a refusal (> 0, in *ret_refusal), or a negative errno. */
 int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidfd, pid_t tid,
                 const TargetWords *words, int *ret_pidfd, ProcInfo *ret_info,
-                uint64_t *ret_thread_start_time, uint8_t **reply, size_t *reply_size) {
+                uint64_t *ret_thread_start_time, Refusal *ret_refusal) {
         _cleanup_close_ int pidfd = -EBADF;
         int r = 0;
 
         if (use_peer_pidfd) {
                 pidfd = fcntl(peer->pidfd, F_DUPFD_CLOEXEC, 3);
                 if (pidfd < 0)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                           "cannot keep a handle on the calling process: %s", strerror(errno)) ?: 1;
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                      "cannot keep a handle on the calling process: %s", strerror(errno));
         } else {
                 r = pidfd_open_checked(pid, &pidfd);
                 /* Kernels say EINVAL (older) or ENOENT (6.9+) for a thread
                  * that is not its process's leader. */
                 if (r == -EINVAL || r == -ENOENT)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
-                                           "%" PRIi32 " is a thread, not a process; %s its process "
-                                           "(the Tgid in /proc/%" PRIi32 "/status)", (int32_t) pid,
-                                           words->name_process, (int32_t) pid) ?: 1;
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
+                                      "%" PRIi32 " is a thread, not a process; %s its process "
+                                      "(the Tgid in /proc/%" PRIi32 "/status)", (int32_t) pid,
+                                      words->name_process, (int32_t) pid);
                 if (r < 0 && r != -ESRCH) /* a process that is gone is answered below */
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                           "cannot open pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL,
+                                      "cannot open pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
         }
         if (pidfd >= 0)
                 r = proc_info_read(b->proc_root, pid, ret_info);
         if (r == 0 && tid > 0) {
                 r = proc_thread_start_time(b->proc_root, pid, tid, ret_thread_start_time);
                 if (r == -ESRCH && pidfd_alive(pidfd) == 0)
-                        return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                           "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid) ?: 1;
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                                      "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, tid);
         }
         if (r == 0)
                 r = pidfd_alive(pidfd);
         if (r == -ESRCH)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
-                                   "no process with pid %" PRIi32, (int32_t) pid) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
+                              "no process with pid %" PRIi32, (int32_t) pid);
         if (r < 0)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                   "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r)) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL,
+                              "cannot read /proc for pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
         *ret_pidfd = TAKE_FD(pidfd);
         return 0;
 }
 
 /* Whether the peer may have process pid (as open_target() read it) reserved
  * or reniced: a user process of its own uid (root: anyone's), and root's
- * own processes only where the configuration allows. 0, or 1 after writing
- * the refusal (or negative errno). */
+ * own processes only where the configuration allows. 0 or a refusal (> 0,
+ * in *ret_refusal). */
 int target_permitted(Broker *b, const BrokerPeer *peer, pid_t pid, const ProcInfo *info,
-                     const TargetWords *words, uint8_t **reply, size_t *reply_size) {
+                     const TargetWords *words, Refusal *ret_refusal) {
         if (info->kernel_thread)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " is a kernel thread%s", (int32_t) pid, words->kernel) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "pid %" PRIi32 " is a kernel thread%s", (int32_t) pid, words->kernel);
         if (peer->uid != 0 && info->uid != peer->uid)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " belongs to uid %u; uid %u may %s", (int32_t) pid,
-                                   (unsigned) info->uid, (unsigned) peer->uid, words->own) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "pid %" PRIi32 " belongs to uid %u; uid %u may %s", (int32_t) pid,
+                              (unsigned) info->uid, (unsigned) peer->uid, words->own);
         if (info->root && !b->config.reserve_root_processes)
-                return error_reply(reply, reply_size, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
-                                   "pid %" PRIi32 " runs as root%s", (int32_t) pid, words->root) ?: 1;
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                              "pid %" PRIi32 " runs as root%s", (int32_t) pid, words->root);
         return 0;
 }

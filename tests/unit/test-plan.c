@@ -21,6 +21,15 @@ static int admit(Plan *p, const PlanRequest *req, PlanEntry *ret, char *why, siz
 }
 #define plan_admit admit
 
+/* Admitted: 0, not merely "not a failure" (a refusal is positive). Every
+ * caller has the explanation in why[]. */
+#define ASSERT_ADMITTED(expr)                                                             \
+        do {                                                                              \
+                int r_ = (expr);                                                          \
+                if (r_ != 0)                                                              \
+                        TEST_FAIL_("%s: %d: %s", #expr, r_, why);                         \
+        } while (0)
+
 static PaceTableBuffer table; /* large: keep it off the stack */
 static PaceTableBuffer table2;
 
@@ -119,7 +128,7 @@ TEST(grant_exact_when_period_divides_frame) {
 
         PlanRequest req = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                             .utilization_ppm = 600000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &req, &e, why, sizeof(why)));
         ASSERT_EQ(e.period_slots, 50);
         ASSERT_EQ(e.budget_slots, 30);
         ASSERT_EQ(e.cpu, 0);
@@ -141,12 +150,12 @@ TEST(on_behalf_reaches_the_table_and_survives_a_restore) {
         ASSERT_OK(plan_new(&c, &p));
         PlanRequest req = { .id = 1, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
                             .cpu = -1, .kind = PLAN_KIND_SERVER, .on_behalf = true };
-        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &req, &e, why, sizeof(why)));
         ASSERT_EQ(e.flags, PACE_RES_SERVER | PACE_RES_ON_BEHALF);
         ASSERT_EQ(plan_flags_kind(e.flags), PLAN_KIND_SERVER);
         req = (PlanRequest) { .id = 2, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
                               .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &req, &e, why, sizeof(why)));
         ASSERT_EQ(e.flags, 0u);
 
         export_and_check(p, &c, &table);
@@ -172,10 +181,10 @@ TEST(phase_is_the_start_after_the_longest_gap_and_scope_reaches_the_table) {
 
         PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 20 * NSEC_PER_MSEC,
                           .utilization_ppm = 300000, .cpu = -1, .scope = PACE_TABLE_SCOPE_THREAD, .tid = 101 };
-        ASSERT_OK(plan_admit(p, &a, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &a, &e, why, sizeof(why)));
         PlanRequest b = { .id = 2, .pid = 200, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                           .utilization_ppm = 200000, .cpu = -1, .scope = PACE_TABLE_SCOPE_TREE };
-        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &b, &e, why, sizeof(why)));
         export_and_check(p, &c, &table);
         ASSERT_EQ(table.reservations[0].scope, PACE_TABLE_SCOPE_THREAD);
         ASSERT_EQ(table.reservations[0].tid, 101);
@@ -215,7 +224,7 @@ TEST(rounded_period_still_covers_requested_windows) {
         /* 30 frames per second: 33.333 ms is no divisor of 1200 ms. */
         PlanRequest req = { .id = 7, .pid = 100, .uid = 1000, .period_ns = 33333333, .utilization_ppm = 400000,
                             .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &req, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &req, &e, why, sizeof(why)));
         ASSERT_EQ(e.period_slots, 30);
         ASSERT_CMP(e.budget_slots, >=, 12);
         export_and_check(p, &c, &table);
@@ -229,7 +238,7 @@ TEST(free_time_is_spread_not_one_block) {
 
         PlanRequest req = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 200 * NSEC_PER_MSEC,
                             .utilization_ppm = 700000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &req, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &req, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table);
         /* 140 of 200 slots are reserved, yet no run exceeds the 20 ms gap. */
         ASSERT_CMP(frame_max_busy_run(table.slots, table.cpus[0].frame_slots), <=, 20);
@@ -242,7 +251,7 @@ TEST(bad_requests_are_refused_and_change_nothing) {
 
         PlanRequest ok = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                            .utilization_ppm = 300000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &ok, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &ok, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table2);
 
         struct {
@@ -252,15 +261,15 @@ TEST(bad_requests_are_refused_and_change_nothing) {
                 int err;
                 const char *says;
         } bad[] = {
-                { 500 * NSEC_PER_USEC, 500000, -1, -ERANGE, "shorter than one slot" },
-                { 0, 500000, -1, -ERANGE, "shorter than one slot" },
-                { 2 * NSEC_PER_SEC, 500000, -1, -ERANGE, "longer than the longest frame" },
-                { UINT64_MAX, 500000, -1, -ERANGE, "longer than the longest frame" },
-                { 50 * NSEC_PER_MSEC, 0, -1, -ERANGE, "out of range" },
-                { 50 * NSEC_PER_MSEC, 1000001, -1, -ERANGE, "out of range" },
-                { 50 * NSEC_PER_MSEC, 800000, -1, -ENOSPC, "non_rt_share" },
-                { 50 * NSEC_PER_MSEC, 100000, 5, -ENODEV, "not managed" },
-                { 50 * NSEC_PER_MSEC, 100000, 2, -ENODEV, "not managed" },
+                { 500 * NSEC_PER_USEC, 500000, -1, PLAN_REFUSED_RANGE, "shorter than one slot" },
+                { 0, 500000, -1, PLAN_REFUSED_RANGE, "shorter than one slot" },
+                { 2 * NSEC_PER_SEC, 500000, -1, PLAN_REFUSED_RANGE, "longer than the longest frame" },
+                { UINT64_MAX, 500000, -1, PLAN_REFUSED_RANGE, "longer than the longest frame" },
+                { 50 * NSEC_PER_MSEC, 0, -1, PLAN_REFUSED_RANGE, "out of range" },
+                { 50 * NSEC_PER_MSEC, 1000001, -1, PLAN_REFUSED_RANGE, "out of range" },
+                { 50 * NSEC_PER_MSEC, 800000, -1, PLAN_REFUSED_NO_ROOM, "non_rt_share" },
+                { 50 * NSEC_PER_MSEC, 100000, 5, PLAN_REFUSED_CPU, "not managed" },
+                { 50 * NSEC_PER_MSEC, 100000, 2, PLAN_REFUSED_CPU, "not managed" },
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 PlanRequest req = { .id = 100 + i, .pid = 100, .uid = 1000, .period_ns = bad[i].period_ns,
@@ -284,12 +293,12 @@ TEST(oversubscription_is_refused_with_what_is_free) {
         PlanRequest b = a;
         b.id = 2;
         b.utilization_ppm = 300000; /* 50% + 30% > 75% */
-        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
-        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ADMITTED(plan_admit(p, &a, NULL, why, sizeof(why)));
+        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "not enough free CPU time");
         ASSERT_CONTAINS(why, "CPU 0: 25% free");
         b.utilization_ppm = 200000;
-        ASSERT_OK(plan_admit(p, &b, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &b, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table);
 }
 
@@ -304,22 +313,22 @@ TEST(per_user_limits_hold_and_root_is_exempt) {
         ASSERT_OK(plan_new(&c, &p));
         PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 100 * NSEC_PER_MSEC,
                           .utilization_ppm = 300000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, NULL, why, sizeof(why)));
         r.id = 2;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -EDQUOT);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_USER_LIMIT);
         ASSERT_CONTAINS(why, "max_utilization_per_user");
         r.utilization_ppm = 100000;
-        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, NULL, why, sizeof(why)));
         r.id = 3;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -EDQUOT);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_USER_LIMIT);
         ASSERT_CONTAINS(why, "max_reservations_per_user");
         /* Another user is not affected; root is exempt. */
         r.uid = 1001;
-        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, NULL, why, sizeof(why)));
         for (uint64_t id = 10; id < 13; id++) {
                 PlanRequest rr = { .id = id, .pid = 100, .uid = 0, .period_ns = 100 * NSEC_PER_MSEC,
                                    .utilization_ppm = 200000, .cpu = -1 };
-                ASSERT_OK(plan_admit(p, &rr, NULL, why, sizeof(why)));
+                ASSERT_ADMITTED(plan_admit(p, &rr, NULL, why, sizeof(why)));
         }
         export_and_check(p, &c, &table);
 }
@@ -332,17 +341,17 @@ TEST(worst_fit_balances_and_explicit_cpu_is_honoured) {
 
         PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                           .utilization_ppm = 700000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &r, &e1, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e1, why, sizeof(why)));
         r.id = 2;
         c.max_utilization_per_user_ppm = PPM;
         r.uid = 1001;
-        ASSERT_OK(plan_admit(p, &r, &e2, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e2, why, sizeof(why)));
         ASSERT_NE(e1.cpu, e2.cpu);
         r.id = 3;
         r.uid = 1002;
         r.utilization_ppm = 20000; /* 1 slot: 28% stay free on CPU 0 */
         r.cpu = 0;
-        ASSERT_OK(plan_admit(p, &r, &e3, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e3, why, sizeof(why)));
         ASSERT_EQ(e3.cpu, 0);
         export_and_check(p, &c, &table);
 }
@@ -361,7 +370,7 @@ TEST(worst_fit_spreads_what_first_fit_would_stack) {
         for (uint64_t i = 0; i < 4; i++) {
                 PlanRequest r = { .id = i + 1, .pid = 100 + (pid_t) i, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                                   .utilization_ppm = i < 2 ? 200000 : 100000, .cpu = -1 };
-                ASSERT_OK(plan_admit(p, &r, &e[i], why, sizeof(why)));
+                ASSERT_ADMITTED(plan_admit(p, &r, &e[i], why, sizeof(why)));
         }
         ASSERT_NE(e[0].cpu, e[1].cpu);
         ASSERT_NE(e[2].cpu, e[3].cpu);
@@ -380,11 +389,11 @@ TEST(release_restores_exactly_the_previous_table) {
 
         PlanRequest a = { .id = 1, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC,
                           .utilization_ppm = 300000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &a, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table2);
         PlanRequest b = { .id = 2, .pid = 101, .uid = 1000, .period_ns = 40 * NSEC_PER_MSEC,
                           .utilization_ppm = 200000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &b, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &b, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table);
         ASSERT_EQ(table.cpus[0].frame_slots, 200); /* lcm(50, 40) */
         ASSERT_OK(plan_remove(p, 2));
@@ -540,9 +549,9 @@ static uint32_t random_sequence_kinds(uint64_t seed, uint32_t n_cpus, PacePolicy
 
                 PlanEntry e;
                 int r = plan_admit(p, &req, &e, why, sizeof(why));
-                if (r < 0) {
+                if (r != 0) {
                         /* Refused: nothing changed. */
-                        ASSERT_ERR(r, -ENOSPC);
+                        ASSERT_ERR(r, PLAN_REFUSED_NO_ROOM);
                         ASSERT_EQ(plan_n_entries(p), live_before);
                         export_and_check(p, &c, &table);
                         ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
@@ -703,9 +712,9 @@ TEST(non_harmonic_periods_share_a_cpu) {
                                   .utilization_ppm = pairs[i].u1, .cpu = -1 };
                 PlanRequest b = { .id = 2, .pid = 101, .uid = 0, .period_ns = pairs[i].p2_ms * NSEC_PER_MSEC,
                                   .utilization_ppm = pairs[i].u2, .cpu = -1 };
-                ASSERT_OK(plan_admit(p, &a, &e1, why, sizeof(why)));
+                ASSERT_ADMITTED(plan_admit(p, &a, &e1, why, sizeof(why)));
                 int r = plan_admit(p, &b, &e2, why, sizeof(why));
-                if (r < 0)
+                if (r != 0)
                         TEST_FAIL_("%" PRIu64 " ms/%u ppm beside %" PRIu64 " ms/%u ppm refused: %s", pairs[i].p2_ms,
                                    pairs[i].u2, pairs[i].p1_ms, pairs[i].u1, why);
                 printf("  %" PRIu64 " ms beside %" PRIu64 " ms: granted %" PRIu32 " of %" PRIu32 " slots\n",
@@ -724,29 +733,29 @@ TEST(refusals_name_the_real_reason) {
         /* More than one CPU: say how to get it instead. */
         PlanRequest big = { .id = 9, .pid = 100, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 1500000,
                             .cpu = -1 };
-        ASSERT_ERR(plan_admit(p, &big, NULL, why, sizeof(why)), -ERANGE);
+        ASSERT_ERR(plan_admit(p, &big, NULL, why, sizeof(why)), PLAN_REFUSED_RANGE);
         ASSERT_CONTAINS(why, "at most one CPU at a time");
         ASSERT_CONTAINS(why, "reserve each");
         /* One slot per period: any grant is the whole CPU. */
         PlanRequest r = { .id = 1, .pid = 100, .uid = 1000, .period_ns = NSEC_PER_MSEC, .utilization_ppm = 10000, .cpu = -1 };
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "in whole slots of 1ms");
         ASSERT_CONTAINS(why, "ask for a longer period");
         /* 51% of 2 ms needs 2 of 2 slots. */
         r.period_ns = 2 * NSEC_PER_MSEC;
         r.utilization_ppm = 510000;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "in whole slots");
         /* 20% every 7 ms beside 50% every 100 ms: no grid period divides 7 ms
          * and every shorter one needs a third of the CPU to cover each 7 ms
          * window (1 of 3, 2 of 6 slots); 25% is free. */
         r.period_ns = 100 * NSEC_PER_MSEC;
         r.utilization_ppm = 500000;
-        ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, NULL, why, sizeof(why)));
         r.id = 2;
         r.period_ns = 7 * NSEC_PER_MSEC;
         r.utilization_ppm = 200000;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "in whole slots that is at least");
         ASSERT_CONTAINS(why, "(33.3333%)");
         ASSERT_CONTAINS(why, "CPU 0: 25% free");
@@ -764,12 +773,12 @@ TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
         for (uint64_t id = 1; id <= 2; id++) {
                 PlanRequest r = { .id = id, .pid = 100, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC,
                                   .utilization_ppm = 250000, .cpu = (int32_t) id - 1 };
-                ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+                ASSERT_ADMITTED(plan_admit(p, &r, NULL, why, sizeof(why)));
         }
         PlanRequest r = { .id = 3, .pid = 100, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000,
                           .cpu = -1 };
         int rr = plan_admit(p, &r, &e, why, sizeof(why));
-        if (rr < 0)
+        if (rr != 0)
                 TEST_FAIL_("not split: %s", why);
         ASSERT_TRUE(e.flags & PACE_RES_PIECE);
         ASSERT_EQ(e.budget_slots, 30);
@@ -790,7 +799,7 @@ TEST(sixty_percent_with_half_free_on_each_cpu_is_split) {
         ASSERT_EQ(table.n_reservations, 2);
         /* A named CPU is never split. */
         r.cpu = 1;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
 }
 
 /* The "hostile clients" issue: `taskset -c 1 pace-run ...` must not be
@@ -808,19 +817,19 @@ TEST(servers_and_aligned_reservations_are_never_split) {
         for (uint64_t id = 1; id <= 2; id++) {
                 PlanRequest r = { .id = id, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 250000,
                                   .cpu = (int32_t) id - 1 };
-                ASSERT_OK(plan_admit(p, &r, NULL, why, sizeof(why)));
+                ASSERT_ADMITTED(plan_admit(p, &r, NULL, why, sizeof(why)));
         }
         export_and_check(p, &c, &table2);
         PlanRequest r = { .id = 3, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1,
                           .kind = PLAN_KIND_SERVER };
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "not enough free CPU time for 60% every 50ms on any one CPU (CPU 0: 49% free, CPU 1: "
                         "49% free; free time also pays the dispatcher's switch costs, a server's own included)");
         ASSERT_CONTAINS(why, "; a server reservation is never split over CPUs (its budget is spent wherever its "
                         "threads run), so one CPU must hold all of it: ask for less, or for kind slots, which may "
                         "be split");
         r.kind = PLAN_KIND_ALIGNED;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "; an aligned reservation is never split over CPUs (its budget is one block)");
         ASSERT_EQ(plan_n_entries(p), 2);
         export_and_check(p, &c, &table);
@@ -829,12 +838,12 @@ TEST(servers_and_aligned_reservations_are_never_split) {
         /* The same request as slots is split, and a server that fits one
          * CPU goes on one whole. */
         r.kind = PLAN_KIND_SLOTS;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_TRUE(e.flags & PACE_RES_PIECE);
         ASSERT_OK(plan_remove(p, 3));
         r.kind = PLAN_KIND_SERVER;
         r.utilization_ppm = 300000;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.flags, PACE_RES_SERVER);
         export_and_check(p, &c, &table);
         ASSERT_EQ(assert_kind_layout(p, &c, &table, &e), 0u);
@@ -863,10 +872,10 @@ TEST(servers_are_charged_their_switches) {
                 ASSERT_OK(plan_new(&c, &p));
                 PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
                                   .cpu = -1 };
-                ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+                ASSERT_ADMITTED(plan_admit(p, &a, NULL, why, sizeof(why)));
                 PlanRequest b = { .id = 2, .uid = 0, .period_ns = 40 * NSEC_PER_MSEC, .utilization_ppm = pct * 10000,
                                   .cpu = -1 };
-                if (plan_admit(p, &b, NULL, why, sizeof(why)) < 0)
+                if (plan_admit(p, &b, NULL, why, sizeof(why)) != 0)
                         break;
                 export_and_check(p, &c, &table);
                 fits = pct;
@@ -877,15 +886,15 @@ TEST(servers_are_charged_their_switches) {
         ASSERT_OK(plan_new(&c, &p));
         PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = -1,
                           .kind = PLAN_KIND_SERVER };
-        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &a, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table);
         PlanRequest b = { .id = 2, .uid = 0, .period_ns = 40 * NSEC_PER_MSEC, .utilization_ppm = fits * 10000,
                           .cpu = -1 };
-        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "not enough free CPU time for");
         /* Less fits, and the validator agrees with the charge. */
         b.utilization_ppm = (fits - 10) * 10000;
-        ASSERT_OK(plan_admit(p, &b, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &b, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table);
         ASSERT_EQ(table.cpus[0].frame_slots, 200u);
 }
@@ -905,7 +914,7 @@ TEST(aligned_budgets_are_one_block_from_their_phase) {
 
         PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1,
                           .kind = PLAN_KIND_ALIGNED };
-        ASSERT_OK(plan_admit(p, &a, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &a, &e, why, sizeof(why)));
         ASSERT_EQ(e.flags, PACE_RES_ALIGNED);
         ASSERT_EQ(e.budget_slots, 30u);
         export_and_check(p, &c, &table);
@@ -918,7 +927,7 @@ TEST(aligned_budgets_are_one_block_from_their_phase) {
 
         PlanRequest b = { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1,
                           .kind = PLAN_KIND_ALIGNED };
-        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &b, &e, why, sizeof(why)));
         export_and_check(p, &c, &table);
         ASSERT_EQ(assert_kind_layout(p, &c, &table, &e), 0u);
         ASSERT_OK(plan_phase(p, 2, &phase));
@@ -935,10 +944,10 @@ TEST(aligned_budgets_are_one_block_from_their_phase) {
          * still one block, the validator content. */
         ASSERT_OK(plan_remove(p, 2));
         PlanRequest s1 = { .id = 3, .uid = 0, .period_ns = 100 * NSEC_PER_MSEC, .utilization_ppm = 30000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &s1, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &s1, NULL, why, sizeof(why)));
         PlanRequest d = { .id = 4, .uid = 0, .period_ns = 100 * NSEC_PER_MSEC, .utilization_ppm = 50000, .cpu = -1,
                           .kind = PLAN_KIND_ALIGNED };
-        ASSERT_OK(plan_admit(p, &d, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &d, &e, why, sizeof(why)));
         export_and_check(p, &c, &table);
         ASSERT_EQ(table.cpus[0].frame_slots, 100u);
         assert_kind_layout(p, &c, &table, &e);
@@ -958,23 +967,23 @@ TEST(aligned_keeps_its_period_or_is_refused) {
         char why[512];
 
         PlanRequest a = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000, .cpu = -1 };
-        ASSERT_OK(plan_admit(p, &a, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &a, NULL, why, sizeof(why)));
         export_and_check(p, &c, &table2);
         PlanRequest b = { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = -1,
                           .kind = PLAN_KIND_ALIGNED };
-        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &b, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "not enough free CPU time for 20% every 50ms");
         ASSERT_CONTAINS(why, "an aligned budget needs one stretch of free slots in every period");
         export_and_check(p, &c, &table);
         ASSERT_EQ(memcmp(&table, &table2, sizeof(table)), 0);
         b.period_ns = 10 * NSEC_PER_MSEC;
-        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &b, &e, why, sizeof(why)));
         ASSERT_EQ(e.period_slots, 10u);
         ASSERT_EQ(e.budget_slots, 2u);
         ASSERT_OK(plan_remove(p, 2));
         b.period_ns = 50 * NSEC_PER_MSEC;
         b.kind = PLAN_KIND_SLOTS;
-        ASSERT_OK(plan_admit(p, &b, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &b, &e, why, sizeof(why)));
         ASSERT_EQ(e.period_slots, 50u);
 }
 
@@ -986,27 +995,27 @@ TEST(worst_fit_stays_within_the_allowed_cpus) {
 
         /* CPU 0 empty, CPU 1 20% held, CPU 2 10%: worst fit alone picks 0. */
         PlanRequest fill = { .id = 1, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = 1 };
-        ASSERT_OK(plan_admit(p, &fill, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &fill, NULL, why, sizeof(why)));
         fill = (PlanRequest) { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = 2 };
-        ASSERT_OK(plan_admit(p, &fill, NULL, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &fill, NULL, why, sizeof(why)));
 
         PlanRequest r = { .id = 3, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
         r.allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 2;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.cpu, 2); /* the emptiest of those allowed */
         r.id = 4;
         r.allowed_cpus = UINT64_C(1) << 1;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.cpu, 1); /* the fullest, but the only one allowed */
         /* CPUs pace does not manage in the mask change nothing. */
         r.id = 5;
         r.allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 40;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.cpu, 1);
         /* Unrestricted, the same request still goes to CPU 0. */
         r.id = 6;
         r.allowed_cpus = 0;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.cpu, 0);
         export_and_check(p, &c, &table);
 
@@ -1015,7 +1024,7 @@ TEST(worst_fit_stays_within_the_allowed_cpus) {
         r.id = 7;
         r.allowed_cpus = UINT64_C(1) << 1;
         r.utilization_ppm = 400000;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "not enough free CPU time for 40% every 50ms on the CPUs pid 10007 may run on (CPU 1: ");
         ASSERT_NOT_CONTAINS(why, "CPU 0:");
         ASSERT_NOT_CONTAINS(why, "CPU 2:");
@@ -1033,27 +1042,27 @@ TEST(a_named_cpu_outside_the_allowed_cpus_is_refused) {
 
         PlanRequest r = { .id = 4232, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000,
                           .cpu = 0, .allowed_cpus = UINT64_C(1) << 1 };
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_STREQ(why, "CPU 0 is outside pid 14232's allowed CPUs (1); name one of them or change its affinity");
         /* plan_validate() says the same, without placing anything. */
         r.pid = 4242;
-        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_STREQ(why, "CPU 0 is outside pid 4242's allowed CPUs (1); name one of them or change its affinity");
         ASSERT_EQ(plan_n_entries(p), 0);
         /* A thread-scope request follows the thread's own affinity. */
         r.scope = PACE_TABLE_SCOPE_THREAD;
         r.tid = 4243;
-        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_CONTAINS(why, "outside thread 4243 of pid 4242's allowed CPUs (1)");
         r.scope = PACE_TABLE_SCOPE_PROCESS;
         r.tid = 0;
         /* The allowed set shown is what pace could use of it. */
         r.allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 7;
-        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_validate(p, &r, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_CONTAINS(why, "allowed CPUs (1);");
         /* The allowed CPU, named, is fine. */
         r.cpu = 1;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.cpu, 1);
 }
 
@@ -1069,12 +1078,12 @@ TEST(a_split_stays_within_the_allowed_cpus) {
         for (int32_t cpu = 1; cpu <= 2; cpu++) {
                 PlanRequest f = { .id = (uint64_t) cpu, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC,
                                   .utilization_ppm = 250000, .cpu = cpu };
-                ASSERT_OK(plan_admit(p, &f, NULL, why, sizeof(why)));
+                ASSERT_ADMITTED(plan_admit(p, &f, NULL, why, sizeof(why)));
         }
         PlanRequest r = { .id = 3, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1,
                           .allowed_cpus = UINT64_C(1) << 1 | UINT64_C(1) << 2 };
         int rr = plan_admit(p, &r, &e, why, sizeof(why));
-        if (rr < 0)
+        if (rr != 0)
                 TEST_FAIL_("not split over CPUs 1 and 2: %s", why);
         ASSERT_TRUE(e.flags & PACE_RES_PIECE);
         ASSERT_TRUE(e.cpu == 1 || e.cpu == 2);
@@ -1096,12 +1105,12 @@ TEST(a_split_stays_within_the_allowed_cpus) {
          * lists that CPU alone. */
         ASSERT_OK(plan_remove(p, 3));
         r.allowed_cpus = UINT64_C(1) << 2;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENOSPC);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_NO_ROOM);
         ASSERT_CONTAINS(why, "(CPU 2: 49% free;"); /* 13 of 50 slots held */
         ASSERT_CONTAINS(why, "CPUs 0-1 are outside its affinity");
         /* Unrestricted, CPU 0 takes it whole. */
         r.allowed_cpus = 0;
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.cpu, 0);
         ASSERT_FALSE(e.flags & PACE_RES_PIECE);
 }
@@ -1113,28 +1122,28 @@ TEST(no_managed_or_online_cpu_allowed_is_refused) {
 
         PlanRequest r = { .id = 1, .uid = 1000, .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000,
                           .cpu = -1, .allowed_cpus = UINT64_C(1) << 5 };
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_STREQ(why, "pid 10001 may run only on CPU 5 (its CPU affinity), and pace manages none of them (it "
                      "manages CPUs 0-1); change its affinity to include one of those");
         /* Naming a CPU does not change the reason. */
         r.cpu = 0;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_CONTAINS(why, "pace manages none of them");
         r.cpu = -1;
         r.allowed_cpus = UINT64_C(0xf0);
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_CONTAINS(why, "may run only on CPUs 4-7 (its CPU affinity)");
         /* Allowed a managed CPU that is offline. */
         ASSERT_OK(plan_set_cpu_online(p, 1, false));
         r.allowed_cpus = UINT64_C(1) << 1;
-        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), -ENODEV);
+        ASSERT_ERR(plan_admit(p, &r, NULL, why, sizeof(why)), PLAN_REFUSED_CPU);
         ASSERT_STREQ(why, "the CPU pid 10001 may run on that pace manages (1) is offline; change its affinity to "
                      "include an online one");
         ASSERT_EQ(plan_n_entries(p), 0);
         /* With CPU 0 allowed too, it goes there. */
         PlanEntry e;
         r.allowed_cpus = UINT64_C(3);
-        ASSERT_OK(plan_admit(p, &r, &e, why, sizeof(why)));
+        ASSERT_ADMITTED(plan_admit(p, &r, &e, why, sizeof(why)));
         ASSERT_EQ(e.cpu, 0);
 }
 
