@@ -80,6 +80,10 @@ void drop_nice(Broker *b, size_t i);
 int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size);
 PlanRequest request_for_entry(const PlanEntry *e);
 
+/* adopt.c: before the table is first written, what the previous broker
+ * left in it (dir_fd: the runtime directory). */
+int adopt_previous_table(Broker *b, int dir_fd);
+
 /* A request refused for a reason its sender must read: the protocol's
  * error code and one line saying what to change. Whatever decides fills it
  * with refuse() and returns the code, which is positive: a refusal is an
