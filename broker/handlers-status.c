@@ -3,7 +3,6 @@
  * (read from its stats file), every CPU, every nice level. */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,6 +11,7 @@
 #include "broker-internal.h"
 #include "macro.h"
 #include "pace-stats.h"
+#include "stats-seqlock.h"
 
 /* A thread count the dispatcher reports is shown up to this. */
 #define PACE_MAX_THREADS_REPORTED 65536u
@@ -61,18 +61,9 @@ static bool stats_collect(const Broker *b, uint64_t id, Pace__Accounting *acc, u
         for (uint32_t i = 0; i < PACE_STATS_MAX_ENTRIES; i++) {
                 const PaceStatsEntry *src = &f->entries[i];
                 PaceStatsEntry e;
-                bool ok = false;
                 if (src->id != id)
                         continue;
-                for (int attempt = 0; attempt < 4 && !ok; attempt++) {
-                        uint32_t s1 = atomic_load_explicit(&((PaceStatsEntry *) src)->seq, memory_order_acquire);
-                        if (s1 & 1)
-                                continue;
-                        memcpy(&e, (const void *) src, sizeof(e));
-                        atomic_thread_fence(memory_order_acquire);
-                        ok = atomic_load_explicit(&((PaceStatsEntry *) src)->seq, memory_order_relaxed) == s1;
-                }
-                if (!ok || e.id != id || e.window_ns == 0)
+                if (!stats_entry_read(src, 4, &e) || e.id != id || e.window_ns == 0)
                         continue;
                 found = true;
                 acc->window_ns = MAX(acc->window_ns, e.window_ns);

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-#include <stdatomic.h>
-
 #include "acct.h"
+#include "stats-seqlock.h"
 
 void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budget_ns, bool runnable,
                      uint64_t window_min_ns) {
@@ -36,17 +35,8 @@ bool acct_budget_spent(const Acct *a, uint64_t usage_ns, uint64_t budget_ns, uin
         return used >= budget_ns || budget_ns - used < run_ns / 2;
 }
 
-void acct_entry_write_begin(PaceStatsEntry *e) {
-        atomic_fetch_add_explicit(&e->seq, 1, memory_order_relaxed);
-        atomic_thread_fence(memory_order_release);
-}
-
-void acct_entry_write_end(PaceStatsEntry *e) {
-        atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
-}
-
 void acct_publish(const Acct *a, uint32_t threads, uint64_t usage_ns, uint64_t now_ns, PaceStatsEntry *e) {
-        acct_entry_write_begin(e);
+        stats_entry_write_begin(e);
         e->threads = threads;
         e->cpu_time_ns = usage_ns - a->base;
         e->window_ns = a->window_ns;
@@ -55,5 +45,5 @@ void acct_publish(const Acct *a, uint32_t threads, uint64_t usage_ns, uint64_t n
         e->periods_blocked = a->blocked;
         e->periods_wanted_more = a->wanted_more;
         e->updated_ns = now_ns;
-        acct_entry_write_end(e);
+        stats_entry_write_end(e);
 }

@@ -39,8 +39,5 @@ void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budge
  * Never before the first period end (nothing to count from). */
 bool acct_budget_spent(const Acct *a, uint64_t usage_ns, uint64_t budget_ns, uint64_t run_ns);
 
-/* The stats entry's seqlock: a reader retries while seq is odd or moved. */
-void acct_entry_write_begin(PaceStatsEntry *e);
-void acct_entry_write_end(PaceStatsEntry *e);
 /* Writes a's figures to e (under its seqlock). */
 void acct_publish(const Acct *a, uint32_t threads, uint64_t usage_ns, uint64_t now_ns, PaceStatsEntry *e);

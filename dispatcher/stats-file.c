@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "stats-file.h"
+#include "stats-seqlock.h"
 #include "time-util.h"
 
 int stats_file_open(const char *runtime_dir, int *ret_fd) {
@@ -65,14 +66,14 @@ int stats_file_claim(PaceStatsFile *f, uint64_t id, int32_t cpu, PaceStatsEntry 
                 /* Dispatch threads of several CPUs claim at once. */
                 if (!atomic_compare_exchange_strong(&e->claimed, &expected, 1))
                         continue;
-                acct_entry_write_begin(e);
+                stats_entry_write_begin(e);
                 e->id = id;
                 e->cpu = cpu;
                 e->threads = 0;
                 e->cpu_time_ns = e->window_ns = e->delivered_ns = 0;
                 e->periods = e->periods_blocked = e->periods_wanted_more = 0;
                 e->updated_ns = monotonic_ns();
-                acct_entry_write_end(e);
+                stats_entry_write_end(e);
                 *ret = e;
                 return 0;
         }
@@ -84,8 +85,8 @@ void stats_file_publish(PaceStatsEntry *e, const Acct *a, uint32_t threads, uint
 }
 
 void stats_file_release(PaceStatsEntry *e) {
-        acct_entry_write_begin(e);
+        stats_entry_write_begin(e);
         e->id = 0;
-        acct_entry_write_end(e);
+        stats_entry_write_end(e);
         atomic_store(&e->claimed, 0);
 }
