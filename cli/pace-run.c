@@ -95,12 +95,46 @@ static void help(void) {
                cli_program, PACE_DEFAULT_SOCKET, cli_kind_name(PACE_RUN_DEFAULT_KIND));
 }
 
+enum {
+        ARG_SCOPE = 0x100,
+};
+
+/* One option into args: 0, 1 when the work is done (--help, --version), or
+ * a negative value after a usage error has been reported. */
+static int parse_option(int c, char *argv[], Args *args) {
+        switch (c) {
+        case 'p':
+                args->have_period = true;
+                return cli_parse_period("--period", optarg, &args->reserve.period_ns);
+        case 'u':
+                args->have_util = true;
+                return cli_parse_util("--util", optarg, &args->reserve.utilization_ppm);
+        case 'c':
+                return cli_parse_cpu("--cpu", optarg, &args->reserve.cpu);
+        case ARG_SCOPE:
+                return cli_parse_scope("--scope", optarg, &args->reserve.scope);
+        case 'k':
+                args->have_kind = true;
+                return cli_parse_kind("--kind", optarg, &args->reserve.kind);
+        case 'b':
+                args->best_effort = true;
+                return 0;
+        case 'q':
+                args->quiet = true;
+                return 0;
+        case 's':
+                if (!*optarg)
+                        return cli_usage_error("--socket needs a path");
+                args->socket_path = optarg;
+                return 0;
+        default:
+                return cli_common_option(c, argv, help, "bqhV");
+        }
+}
+
 /* Returns 0 to go on, 1 when the work is done (--help, --version), or a
  * negative value after a usage error has been reported. */
 static int parse_args(int argc, char *argv[], Args *args) {
-        enum {
-                ARG_SCOPE = 0x100,
-        };
         static const struct option options[] = {
                 { "period",      required_argument, NULL, 'p' },
                 { "util",        required_argument, NULL, 'u' },
@@ -123,54 +157,14 @@ static int parse_args(int argc, char *argv[], Args *args) {
         /* '+': stop at the command, whose own options are not ours. */
         opterr = 0;
         while ((c = getopt_long(argc, argv, "+:p:u:c:k:bqs:hV", options, NULL)) >= 0) {
-                switch (c) {
-                case 'p':
-                        r = cli_parse_period("--period", optarg, &args->reserve.period_ns);
-                        if (r < 0)
-                                return r;
-                        args->have_period = true;
-                        break;
-                case 'u':
-                        r = cli_parse_util("--util", optarg, &args->reserve.utilization_ppm);
-                        if (r < 0)
-                                return r;
-                        args->have_util = true;
-                        break;
-                case 'c':
-                        r = cli_parse_cpu("--cpu", optarg, &args->reserve.cpu);
-                        if (r < 0)
-                                return r;
-                        break;
-                case ARG_SCOPE:
-                        r = cli_parse_scope("--scope", optarg, &args->reserve.scope);
-                        if (r < 0)
-                                return r;
-                        break;
-                case 'k':
-                        r = cli_parse_kind("--kind", optarg, &args->reserve.kind);
-                        if (r < 0)
-                                return r;
-                        args->have_kind = true;
-                        break;
-                case 'b':
-                        args->best_effort = true;
-                        break;
-                case 'q':
-                        args->quiet = true;
-                        break;
-                case 's':
-                        if (!*optarg)
-                                return cli_usage_error("--socket needs a path");
-                        args->socket_path = optarg;
-                        break;
-                default:
-                        return cli_common_option(c, argv, help, "bqhV");
-                }
+                r = parse_option(c, argv, args);
+                if (r != 0)
+                        return r;
         }
 
         if (!args->have_period || !args->have_util)
                 return cli_usage_error("--period and --util are required, e.g. "
-                                   "%s --period 50ms --util 60%% -- COMMAND", cli_program);
+                                       "%s --period 50ms --util 60%% -- COMMAND", cli_program);
         if (optind >= argc)
                 return cli_usage_error("missing COMMAND to run");
 
