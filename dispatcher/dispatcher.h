@@ -9,19 +9,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <syslog.h>
 #include <sys/types.h>
 
 #include "config.h"
 
 typedef struct Dispatcher Dispatcher;
 
-typedef enum DispatcherLogLevel {
-        DISPATCHER_LOG_ERROR,
-        DISPATCHER_LOG_WARNING,
-        DISPATCHER_LOG_INFO,
-} DispatcherLogLevel;
-
-typedef void (*DispatcherLogFn)(DispatcherLogLevel level, const char *message, void *userdata);
+/* One line of log with a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO):
+ * the broker's log callback's shape, so both daemons speak of priorities
+ * alike. */
+typedef void (*DispatcherLogFn)(void *userdata, int priority, const char *message);
 
 /* config->cpus may be unset (all online CPUs): resolved here. Blocks
  * SIGTERM, SIGINT and SIGUSR1 in the calling thread (signals are handled

@@ -39,24 +39,24 @@
 static const char *arg_config = NULL;
 static bool arg_monitor = true;
 
-static const char *level_prefix(DispatcherLogLevel level) {
+static const char *level_prefix(int priority) {
         /* sd-daemon "<N>" prefixes give the journal the priority; on a
          * terminal they would only be noise. */
         static const char *const journal[] = {
-                [DISPATCHER_LOG_ERROR] = SD_ERR "pace-dispatcher: error: ",
-                [DISPATCHER_LOG_WARNING] = SD_WARNING "pace-dispatcher: warning: ",
-                [DISPATCHER_LOG_INFO] = SD_INFO "pace-dispatcher: ",
+                [LOG_ERR] = SD_ERR "pace-dispatcher: error: ",
+                [LOG_WARNING] = SD_WARNING "pace-dispatcher: warning: ",
+                [LOG_INFO] = SD_INFO "pace-dispatcher: ",
         };
         static const char *const plain[] = {
-                [DISPATCHER_LOG_ERROR] = "pace-dispatcher: error: ",
-                [DISPATCHER_LOG_WARNING] = "pace-dispatcher: warning: ",
-                [DISPATCHER_LOG_INFO] = "pace-dispatcher: ",
+                [LOG_ERR] = "pace-dispatcher: error: ",
+                [LOG_WARNING] = "pace-dispatcher: warning: ",
+                [LOG_INFO] = "pace-dispatcher: ",
         };
-        return getenv("JOURNAL_STREAM") ? journal[level] : plain[level];
+        return getenv("JOURNAL_STREAM") ? journal[priority] : plain[priority];
 }
 
-static void log_stderr(DispatcherLogLevel level, const char *message, void *userdata) {
-        fprintf(stderr, "%s%s\n", level_prefix(level), message);
+static void log_stderr(void *userdata, int priority, const char *message) {
+        fprintf(stderr, "%s%s\n", level_prefix(priority), message);
 }
 
 static void watchdog_ping(void *userdata) {
@@ -133,12 +133,12 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                 r = dispatcher_use_stats(d, arg_stats_fd);
                 if (r < 0)
                         fprintf(stderr, "%scannot map the accounting file: %s\n",
-                                level_prefix(DISPATCHER_LOG_WARNING), strerror(-r));
+                                level_prefix(LOG_WARNING), strerror(-r));
         }
 
         r = dispatcher_start(d, err, sizeof(err));
         if (r < 0) {
-                fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR), err[0] ? err : strerror(-r));
+                fprintf(stderr, "%scannot start: %s\n", level_prefix(LOG_ERR), err[0] ? err : strerror(-r));
                 return EXIT_FAILURE;
         }
 
@@ -148,7 +148,7 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                 snprintf(cpus + strlen(cpus), sizeof(cpus) - strlen(cpus), "%s%d", i ? "," : "",
                          (int) used->cpus[i]);
         fprintf(stderr, "%srunning on CPUs %s, slot %llu us, waiting policy %s, table %s/table\n",
-                level_prefix(DISPATCHER_LOG_INFO), cpus, (unsigned long long) (used->slot_ns / 1000),
+                level_prefix(LOG_INFO), cpus, (unsigned long long) (used->slot_ns / 1000),
                 used->waiting == PACE_WAITING_FREEZE ? "freeze" : "nice", runtime_dir);
 
         uint64_t watchdog_usec = 0;
@@ -167,14 +167,13 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                 .userdata = &ready_fd,
         };
         if (run.test_hooks)
-                log_stderr(DISPATCHER_LOG_WARNING, TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)",
-                           NULL);
+                log_stderr(NULL, LOG_WARNING, TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)");
         (void) sd_notify(0, "READY=1\nSTATUS=dispatching");
 
         r = dispatcher_run(d, &run);
         (void) sd_notify(0, "STOPPING=1");
         if (r < 0) {
-                log_stderr(DISPATCHER_LOG_ERROR, strerror(-r), NULL);
+                log_stderr(NULL, LOG_ERR, strerror(-r));
                 return EXIT_FAILURE;
         }
         return EXIT_SUCCESS;
@@ -207,18 +206,18 @@ static int dispatch_child(int ready_fd, void *userdata) {
         if (args->runs++ > 0) {
                 r = load_config(&again, &config_error, NULL);
                 if (r < 0)
-                        log_stderr(DISPATCHER_LOG_WARNING, "restart: configuration unreadable now, using the one "
-                                   "read at start", NULL);
+                        log_stderr(NULL, LOG_WARNING, "restart: configuration unreadable now, using the one "
+                                   "read at start");
                 else if (!same_fixed(&again, args->config))
-                        log_stderr(DISPATCHER_LOG_WARNING, "restart: the configuration now changes cpus, waiting, "
+                        log_stderr(NULL, LOG_WARNING, "restart: the configuration now changes cpus, waiting, "
                                    "slot_us or raises max_frame_ms; using the one read at start (restart the "
-                                   "service for those)", NULL);
+                                   "service for those)");
                 else
                         config = again;
         }
         r = dispatcher_new(&config, args->runtime_dir, &d, err, sizeof(err));
         if (r < 0) {
-                log_stderr(DISPATCHER_LOG_ERROR, err[0] ? err : strerror(-r), NULL);
+                log_stderr(NULL, LOG_ERR, err[0] ? err : strerror(-r));
                 return EXIT_FAILURE;
         }
         return dispatch(d, args->runtime_dir, ready_fd);
@@ -285,7 +284,7 @@ static int run(int argc, char **argv) {
 
         r = load_config(&config, &config_error, NULL);
         if (r < 0) {
-                fprintf(stderr, "%s%s\n", level_prefix(DISPATCHER_LOG_ERROR),
+                fprintf(stderr, "%s%s\n", level_prefix(LOG_ERR),
                         config_error ?: "cannot load the configuration");
                 return EXIT_FAILURE;
         }
@@ -298,7 +297,7 @@ static int run(int argc, char **argv) {
 
         r = dispatcher_new(&config, runtime_dir, &d, err, sizeof(err));
         if (r < 0) {
-                log_stderr(DISPATCHER_LOG_ERROR, err[0] ? err : strerror(-r), NULL);
+                log_stderr(NULL, LOG_ERR, err[0] ? err : strerror(-r));
                 return EXIT_FAILURE;
         }
 
@@ -307,7 +306,7 @@ static int run(int argc, char **argv) {
         r = dispatcher_stats_open(runtime_dir, &arg_stats_fd);
         if (r < 0)
                 fprintf(stderr, "%scannot create %s/%s (accounting for pacectl status): %s\n",
-                        level_prefix(DISPATCHER_LOG_WARNING), runtime_dir, PACE_STATS_NAME, strerror(-r));
+                        level_prefix(LOG_WARNING), runtime_dir, PACE_STATS_NAME, strerror(-r));
 
         /* Reservation groups: the base directory's path, and its mount,
          * which must stay writable in the read-only view. */
@@ -339,7 +338,7 @@ static int run(int argc, char **argv) {
         dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
         r = privileges_drop(&limits, &report, err, sizeof(err));
         if (r < 0) {
-                fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR),
+                fprintf(stderr, "%scannot start: %s\n", level_prefix(LOG_ERR),
                         err[0] ? err : strerror(-r));
                 return EXIT_FAILURE;
         }
@@ -348,7 +347,7 @@ static int run(int argc, char **argv) {
         caps_text(report.bounding, bnd, sizeof(bnd));
         fprintf(stderr, "%sprivileges: uid %u, capabilities %s (bounding set %s%s), no_new_privs, %s, "
                 "locks up to %" PRIu64 " MiB%s, RLIMIT_NOFILE %" PRIu64 "\n",
-                level_prefix(DISPATCHER_LOG_INFO), (unsigned) getuid(), eff,
+                level_prefix(LOG_INFO), (unsigned) getuid(), eff,
                 report.bounding == report.effective ? "the same" : bnd,
                 report.bounding_dropped ? ", dropped here" : "",
                 report.read_only_view ? "file system read-only for it" : "file system as the service manager set it",
