@@ -124,8 +124,8 @@ static void watch_kick(uint32_t i, void *userdata) {
         loop_kick(&d->loops[i]);
 }
 
-int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err,
-                   size_t err_size) {
+int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *why,
+                   size_t why_size) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
         sigset_t mask;
         int r;
@@ -137,11 +137,11 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d->config = *config;
         r = resolve_cpus(&d->config);
         if (r < 0) {
-                snprintf(err, err_size, "cannot read the online CPUs: %s", strerror(-r));
+                snprintf(why, why_size, "cannot read the online CPUs: %s", strerror(-r));
                 return r;
         }
         if (d->config.n_cpus == 0) {
-                snprintf(err, err_size, "no CPUs to manage");
+                snprintf(why, why_size, "no CPUs to manage");
                 return -EINVAL;
         }
 
@@ -251,21 +251,21 @@ static bool loop_gone(const CpuLoop *l, uint64_t unused) {
         return loop_exited(l);
 }
 
-int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
+int dispatcher_start(Dispatcher *d, char *why, size_t why_size) {
         int r;
 
         /* A page fault in the middle of a slot switch would be charged to
          * whoever owns the CPU. */
         if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
                 r = negative_errno();
-                snprintf(err, err_size, "cannot lock memory (mlockall): %s; the dispatcher needs CAP_IPC_LOCK "
+                snprintf(why, why_size, "cannot lock memory (mlockall): %s; the dispatcher needs CAP_IPC_LOCK "
                          "or a large enough RLIMIT_MEMLOCK", strerror(-r));
                 return r;
         }
-        r = rt_check_privileges(err, err_size);
+        r = rt_check_privileges(why, why_size);
         if (r < 0)
                 return r;
-        r = rt_check_cgroup("/proc", "/sys/fs/cgroup", err, err_size);
+        r = rt_check_cgroup("/proc", "/sys/fs/cgroup", why, why_size);
         if (r < 0)
                 return r;
 
@@ -275,7 +275,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
             freezer_v1_open("/proc", d->instance_name, &d->freezer) >= 0) {
                 r = freezer_v1_anchor(d->freezer);
                 if (r < 0) {
-                        snprintf(err, err_size, "cannot create the freezer cgroup %s/anchor: %s",
+                        snprintf(why, why_size, "cannot create the freezer cgroup %s/anchor: %s",
                                  freezer_v1_base(d->freezer), strerror(-r));
                         return r;
                 }
@@ -300,7 +300,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
         /* Strict mode freezes the v1 freezer's groups or, on the unified
          * hierarchy, each reservation's own group. */
         if (d->config.waiting == PACE_WAITING_FREEZE && !d->freezer && !(d->groups && group_set_unified(d->groups))) {
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "\"waiting\": \"freeze\" needs the cgroup v1 freezer or reservation groups on the unified "
                          "hierarchy, and neither is available here (%s); use \"waiting\": \"nice\"",
                          d->groups_note[0] ? d->groups_note : "no v1 freezer is mounted");
@@ -322,16 +322,16 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
 
                 r = loop_start(l, &ctx);
                 if (r == -EPERM) {
-                        rt_explain_eperm("/proc", "/sys/fs/cgroup", err, err_size);
+                        rt_explain_eperm("/proc", "/sys/fs/cgroup", why, why_size);
                         return r;
                 }
                 if (r == -EINVAL) {
-                        snprintf(err, err_size, "cannot start the dispatch thread of CPU %" PRIi32
+                        snprintf(why, why_size, "cannot start the dispatch thread of CPU %" PRIi32
                                  ": the CPU is not online", l->cpu);
                         return r;
                 }
                 if (r < 0) {
-                        snprintf(err, err_size, "cannot start the dispatch thread of CPU %" PRIi32 ": %s", l->cpu,
+                        snprintf(why, why_size, "cannot start the dispatch thread of CPU %" PRIi32 ": %s", l->cpu,
                                  strerror(-r));
                         return r;
                 }
@@ -454,7 +454,7 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
         _cleanup_free_ char *error = NULL;
         PaceConfig next;
         uint64_t gen = 0;
-        char err[512];
+        char why[512];
         int r;
 
         if (!o->load_config) {
@@ -493,10 +493,10 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                         return;
                 }
         r = snapshot_published(d, &gen);
-        if (r == 0 && table_check(d->scratch, &next, err, sizeof(err)) < 0) {
+        if (r == 0 && table_check(d->scratch, &next, why, sizeof(why)) < 0) {
                 run_log(o, LOG_ERR,
                         "reload refused: the table in force (generation %" PRIu64 ") breaks the new configuration: "
-                        "%s; the configuration in force stays", gen, err);
+                        "%s; the configuration in force stays", gen, why);
                 return;
         }
 
@@ -660,12 +660,12 @@ static int on_probe(sd_event_source *s, uint64_t usec, void *userdata) {
 /* The nice levels of the published table, checked here as the loops
  * check theirs: the main thread trusts the broker no more than they do. */
 static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
-        char err[512], why[256];
+        char table_why[512], why[256];
         uint64_t gen;
 
         if (snapshot_published(d, &gen) < 0)
                 return;
-        if (table_check(d->scratch, &d->config, err, sizeof(err)) < 0)
+        if (table_check(d->scratch, &d->config, table_why, sizeof(table_why)) < 0)
                 return; /* the loops say why, once */
         size_t changed = nice_set_apply(d->nice, d->scratch, d->config.reserve_root_processes, why, sizeof(why));
         if (changed > 0)

@@ -24,11 +24,11 @@ typedef void (*DispatcherLogFn)(void *userdata, int priority, const char *messag
 /* config->cpus may be unset (all online CPUs): resolved here. Blocks
  * SIGTERM, SIGINT and SIGUSR1 in the calling thread (signals are handled
  * by dispatcher_run()). */
-int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err, size_t err_size);
+int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *why, size_t why_size);
 
 /* Locks memory, checks that real-time scheduling can work (explaining in
- * err when it cannot), and starts the dispatch threads. */
-int dispatcher_start(Dispatcher *d, char *err, size_t err_size);
+ * why when it cannot), and starts the dispatch threads. */
+int dispatcher_start(Dispatcher *d, char *why, size_t why_size);
 
 typedef struct DispatcherRunOptions {
         DispatcherLogFn log;

@@ -263,7 +263,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
  * new table is now in force, 0 if not. */
 static int loop_consider(CpuLoop *l) {
         LoopShared *s = l->shared;
-        char err[256];
+        char why[256];
         uint64_t gen = 0, seen;
         int r;
 
@@ -298,12 +298,12 @@ static int loop_consider(CpuLoop *l) {
         }
         l->seen_gen = gen;
 
-        r = table_check(l->spare, l->config, err, sizeof(err));
+        r = table_check(l->spare, l->config, why, sizeof(why));
         if (r < 0) {
                 if (atomic_exchange(&s->refused_gen, gen) != gen)
                         loop_log(l, LOG_ERR,
                                  "refusing table generation %" PRIu64 ": %s; generation %" PRIu64 " stays in force",
-                                 gen, err, l->table_gen);
+                                 gen, why, l->table_gen);
                 return 0;
         }
         bool nice_news = l->spare->n_nice > 0 || l->table_had_nice;

@@ -113,7 +113,7 @@ static int arg_stats_fd = -EBADF;
 
 static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
         _cleanup_(dispatcher_freep) Dispatcher *d = d_;
-        char err[1024] = "";
+        char why[1024] = "";
         int r;
 
         if (arg_stats_fd >= 0) {
@@ -122,9 +122,9 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                         log_fmt_worded(PROGRAM, LOG_WARNING, "cannot map the accounting file: %s", strerror(-r));
         }
 
-        r = dispatcher_start(d, err, sizeof(err));
+        r = dispatcher_start(d, why, sizeof(why));
         if (r < 0) {
-                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", err[0] ? err : strerror(-r));
+                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
 
@@ -187,7 +187,7 @@ static int dispatch_child(int ready_fd, void *userdata) {
         _cleanup_free_ char *config_error = NULL;
         Dispatcher *d = NULL;
         PaceConfig config = *args->config, again;
-        char err[1024] = "";
+        char why[1024] = "";
         int r;
 
         if (args->runs++ > 0) {
@@ -202,9 +202,9 @@ static int dispatch_child(int ready_fd, void *userdata) {
                 else
                         config = again;
         }
-        r = dispatcher_new(&config, args->runtime_dir, &d, err, sizeof(err));
+        r = dispatcher_new(&config, args->runtime_dir, &d, why, sizeof(why));
         if (r < 0) {
-                log_line_worded(PROGRAM, LOG_ERR, err[0] ? err : strerror(-r));
+                log_line_worded(PROGRAM, LOG_ERR, why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
         return dispatch(d, args->runtime_dir, ready_fd);
@@ -257,7 +257,7 @@ static int run(int argc, char **argv) {
         _cleanup_(freezer_v1_closep) FreezerV1 *freezer = NULL;
         PrivilegeReport report;
         PaceConfig config;
-        char err[1024] = "";
+        char why[1024] = "";
         int r;
 
         r = parse_argv(argc, argv, &runtime_dir);
@@ -281,9 +281,9 @@ static int run(int argc, char **argv) {
          * when a table brings new processes or threads. */
         (void) mallopt(M_ARENA_MAX, 1);
 
-        r = dispatcher_new(&config, runtime_dir, &d, err, sizeof(err));
+        r = dispatcher_new(&config, runtime_dir, &d, why, sizeof(why));
         if (r < 0) {
-                log_line_worded(PROGRAM, LOG_ERR, err[0] ? err : strerror(-r));
+                log_line_worded(PROGRAM, LOG_ERR, why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
 
@@ -322,9 +322,9 @@ static int run(int argc, char **argv) {
                 .writable_path = freezer ? freezer_v1_root(freezer) : NULL,
         };
         dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
-        r = privileges_drop(&limits, &report, err, sizeof(err));
+        r = privileges_drop(&limits, &report, why, sizeof(why));
         if (r < 0) {
-                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", err[0] ? err : strerror(-r));
+                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
         char eff[128], bnd[256];
