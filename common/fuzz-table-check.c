@@ -33,7 +33,7 @@ static size_t take(void *dst, size_t want, const uint8_t **data, size_t *size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static PaceConfig config;
         static int initialized;
-        char err[256];
+        char why[256];
 
         if (!initialized) {
                 pace_config_init(&config);
@@ -70,8 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 take(buffer.slots, sizeof(buffer.slots), &data, &size);
         }
 
-        err[0] = '\0';
-        if (table_check(&buffer, &config, err, sizeof(err)) < 0 && err[0] == '\0')
+        why[0] = '\0';
+        if (table_check(&buffer, &config, why, sizeof(why)) < 0 && why[0] == '\0')
                 __builtin_trap(); /* a refusal must say why */
         return 0;
 }

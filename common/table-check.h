@@ -15,5 +15,5 @@
 
 /* config->cpus must list the managed CPUs (resolved by the caller when the
  * file left "cpus" out). Returns 0 if the table is acceptable, else -EBADMSG
- * with a one-line reason in err. Never reads outside *t. */
-int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *err, size_t err_size);
+ * with a one-line reason in why. Never reads outside *t. */
+int table_check(const PaceTableBuffer *t, const PaceConfig *config, char *why, size_t why_size);

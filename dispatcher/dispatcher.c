@@ -124,8 +124,8 @@ static void watch_kick(uint32_t i, void *userdata) {
         loop_kick(&d->loops[i]);
 }
 
-int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err,
-                   size_t err_size) {
+int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *why,
+                   size_t why_size) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
         sigset_t mask;
         int r;
@@ -137,11 +137,11 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d->config = *config;
         r = resolve_cpus(&d->config);
         if (r < 0) {
-                snprintf(err, err_size, "cannot read the online CPUs: %s", strerror(-r));
+                snprintf(why, why_size, "cannot read the online CPUs: %s", strerror(-r));
                 return r;
         }
         if (d->config.n_cpus == 0) {
-                snprintf(err, err_size, "no CPUs to manage");
+                snprintf(why, why_size, "no CPUs to manage");
                 return -EINVAL;
         }
 
@@ -251,21 +251,21 @@ static bool loop_gone(const CpuLoop *l, uint64_t unused) {
         return loop_exited(l);
 }
 
-int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
+int dispatcher_start(Dispatcher *d, char *why, size_t why_size) {
         int r;
 
         /* A page fault in the middle of a slot switch would be charged to
          * whoever owns the CPU. */
         if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
                 r = negative_errno();
-                snprintf(err, err_size, "cannot lock memory (mlockall): %s; the dispatcher needs CAP_IPC_LOCK "
+                snprintf(why, why_size, "cannot lock memory (mlockall): %s; the dispatcher needs CAP_IPC_LOCK "
                          "or a large enough RLIMIT_MEMLOCK", strerror(-r));
                 return r;
         }
-        r = rt_check_privileges(err, err_size);
+        r = rt_check_privileges(why, why_size);
         if (r < 0)
                 return r;
-        r = rt_check_cgroup("/proc", "/sys/fs/cgroup", err, err_size);
+        r = rt_check_cgroup("/proc", "/sys/fs/cgroup", why, why_size);
         if (r < 0)
                 return r;
 
@@ -275,7 +275,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
             freezer_v1_open("/proc", d->instance_name, &d->freezer) >= 0) {
                 r = freezer_v1_anchor(d->freezer);
                 if (r < 0) {
-                        snprintf(err, err_size, "cannot create the freezer cgroup %s/anchor: %s",
+                        snprintf(why, why_size, "cannot create the freezer cgroup %s/anchor: %s",
                                  freezer_v1_base(d->freezer), strerror(-r));
                         return r;
                 }
@@ -300,7 +300,7 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
         /* Strict mode freezes the v1 freezer's groups or, on the unified
          * hierarchy, each reservation's own group. */
         if (d->config.waiting == PACE_WAITING_FREEZE && !d->freezer && !(d->groups && group_set_unified(d->groups))) {
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "\"waiting\": \"freeze\" needs the cgroup v1 freezer or reservation groups on the unified "
                          "hierarchy, and neither is available here (%s); use \"waiting\": \"nice\"",
                          d->groups_note[0] ? d->groups_note : "no v1 freezer is mounted");
@@ -322,16 +322,16 @@ int dispatcher_start(Dispatcher *d, char *err, size_t err_size) {
 
                 r = loop_start(l, &ctx);
                 if (r == -EPERM) {
-                        rt_explain_eperm("/proc", "/sys/fs/cgroup", err, err_size);
+                        rt_explain_eperm("/proc", "/sys/fs/cgroup", why, why_size);
                         return r;
                 }
                 if (r == -EINVAL) {
-                        snprintf(err, err_size, "cannot start the dispatch thread of CPU %" PRIi32
+                        snprintf(why, why_size, "cannot start the dispatch thread of CPU %" PRIi32
                                  ": the CPU is not online", l->cpu);
                         return r;
                 }
                 if (r < 0) {
-                        snprintf(err, err_size, "cannot start the dispatch thread of CPU %" PRIi32 ": %s", l->cpu,
+                        snprintf(why, why_size, "cannot start the dispatch thread of CPU %" PRIi32 ": %s", l->cpu,
                                  strerror(-r));
                         return r;
                 }
@@ -386,18 +386,18 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
         }
         snprintf(message, sizeof(message), "following table %s (inode %" PRIu64 ")", d->table_path,
                  (uint64_t) st.st_ino);
-        log_fn(DISPATCHER_LOG_INFO, message, userdata);
+        log_fn(userdata, LOG_INFO, message);
         return 0;
 }
 
-_printf_(3, 4) static void run_log(const DispatcherRunOptions *o, DispatcherLogLevel level, const char *fmt, ...) {
+_printf_(3, 4) static void run_log(const DispatcherRunOptions *o, int priority, const char *fmt, ...) {
         char message[LOG_MESSAGE_MAX];
         va_list ap;
 
         va_start(ap, fmt);
         vsnprintf(message, sizeof(message), fmt, ap);
         va_end(ap);
-        o->log(level, message, o->userdata);
+        o->log(o->userdata, priority, message);
 }
 
 /* A copy of the published table in d->scratch, from the mapping in use or,
@@ -434,7 +434,7 @@ static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
          * removed, so no process stays frozen because a dispatcher died. */
         groups = freezer_v1_sweep(d->freezer, at_start);
         if (demoted > 0 || groups > 0 || !at_start)
-                run_log(o, demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
+                run_log(o, demoted > 0 ? LOG_WARNING : LOG_INFO,
                         "%s: %u thread(s) of reserved processes found at SCHED_FIFO %d and demoted to SCHED_OTHER"
                         "%s%u freezer group(s) thawed",
                         at_start ? "start-up sweep (a previous dispatcher died without restoring)" :
@@ -454,22 +454,22 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
         _cleanup_free_ char *error = NULL;
         PaceConfig next;
         uint64_t gen = 0;
-        char err[512];
+        char why[512];
         int r;
 
         if (!o->load_config) {
-                run_log(o, DISPATCHER_LOG_WARNING, "SIGHUP: no configuration to reload");
+                run_log(o, LOG_WARNING, "SIGHUP: no configuration to reload");
                 return;
         }
         r = o->load_config(&next, &error, o->userdata);
         if (r < 0) {
-                run_log(o, DISPATCHER_LOG_ERROR, "reload refused: %s; the configuration in force stays",
+                run_log(o, LOG_ERR, "reload refused: %s; the configuration in force stays",
                         error ?: strerror(-r));
                 return;
         }
         r = resolve_cpus(&next);
         if (r < 0) {
-                run_log(o, DISPATCHER_LOG_ERROR, "reload refused: cannot read the online CPUs: %s", strerror(-r));
+                run_log(o, LOG_ERR, "reload refused: cannot read the online CPUs: %s", strerror(-r));
                 return;
         }
         const char *fixed = !same_cpus(&next, &d->config) ? "\"cpus\" (one dispatch thread per CPU)" :
@@ -479,7 +479,7 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
                                     "\"max_frame_ms\" upwards (run arrays are allocated and locked at start)" :
                                     NULL;
         if (fixed) {
-                run_log(o, DISPATCHER_LOG_ERROR,
+                run_log(o, LOG_ERR,
                         "reload refused: changing %s needs a restart of pace-dispatcher; the configuration in "
                         "force stays", fixed);
                 return;
@@ -487,16 +487,16 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
         uint64_t cur = atomic_load(&d->shared.config_gen);
         for (uint32_t i = 0; i < d->n_loops; i++)
                 if (loop_running(&d->loops[i]) && !loop_acked_config(&d->loops[i], cur)) {
-                        run_log(o, DISPATCHER_LOG_ERROR,
+                        run_log(o, LOG_ERR,
                                 "reload refused: the previous reload is not in force on CPU %" PRIi32
                                 " yet (it waits for a frame boundary); send SIGHUP again", d->loops[i].cpu);
                         return;
                 }
         r = snapshot_published(d, &gen);
-        if (r == 0 && table_check(d->scratch, &next, err, sizeof(err)) < 0) {
-                run_log(o, DISPATCHER_LOG_ERROR,
+        if (r == 0 && table_check(d->scratch, &next, why, sizeof(why)) < 0) {
+                run_log(o, LOG_ERR,
                         "reload refused: the table in force (generation %" PRIu64 ") breaks the new configuration: "
-                        "%s; the configuration in force stays", gen, err);
+                        "%s; the configuration in force stays", gen, why);
                 return;
         }
 
@@ -506,7 +506,7 @@ static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
         uint64_t ngen = atomic_fetch_add(&d->shared.config_gen, 1) + 1;
         /* Idle loops take it at once; active ones at their frame boundary. */
         kick_until(d, loop_acked_config, ngen, 0);
-        run_log(o, DISPATCHER_LOG_INFO, "reloaded the configuration; in force on each CPU from its next frame "
+        run_log(o, LOG_INFO, "reloaded the configuration; in force on each CPU from its next frame "
                 "boundary");
 }
 
@@ -566,7 +566,7 @@ static int on_check(sd_event_source *s, void *userdata) {
         } else if (r != d->last_open_error || d->last_open_error_ino != d->table_ino) {
                 d->last_open_error = r;
                 d->last_open_error_ino = d->table_ino;
-                run_log(o, DISPATCHER_LOG_WARNING, "cannot use table %s: %s; waiting for a new one", d->table_path,
+                run_log(o, LOG_WARNING, "cannot use table %s: %s; waiting for a new one", d->table_path,
                         r == -EBADMSG ? "not a pace table (size or magic)" :
                         r == -EMEDIUMTYPE ? "not a regular file" :
                         r == -EPROTO ? "table version or layout differs from this dispatcher's" :
@@ -615,7 +615,7 @@ static void watch(MainLoop *m, bool probe) {
         switch (probe ? watchdog_probe(d->watchdog, monotonic_ns(), &stalled_ns) :
                         watchdog_look(d->watchdog, monotonic_ns(), &stalled_ns)) {
         case WATCHDOG_RECOVERED:
-                run_log(o, DISPATCHER_LOG_INFO, "every dispatch loop advances again after %" PRIu64 " ms",
+                run_log(o, LOG_INFO, "every dispatch loop advances again after %" PRIu64 " ms",
                         (uint64_t) (stalled_ns / NSEC_PER_MSEC));
                 o->watchdog_ping(o->userdata);
                 break;
@@ -628,7 +628,7 @@ static void watch(MainLoop *m, bool probe) {
         case WATCHDOG_STALLED:
                 for (uint32_t i = 0; i < d->n_loops; i++)
                         if (watchdog_loop_stalled(d->watchdog, i))
-                                run_log(o, DISPATCHER_LOG_ERROR,
+                                run_log(o, LOG_ERR,
                                         "the dispatch loop of CPU %" PRIi32 " does not advance (kicked, no answer "
                                         "within %llu ms); withholding the watchdog ping",
                                         d->loops[i].cpu, (unsigned long long) (WATCHDOG_PROBE_NS / NSEC_PER_MSEC));
@@ -660,19 +660,19 @@ static int on_probe(sd_event_source *s, uint64_t usec, void *userdata) {
 /* The nice levels of the published table, checked here as the loops
  * check theirs: the main thread trusts the broker no more than they do. */
 static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
-        char err[512], why[256];
+        char table_why[512], why[256];
         uint64_t gen;
 
         if (snapshot_published(d, &gen) < 0)
                 return;
-        if (table_check(d->scratch, &d->config, err, sizeof(err)) < 0)
+        if (table_check(d->scratch, &d->config, table_why, sizeof(table_why)) < 0)
                 return; /* the loops say why, once */
         size_t changed = nice_set_apply(d->nice, d->scratch, d->config.reserve_root_processes, why, sizeof(why));
         if (changed > 0)
-                run_log(o, DISPATCHER_LOG_INFO, "table generation %" PRIu64 ": %zu thread(s) at a nice level of "
+                run_log(o, LOG_INFO, "table generation %" PRIu64 ": %zu thread(s) at a nice level of "
                         "the table's (%zu changed)", gen, nice_set_size(d->nice), changed);
         if (why[0] && strcmp(why, d->nice_why) != 0)
-                run_log(o, DISPATCHER_LOG_WARNING, "table generation %" PRIu64 ": a nice level not applied: %s",
+                run_log(o, LOG_WARNING, "table generation %" PRIu64 ": a nice level not applied: %s",
                         gen, why);
         snprintf(d->nice_why, sizeof(d->nice_why), "%s", why);
 }
@@ -705,7 +705,7 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
                                       0) +
                          tree_set_housekeep(d->trees);
         if (why[0])
-                run_log(o, DISPATCHER_LOG_WARNING, "%s; the reservation's members are found in /proc", why);
+                run_log(o, LOG_WARNING, "%s; the reservation's members are found in /proc", why);
         if (watched > 0)
                 arm(s, MAX(HOUSEKEEPING_NS, 50 * (monotonic_ns() - started)));
         return 0;
@@ -723,10 +723,10 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
                 return 0;
         case SIGUSR2:
                 if (!o->test_hooks) {
-                        run_log(o, DISPATCHER_LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
+                        run_log(o, LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
                         return 0;
                 }
-                run_log(o, DISPATCHER_LOG_WARNING,
+                run_log(o, LOG_WARNING,
                         "test hook (SIGUSR2): wedging every dispatch loop at its next promotion or wake-up; the "
                         "watchdog should kill this process");
                 for (uint32_t i = 0; i < d->n_loops; i++)
@@ -749,7 +749,7 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
         default:
                 if (o->stopping)
                         o->stopping(o->userdata);
-                run_log(o, DISPATCHER_LOG_INFO, "%s received, restoring every thread and exiting",
+                run_log(o, LOG_INFO, "%s received, restoring every thread and exiting",
                         strsignal((int) si->ssi_signo));
                 return sd_event_exit(sd_event_source_get_event(s), 0);
         }
@@ -818,7 +818,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         if (d->groups && group_set_delegated(d->groups) && o->make_scope)
                 /* What the subgroups can do here, as for groups of our own
                  * (within LOG_MESSAGE_MAX, the longest case included). */
-                run_log(o, group_set_weighs(d->groups) ? DISPATCHER_LOG_INFO : DISPATCHER_LOG_WARNING,
+                run_log(o, group_set_weighs(d->groups) ? LOG_INFO : LOG_WARNING,
                         "on the unified hierarchy under a manager: each reserved tree gets a delegated scope from "
                         "systemd (PartOf= its own unit) with a subgroup of ours: %s, %s; promoted once in it; where "
                         "no scope can be had, members are found in /proc",
@@ -828,10 +828,10 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                         group_set_confines(d->groups) ? "confined to their CPUs by a cpuset" :
                                                         "affinity checked around every run");
         else if (d->groups && group_set_delegated(d->groups))
-                run_log(o, DISPATCHER_LOG_WARNING, "on the unified hierarchy under a manager: no way to ask the "
+                run_log(o, LOG_WARNING, "on the unified hierarchy under a manager: no way to ask the "
                         "manager for scopes: members are found in /proc");
         else if (d->groups)
-                run_log(o, d->groups_note[0] ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
+                run_log(o, d->groups_note[0] ? LOG_WARNING : LOG_INFO,
                         "reservation groups in %s/%s (%s): members found and accounted by cgroup, %s, %s%s%s",
                         group_set_root(d->groups), d->instance_name, group_set_backend_name(d->groups),
                         group_set_weighs(d->groups) ? "waiting members weighed down by the cpu controller" :
@@ -840,18 +840,18 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
                                                         "affinity checked around every run",
                         d->groups_note[0] ? "; " : "", d->groups_note);
         else
-                run_log(o, DISPATCHER_LOG_WARNING, "reservation groups unavailable (%s): members are found in "
+                run_log(o, LOG_WARNING, "reservation groups unavailable (%s): members are found in "
                         "/proc/PID/task, a tree's descendants by walking /proc every 50 ms (one that leaves the "
                         "tree by a double fork is not followed), accounting reads each thread's schedstat, and "
                         "members are held to their CPU by affinity checked around every run", d->groups_note);
         if (d->dead_instances > 0)
-                run_log(o, DISPATCHER_LOG_WARNING, "removed the cgroups of %u dispatcher instance(s) that died "
+                run_log(o, LOG_WARNING, "removed the cgroups of %u dispatcher instance(s) that died "
                         "without cleaning up", d->dead_instances);
         if (!d->shared.stats)
-                run_log(o, DISPATCHER_LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
+                run_log(o, LOG_WARNING, "no accounting file in the runtime directory: pacectl status "
                         "shows no delivered utilization");
         if (o->watchdog_ns > 0 && o->watchdog_ping)
-                run_log(o, DISPATCHER_LOG_INFO, "watchdog: every %" PRIu64 " ms, WATCHDOG=1 only when every "
+                run_log(o, LOG_INFO, "watchdog: every %" PRIu64 " ms, WATCHDOG=1 only when every "
                         "dispatch loop has advanced", (uint64_t) (watchdog_look_interval(o->watchdog_ns) /
                                                                    NSEC_PER_MSEC));
         m.inotify_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
@@ -860,7 +860,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         if (inotify_add_watch(m.inotify_fd, d->runtime_dir,
                               IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB | IN_ONLYDIR) < 0) {
                 r = negative_errno();
-                run_log(o, DISPATCHER_LOG_ERROR, "cannot watch the runtime directory %s: %s", d->runtime_dir,
+                run_log(o, LOG_ERR, "cannot watch the runtime directory %s: %s", d->runtime_dir,
                         strerror(-r));
                 return r;
         }

@@ -9,28 +9,26 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <syslog.h>
 #include <sys/types.h>
 
 #include "config.h"
 
 typedef struct Dispatcher Dispatcher;
 
-typedef enum DispatcherLogLevel {
-        DISPATCHER_LOG_ERROR,
-        DISPATCHER_LOG_WARNING,
-        DISPATCHER_LOG_INFO,
-} DispatcherLogLevel;
-
-typedef void (*DispatcherLogFn)(DispatcherLogLevel level, const char *message, void *userdata);
+/* One line of log with a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO):
+ * the broker's log callback's shape, so both daemons speak of priorities
+ * alike. */
+typedef void (*DispatcherLogFn)(void *userdata, int priority, const char *message);
 
 /* config->cpus may be unset (all online CPUs): resolved here. Blocks
  * SIGTERM, SIGINT and SIGUSR1 in the calling thread (signals are handled
  * by dispatcher_run()). */
-int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *err, size_t err_size);
+int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *why, size_t why_size);
 
 /* Locks memory, checks that real-time scheduling can work (explaining in
- * err when it cannot), and starts the dispatch threads. */
-int dispatcher_start(Dispatcher *d, char *err, size_t err_size);
+ * why when it cannot), and starts the dispatch threads. */
+int dispatcher_start(Dispatcher *d, char *why, size_t why_size);
 
 typedef struct DispatcherRunOptions {
         DispatcherLogFn log;

@@ -125,8 +125,8 @@ struct GroupBackend {
         /* The members' CPU time on cpu, in ns. */
         int (*usage_ns)(Group *g, int cpu, uint64_t *ret);
         /* Main thread, each housekeeping round, before the lists are read. */
-        void (*housekeep)(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *err,
-                          size_t err_size);
+        void (*housekeep)(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *why,
+                          size_t why_size);
         /* The set's own directories removed (every Group released). */
         void (*set_free)(GroupSet *s);
 };
@@ -134,11 +134,11 @@ struct GroupBackend {
 extern const GroupBackend group_backend_v1;
 extern const GroupBackend group_backend_unified;
 
-/* Set construction, per backend: -EOPNOTSUPP with a sentence in err where
+/* Set construction, per backend: -EOPNOTSUPP with a sentence in why where
  * the host does not offer it. */
-int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err,
-                     size_t err_size);
-int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *err, size_t err_size);
+int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why,
+                     size_t why_size);
+int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *why, size_t why_size);
 
 /* Shared helpers (group.c). */
 GroupSet *group_set_alloc(const GroupBackend *backend, const char *root, const char *name);

@@ -157,7 +157,7 @@ static int write_base_weight(GroupSet *s) {
         return write_string_file(path, "1");
 }
 
-static void controllers_setup(GroupSet *s, char *note, size_t note_size) {
+static void controllers_setup(GroupSet *s, char *why, size_t why_size) {
         char path[PATH_MAX + 32], probe[PATH_MAX + 32];
         bool cpu_offered, cpuset_offered;
         int r;
@@ -168,12 +168,12 @@ static void controllers_setup(GroupSet *s, char *note, size_t note_size) {
         if (cpuset_offered && enable_at_root(s, "cpuset", 1) >= 0 && enable(s->base, "+cpuset") >= 0)
                 s->use_cpuset = true;
         if (!cpu_offered) {
-                snprintf(note, note_size, "the unified hierarchy offers no cpu controller (it is bound to a cgroup v1 "
+                snprintf(why, why_size, "the unified hierarchy offers no cpu controller (it is bound to a cgroup v1 "
                          "hierarchy, or the kernel lacks it): waiting members are held at nice 19 only, so a "
                          "reservation with many threads takes a little of the free time between its slots");
         } else if ((r = enable_at_root(s, "cpu", 0)) < 0 || (r = enable(s->base, "+cpu")) < 0) {
                 cpu_give_back(s);
-                snprintf(note, note_size, "cannot enable the cpu controller for %s (%s): waiting members are held "
+                snprintf(why, why_size, "cannot enable the cpu controller for %s (%s): waiting members are held "
                          "at nice 19 only; with RT_GROUP_SCHED the kernel refuses it while real-time threads sit "
                          "outside the root cgroup: boot with rt_group_sched=0 (Linux 6.16 and later) or a kernel "
                          "without CONFIG_RT_GROUP_SCHED", s->base, strerror(-r));
@@ -182,17 +182,17 @@ static void controllers_setup(GroupSet *s, char *note, size_t note_size) {
                 if (mkdir(probe, 0755) < 0 && errno != EEXIST) {
                         r = negative_errno();
                         cpu_give_back(s);
-                        snprintf(note, note_size, "cannot create %s: %s", probe, strerror(-r));
+                        snprintf(why, why_size, "cannot create %s: %s", probe, strerror(-r));
                 } else if (!fifo_works_in(probe)) {
                         (void) rmdir(probe);
                         cpu_give_back(s);
-                        snprintf(note, note_size, "the kernel has RT group scheduling (RT_GROUP_SCHED): SCHED_FIFO is "
+                        snprintf(why, why_size, "the kernel has RT group scheduling (RT_GROUP_SCHED): SCHED_FIFO is "
                                  "refused inside a cgroup with the cpu controller, so pace leaves the controller off "
                                  "and holds waiting members at nice 19 only; boot with rt_group_sched=0 (Linux 6.16 "
                                  "and later) or a kernel without CONFIG_RT_GROUP_SCHED to let it weigh them");
                 } else if ((r = write_base_weight(s)) < 0) {
                         cpu_give_back(s);
-                        snprintf(note, note_size, "cannot weigh %s down (cpu.weight: %s): waiting members are held "
+                        snprintf(why, why_size, "cannot weigh %s down (cpu.weight: %s): waiting members are held "
                                  "at nice 19 only", s->base, strerror(-r));
                 } else {
                         s->use_cpu = true;
@@ -201,11 +201,11 @@ static void controllers_setup(GroupSet *s, char *note, size_t note_size) {
         }
 }
 
-int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *err, size_t err_size) {
+int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *why, size_t why_size) {
         struct stat st;
 
         if (!group_unified_mounted()) {
-                snprintf(err, err_size, "no cgroup v1 cpuacct hierarchy is mounted and %s is not the unified "
+                snprintf(why, why_size, "no cgroup v1 cpuacct hierarchy is mounted and %s is not the unified "
                          "hierarchy", GROUP_UNIFIED_ROOT);
                 return -EOPNOTSUPP;
         }
@@ -224,7 +224,7 @@ int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *e
                 s->use_cpu = file_has_word(path, "cpu");
                 s->use_cpuset = file_has_word(path, "cpuset");
                 if (!s->use_cpu)
-                        snprintf(err, err_size, "the unified hierarchy offers no cpu controller: waiting members are "
+                        snprintf(why, why_size, "the unified hierarchy offers no cpu controller: waiting members are "
                                  "held at nice 19 only, and their time between runs counts against the budget");
                 *ret = s;
                 return 0;
@@ -234,13 +234,13 @@ int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *e
                 group_unified_remove(s->base);
         if (mkdir(s->base, 0755) < 0 && errno != EEXIST) {
                 int r = negative_errno();
-                snprintf(err, err_size, "cannot create the cgroup %s: %s", s->base, strerror(-r));
+                snprintf(why, why_size, "cannot create the cgroup %s: %s", s->base, strerror(-r));
                 s->base[0] = '\0';
                 group_set_free(s);
                 return r;
         }
         group_owner_mark(s, owner);
-        controllers_setup(s, err, err_size);
+        controllers_setup(s, why, why_size);
         *ret = s;
         return 0;
 }
@@ -339,7 +339,7 @@ static int unified_usage_ns(Group *g, int cpu, uint64_t *ret) {
 /* Everything in the scope's own cgroup, into our subgroup: what the manager
  * moved in, and children that a process forked there before it was moved
  * (born beside it, in the scope). Again at every housekeeping round. */
-static void delegated_gather(GroupSet *s, Group *g, char *err, size_t err_size) {
+static void delegated_gather(GroupSet *s, Group *g, char *why, size_t why_size) {
         char path[2 * PATH_MAX + 64], line[32];
 
         snprintf(path, sizeof(path), "%s%s/cgroup.procs", s->root, g->orig);
@@ -350,7 +350,7 @@ static void delegated_gather(GroupSet *s, Group *g, char *err, size_t err_size) 
                         line[strcspn(line, "\n")] = '\0';
                         int r = group_write_id(g->dir, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
                         if (r < 0 && r != -ESRCH)
-                                snprintf(err, err_size, "cannot move pid %s into %s: %s", line, g->dir, strerror(-r));
+                                snprintf(why, why_size, "cannot move pid %s into %s: %s", line, g->dir, strerror(-r));
                         any |= r >= 0;
                 }
                 if (f)
@@ -365,8 +365,8 @@ static void delegated_gather(GroupSet *s, Group *g, char *err, size_t err_size) 
  * "pace" subgroup, which is ours to weigh, confine and freeze. The scope's
  * own cgroup must be empty before controllers can be enabled below it (no
  * internal processes), hence the order. */
-static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *err,
-                            size_t err_size) {
+static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *why,
+                            size_t why_size) {
         char scope[1024], scope_dir[PATH_MAX + 1100];
         int r;
 
@@ -375,7 +375,7 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
          * slice's other units (the client's own among them). */
         r = make_scope ? make_scope(userdata, g->pid, g->id, s->use_cpu ? 1 : 0, scope, sizeof(scope)) : -EOPNOTSUPP;
         if (r < 0) {
-                snprintf(err, err_size, "no scope for reservation %" PRIu64 " of pid %" PRIi32 ": %s", g->id, g->pid,
+                snprintf(why, why_size, "no scope for reservation %" PRIu64 " of pid %" PRIi32 ": %s", g->id, g->pid,
                          strerror(-r));
                 return; /* never entered: the loop keeps to /proc */
         }
@@ -383,11 +383,11 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
         snprintf(scope_dir, sizeof(scope_dir), "%s%s", s->root, scope);
         int k = snprintf(g->dir, sizeof(g->dir), "%s/pace", scope_dir);
         if (k < 0 || (size_t) k >= sizeof(g->dir) || (mkdir(g->dir, 0755) < 0 && errno != EEXIST)) {
-                snprintf(err, err_size, "cannot create a group in the scope %s: %s", scope, strerror(errno));
+                snprintf(why, why_size, "cannot create a group in the scope %s: %s", scope, strerror(errno));
                 g->dir[0] = '\0';
                 return;
         }
-        delegated_gather(s, g, err, err_size);
+        delegated_gather(s, g, why, why_size);
         char controllers[32] = "";
         if (s->use_cpu)
                 strcat(controllers, "+cpu ");
@@ -409,15 +409,15 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
         __atomic_store_n(&g->entered, true, __ATOMIC_RELEASE);
 }
 
-static void unified_housekeep(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *err,
-                              size_t err_size) {
+static void unified_housekeep(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *why,
+                              size_t why_size) {
         if (__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) {
-                delegated_enter(s, g, make_scope, userdata, err, err_size);
+                delegated_enter(s, g, make_scope, userdata, why, why_size);
                 /* Entered, or never to be: the loop promotes again. */
                 __atomic_store_n(&g->pending, false, __ATOMIC_RELEASE);
         }
         else if (s->delegated && __atomic_load_n(&g->entered, __ATOMIC_ACQUIRE))
-                delegated_gather(s, g, err, err_size);
+                delegated_gather(s, g, why, why_size);
 }
 
 static void unified_set_free(GroupSet *s) {

@@ -127,9 +127,9 @@ static int read_u64(const char *path, uint64_t *ret) {
  * takes what the reservations can use at most, rt_share_ppm of each
  * period (the dispatch table, not this, is what bounds the clients), so
  * another instance, or a group a crashed instance left, cannot be starved
- * of the rest. A failure is noted in err (not fatal: accounting groups
+ * of the rest. A failure is noted in why (not fatal: accounting groups
  * work without it, the waiting threads just weigh more). */
-static void cpu_group_setup(GroupSet *s, const char *cpu_root, uint32_t rt_share_ppm, char *err, size_t err_size) {
+static void cpu_group_setup(GroupSet *s, const char *cpu_root, uint32_t rt_share_ppm, char *why, size_t why_size) {
         char path[2 * PATH_MAX + 64], dir[PATH_MAX + 160];
         uint64_t parent_runtime, parent_period, siblings = 0;
         struct stat st;
@@ -142,7 +142,7 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, uint32_t rt_share
         }
         r = base_create(s->name, "cpu");
         if (r < 0) {
-                snprintf(err, err_size, "cannot create the cgroup %s: %s", dir, strerror(-r));
+                snprintf(why, why_size, "cannot create the cgroup %s: %s", dir, strerror(-r));
                 return;
         }
         snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", cpu_root);
@@ -171,7 +171,7 @@ static void cpu_group_setup(GroupSet *s, const char *cpu_root, uint32_t rt_share
                 snprintf(text, sizeof(text), "%" PRIu64, MIN(need, left));
                 r = left >= need ? write_string_file(path, text) : -EBUSY;
                 if (r < 0) {
-                        snprintf(err, err_size, "cannot give the cgroup %s real-time runtime (cpu.rt_runtime_us: "
+                        snprintf(why, why_size, "cannot give the cgroup %s real-time runtime (cpu.rt_runtime_us: "
                                  "%" PRIu64 " of the parent's %" PRIu64 " us are held by other groups): %s; "
                                  "reserved threads stay in their own cpu groups", dir, siblings, parent_runtime,
                                  strerror(-r));
@@ -228,8 +228,8 @@ fail:
         (void) base_delete(s->name, "cpuset");
 }
 
-int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err,
-                     size_t err_size) {
+int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why,
+                     size_t why_size) {
         char acct[PATH_MAX], cpu[PATH_MAX];
         struct stat st;
         int r;
@@ -246,7 +246,7 @@ int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, Group
                 char path[PATH_MAX + 32];
                 snprintf(path, sizeof(path), "%s/cpu.rt_runtime_us", acct);
                 if (stat(path, &st) == 0) {
-                        snprintf(err, err_size,
+                        snprintf(why, why_size,
                                  "cpuacct shares its hierarchy (%s) with cpu and the kernel has RT group "
                                  "scheduling: real-time threads in a group of their own would need "
                                  "cpu.rt_runtime_us of their own, which the kernel caps in total below what "
@@ -272,14 +272,14 @@ int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, Group
                 (void) base_delete(name, "cpuacct");
         r = base_create(name, "cpuacct");
         if (r < 0) {
-                snprintf(err, err_size, "cannot create the cgroup %s: %s", s->base, strerror(-r));
+                snprintf(why, why_size, "cannot create the cgroup %s: %s", s->base, strerror(-r));
                 s->base[0] = '\0';
                 group_set_free(s);
                 return r;
         }
         group_owner_mark(s, owner);
         if (cpu_apart)
-                cpu_group_setup(s, cpu, rt_share_ppm, err, err_size);
+                cpu_group_setup(s, cpu, rt_share_ppm, why, why_size);
         cpuset_setup(s);
         *ret = s;
         return 0;

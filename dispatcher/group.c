@@ -116,14 +116,14 @@ static bool owner_alive(const char *base) {
         return alive;
 }
 
-int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err, size_t err_size) {
+int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why, size_t why_size) {
         /* v1's cpuacct where a hybrid host has it (libcgroup finds no v1
          * hierarchy on a unified-only host at all: that is the unified
          * case, not an error). */
-        int r = group_v1_set_new(name, rt_share_ppm, owner, ret, err, err_size);
-        if (r != -EOPNOTSUPP || err[0])
+        int r = group_v1_set_new(name, rt_share_ppm, owner, ret, why, why_size);
+        if (r != -EOPNOTSUPP || why[0])
                 return r;
-        return group_unified_set_new(name, owner, ret, err, err_size);
+        return group_unified_set_new(name, owner, ret, why, why_size);
 }
 
 GroupSet *group_set_free(GroupSet *s) {
@@ -398,7 +398,7 @@ void group_refresh_candidates(GroupSet *s, Group *g) {
         pthread_mutex_unlock(&g->cand_lock);
 }
 
-size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *err, size_t err_size) {
+size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *why, size_t why_size) {
         Group *held[PACE_MAX_GROUPS_HOUSEKEPT];
         size_t n = 0;
 
@@ -412,7 +412,7 @@ size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdat
         pthread_mutex_unlock(&s->lock);
         for (size_t i = 0; i < n; i++) {
                 if (s->backend->housekeep)
-                        s->backend->housekeep(s, held[i], make_scope, userdata, err, err_size);
+                        s->backend->housekeep(s, held[i], make_scope, userdata, why, why_size);
                 if (group_entered(held[i])) {
                         if (held[i]->scope == PACE_TABLE_SCOPE_TREE)
                                 group_refresh_candidates(s, held[i]);

@@ -31,17 +31,17 @@ typedef struct Group Group;
  * removing a crashed run's leftovers of the same name first: v1's cpuacct
  * hierarchy (libcgroup) where the host has one; else the unified
  * hierarchy's root if this process lives there (no manager owns it), or
- * delegated scopes under a manager. -EOPNOTSUPP with a sentence in err
+ * delegated scopes under a manager. -EOPNOTSUPP with a sentence in why
  * when groups cannot be used here (no cgroup hierarchy; cpuacct mounted
  * together with cpu under RT_GROUP_SCHED, where every group would need
  * real-time runtime of its own and the kernel caps their sum). A group set
  * made with a limitation (no cpu or cpuset controller, RT_GROUP_SCHED)
- * returns 0 and says it in err. */
+ * returns 0 and says it in why. */
 /* rt_share_ppm: what reservations may use of each CPU (the rest is the
  * non-real-time share), the real-time runtime the shared cpu group takes
  * under RT_GROUP_SCHED. owner: the process whose life marks the groups as
  * in use (the monitor, or the dispatcher itself without one). */
-int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *err, size_t err_size);
+int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why, size_t why_size);
 /* Removes the base group (empty by then: every Group was released). */
 GroupSet *group_set_free(GroupSet *s);
 /* The hierarchy's mount point, e.g. /sys/fs/cgroup/cpuacct. */
@@ -100,8 +100,8 @@ int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n);
  * hierarchy's root, e.g. /user.slice/pace-7-4242.scope) into ret. */
 typedef int (*GroupMakeScope)(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret,
                               size_t size);
-/* err: why a scope or its group could not be had (left alone otherwise). */
-size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *err, size_t err_size);
+/* why: the reason a scope or its group could not be had (left alone otherwise). */
+size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *why, size_t why_size);
 /* Whether groups are subgroups of scopes the manager makes (systemd on a
  * unified-only host): a group is then entered only once the main thread
  * has its scope, and a reservation is not promoted until then (where no

@@ -15,7 +15,7 @@ struct LogRing {
         pthread_mutex_t lock;
         /* Free-running: head - tail messages wait, at index % LOG_RING_SIZE. */
         unsigned head, tail, dropped;
-        DispatcherLogLevel levels[LOG_RING_SIZE];
+        int priorities[LOG_RING_SIZE]; /* syslog's LOG_* */
         char messages[LOG_RING_SIZE][LOG_MESSAGE_MAX];
         int efd;
 };
@@ -51,7 +51,7 @@ int log_ring_fd(const LogRing *ring) {
         return ring->efd;
 }
 
-int log_ring_pushv(LogRing *ring, DispatcherLogLevel level, const char *fmt, va_list ap) {
+int log_ring_pushv(LogRing *ring, int priority, const char *fmt, va_list ap) {
         int r = 0;
 
         pthread_mutex_lock(&ring->lock);
@@ -60,7 +60,7 @@ int log_ring_pushv(LogRing *ring, DispatcherLogLevel level, const char *fmt, va_
                 r = -ENOBUFS;
         } else {
                 unsigned i = ring->head++ % LOG_RING_SIZE;
-                ring->levels[i] = level;
+                ring->priorities[i] = priority;
                 vsnprintf(ring->messages[i], LOG_MESSAGE_MAX, fmt, ap);
         }
         pthread_mutex_unlock(&ring->lock);
@@ -70,11 +70,11 @@ int log_ring_pushv(LogRing *ring, DispatcherLogLevel level, const char *fmt, va_
         return r;
 }
 
-int log_ring_push(LogRing *ring, DispatcherLogLevel level, const char *fmt, ...) {
+int log_ring_push(LogRing *ring, int priority, const char *fmt, ...) {
         va_list ap;
 
         va_start(ap, fmt);
-        int r = log_ring_pushv(ring, level, fmt, ap);
+        int r = log_ring_pushv(ring, priority, fmt, ap);
         va_end(ap);
         return r;
 }
@@ -87,7 +87,7 @@ int log_ring_drain(LogRing *ring, DispatcherLogFn log_fn, void *userdata) {
         /* Reset before emptying: a push after this wakes the next drain. */
         (void) !read(ring->efd, &v, sizeof(v));
         for (;;) {
-                DispatcherLogLevel level;
+                int priority;
                 unsigned dropped;
 
                 pthread_mutex_lock(&ring->lock);
@@ -97,15 +97,15 @@ int log_ring_drain(LogRing *ring, DispatcherLogFn log_fn, void *userdata) {
                         pthread_mutex_unlock(&ring->lock);
                         if (dropped > 0) {
                                 snprintf(message, sizeof(message), "%u log messages dropped", dropped);
-                                log_fn(DISPATCHER_LOG_WARNING, message, userdata);
+                                log_fn(userdata, LOG_WARNING, message);
                         }
                         return n;
                 }
                 unsigned i = ring->tail++ % LOG_RING_SIZE;
-                level = ring->levels[i];
+                priority = ring->priorities[i];
                 memcpy(message, ring->messages[i], sizeof(message));
                 pthread_mutex_unlock(&ring->lock);
-                log_fn(level, message, userdata);
+                log_fn(userdata, priority, message);
                 n++;
         }
 }

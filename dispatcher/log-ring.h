@@ -30,8 +30,8 @@ int log_ring_fd(const LogRing *ring);
 /* Queues a message without blocking on anything but the ring's own short
  * lock. Returns 0, or -ENOBUFS if the ring was full (the message is
  * counted as dropped). Any thread. */
-_printf_(3, 4) int log_ring_push(LogRing *ring, DispatcherLogLevel level, const char *fmt, ...);
-_printf_(3, 0) int log_ring_pushv(LogRing *ring, DispatcherLogLevel level, const char *fmt, va_list ap);
+_printf_(3, 4) int log_ring_push(LogRing *ring, int priority, const char *fmt, ...);
+_printf_(3, 0) int log_ring_pushv(LogRing *ring, int priority, const char *fmt, va_list ap);
 
 /* Hands every queued message to log_fn, oldest first, then, if any were
  * dropped since the last drain, a warning "N log messages dropped".

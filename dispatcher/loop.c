@@ -36,11 +36,11 @@ static void on_kick(int sig) {
 }
 
 /* A dispatch thread never writes to the log itself (log-ring.h). */
-_printf_(3, 4) static void loop_log(CpuLoop *l, DispatcherLogLevel level, const char *fmt, ...) {
+_printf_(3, 4) static void loop_log(CpuLoop *l, int priority, const char *fmt, ...) {
         va_list ap;
 
         va_start(ap, fmt);
-        (void) log_ring_pushv(l->shared->log, level, fmt, ap);
+        (void) log_ring_pushv(l->shared->log, priority, fmt, ap);
         va_end(ap);
 }
 
@@ -92,7 +92,7 @@ static void loop_reader_fault(CpuLoop *l) {
 
         l->reader_broken = true;
         if (atomic_exchange(&s->broken_epoch, l->epoch) != l->epoch)
-                loop_log(l, DISPATCHER_LOG_WARNING,
+                loop_log(l, LOG_WARNING,
                          "CPU %" PRIi32 ": the table file shrank under its mapping (SIGBUS while reading it); "
                          "keeping generation %" PRIu64 " until a new table file appears",
                          l->cpu, l->table_gen);
@@ -197,7 +197,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
                 if (!h) {
                         r = held_new(res, l->config->reserve_root_processes, &h);
                         if (r < 0) {
-                                loop_log(l, DISPATCHER_LOG_WARNING,
+                                loop_log(l, LOG_WARNING,
                                          "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s",
                                          l->cpu, res->id, res->pid, identity_problem(r));
                                 r = held_new_inert(res, &h);
@@ -252,7 +252,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
         l->spare = b;
         l->table_gen = gen;
 
-        loop_log(l, DISPATCHER_LOG_INFO,
+        loop_log(l, LOG_INFO,
                  "CPU %" PRIi32 ": table generation %" PRIu64 " in force: %zu reservation(s), frame of %" PRIu32
                  " slots, %" PRIu32 " wake-ups per frame",
                  l->cpu, gen, l->n_held, frame, n);
@@ -263,7 +263,7 @@ static int loop_adopt(CpuLoop *l, uint64_t gen) {
  * new table is now in force, 0 if not. */
 static int loop_consider(CpuLoop *l) {
         LoopShared *s = l->shared;
-        char err[256];
+        char why[256];
         uint64_t gen = 0, seen;
         int r;
 
@@ -298,19 +298,19 @@ static int loop_consider(CpuLoop *l) {
         }
         l->seen_gen = gen;
 
-        r = table_check(l->spare, l->config, err, sizeof(err));
+        r = table_check(l->spare, l->config, why, sizeof(why));
         if (r < 0) {
                 if (atomic_exchange(&s->refused_gen, gen) != gen)
-                        loop_log(l, DISPATCHER_LOG_ERROR,
+                        loop_log(l, LOG_ERR,
                                  "refusing table generation %" PRIu64 ": %s; generation %" PRIu64 " stays in force",
-                                 gen, err, l->table_gen);
+                                 gen, why, l->table_gen);
                 return 0;
         }
         bool nice_news = l->spare->n_nice > 0 || l->table_had_nice;
         l->table_had_nice = l->spare->n_nice > 0;
         r = loop_adopt(l, gen);
         if (r < 0) {
-                loop_log(l, DISPATCHER_LOG_ERROR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
+                loop_log(l, LOG_ERR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
                          l->cpu, gen, strerror(-r));
                 return 0;
         }
@@ -350,23 +350,23 @@ static int loop_promote(CpuLoop *l, Held *to, int priority) {
         if (r < 0 && r != -EAGAIN && !to->logged) {
                 to->logged = true;
                 if (r == -ESRCH)
-                        loop_log(l, DISPATCHER_LOG_INFO,
+                        loop_log(l, LOG_INFO,
                                  "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64
                                  ") exited; its slots stay idle until the table drops it",
                                  l->cpu, to->pid, to->id);
                 else if (r == -EPERM && to->revoked)
-                        loop_log(l, DISPATCHER_LOG_WARNING,
+                        loop_log(l, LOG_WARNING,
                                  "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
                                  ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
                                  "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
                 else
-                        loop_log(l, DISPATCHER_LOG_ERROR,
+                        loop_log(l, LOG_ERR,
                                  "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64
                                  "): %s", l->cpu, to->pid, to->id, strerror(-r));
         }
         if (to->threads_skipped > 0 && !to->limit_logged) {
                 to->limit_logged = true;
-                loop_log(l, DISPATCHER_LOG_WARNING,
+                loop_log(l, LOG_WARNING,
                          "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") has %" PRIu32
                          " threads past max_threads_per_reservation (%" PRIu32 "); they are not moved",
                          l->cpu, to->pid, to->id, to->threads_skipped, l->ctx.max_threads);
@@ -440,7 +440,7 @@ static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
         if ((!held_grouped(h) || !held_confined(h)) && !held_thread_stays(h, &l->ctx)) {
                 if (!h->logged_unconfined) {
                         h->logged_unconfined = true;
-                        loop_log(l, DISPATCHER_LOG_WARNING,
+                        loop_log(l, LOG_WARNING,
                                  "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") is a budget server but "
                                  "no reservation group with a cpuset holds it; it runs in its own slots only",
                                  l->cpu, h->pid, h->id);

@@ -16,6 +16,7 @@
 #include "freezer-v1.h"
 #include "pace-stats.h"
 #include "group.h"
+#include "log.h"
 #include "monitor.h"
 #include "macro.h"
 #include "pace-build-config.h"
@@ -31,6 +32,8 @@
  * anything; it only makes the dispatcher easier to break on purpose. */
 #define TEST_HOOKS_ENV "PACE_DISPATCHER_TEST_HOOKS"
 
+#define PROGRAM "pace-dispatcher"
+
 /* The monitor's restart limit: beyond this many restarts in the window it
  * gives up, so a dispatcher that crashes at once is not restarted forever. */
 #define MONITOR_MAX_RESTARTS 5u
@@ -39,24 +42,8 @@
 static const char *arg_config = NULL;
 static bool arg_monitor = true;
 
-static const char *level_prefix(DispatcherLogLevel level) {
-        /* sd-daemon "<N>" prefixes give the journal the priority; on a
-         * terminal they would only be noise. */
-        static const char *const journal[] = {
-                [DISPATCHER_LOG_ERROR] = SD_ERR "pace-dispatcher: error: ",
-                [DISPATCHER_LOG_WARNING] = SD_WARNING "pace-dispatcher: warning: ",
-                [DISPATCHER_LOG_INFO] = SD_INFO "pace-dispatcher: ",
-        };
-        static const char *const plain[] = {
-                [DISPATCHER_LOG_ERROR] = "pace-dispatcher: error: ",
-                [DISPATCHER_LOG_WARNING] = "pace-dispatcher: warning: ",
-                [DISPATCHER_LOG_INFO] = "pace-dispatcher: ",
-        };
-        return getenv("JOURNAL_STREAM") ? journal[level] : plain[level];
-}
-
-static void log_stderr(DispatcherLogLevel level, const char *message, void *userdata) {
-        fprintf(stderr, "%s%s\n", level_prefix(level), message);
+static void log_stderr(void *userdata, int priority, const char *message) {
+        log_line_worded(PROGRAM, priority, message);
 }
 
 static void watchdog_ping(void *userdata) {
@@ -126,19 +113,18 @@ static int arg_stats_fd = -EBADF;
 
 static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
         _cleanup_(dispatcher_freep) Dispatcher *d = d_;
-        char err[1024] = "";
+        char why[1024] = "";
         int r;
 
         if (arg_stats_fd >= 0) {
                 r = dispatcher_use_stats(d, arg_stats_fd);
                 if (r < 0)
-                        fprintf(stderr, "%scannot map the accounting file: %s\n",
-                                level_prefix(DISPATCHER_LOG_WARNING), strerror(-r));
+                        log_fmt_worded(PROGRAM, LOG_WARNING, "cannot map the accounting file: %s", strerror(-r));
         }
 
-        r = dispatcher_start(d, err, sizeof(err));
+        r = dispatcher_start(d, why, sizeof(why));
         if (r < 0) {
-                fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR), err[0] ? err : strerror(-r));
+                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
 
@@ -147,9 +133,9 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
         for (uint32_t i = 0; i < used->n_cpus; i++)
                 snprintf(cpus + strlen(cpus), sizeof(cpus) - strlen(cpus), "%s%d", i ? "," : "",
                          (int) used->cpus[i]);
-        fprintf(stderr, "%srunning on CPUs %s, slot %llu us, waiting policy %s, table %s/table\n",
-                level_prefix(DISPATCHER_LOG_INFO), cpus, (unsigned long long) (used->slot_ns / 1000),
-                used->waiting == PACE_WAITING_FREEZE ? "freeze" : "nice", runtime_dir);
+        log_fmt_worded(PROGRAM, LOG_INFO, "running on CPUs %s, slot %llu us, waiting policy %s, table %s/table",
+                       cpus, (unsigned long long) (used->slot_ns / 1000),
+                       used->waiting == PACE_WAITING_FREEZE ? "freeze" : "nice", runtime_dir);
 
         uint64_t watchdog_usec = 0;
         if (sd_watchdog_enabled(0, &watchdog_usec) <= 0)
@@ -167,14 +153,14 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                 .userdata = &ready_fd,
         };
         if (run.test_hooks)
-                log_stderr(DISPATCHER_LOG_WARNING, TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)",
-                           NULL);
+                log_line_worded(PROGRAM, LOG_WARNING,
+                                TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)");
         (void) sd_notify(0, "READY=1\nSTATUS=dispatching");
 
         r = dispatcher_run(d, &run);
         (void) sd_notify(0, "STOPPING=1");
         if (r < 0) {
-                log_stderr(DISPATCHER_LOG_ERROR, strerror(-r), NULL);
+                log_line_worded(PROGRAM, LOG_ERR, strerror(-r));
                 return EXIT_FAILURE;
         }
         return EXIT_SUCCESS;
@@ -201,24 +187,24 @@ static int dispatch_child(int ready_fd, void *userdata) {
         _cleanup_free_ char *config_error = NULL;
         Dispatcher *d = NULL;
         PaceConfig config = *args->config, again;
-        char err[1024] = "";
+        char why[1024] = "";
         int r;
 
         if (args->runs++ > 0) {
                 r = load_config(&again, &config_error, NULL);
                 if (r < 0)
-                        log_stderr(DISPATCHER_LOG_WARNING, "restart: configuration unreadable now, using the one "
-                                   "read at start", NULL);
+                        log_line_worded(PROGRAM, LOG_WARNING,
+                                        "restart: configuration unreadable now, using the one read at start");
                 else if (!same_fixed(&again, args->config))
-                        log_stderr(DISPATCHER_LOG_WARNING, "restart: the configuration now changes cpus, waiting, "
-                                   "slot_us or raises max_frame_ms; using the one read at start (restart the "
-                                   "service for those)", NULL);
+                        log_line_worded(PROGRAM, LOG_WARNING,
+                                        "restart: the configuration now changes cpus, waiting, slot_us or raises "
+                                        "max_frame_ms; using the one read at start (restart the service for those)");
                 else
                         config = again;
         }
-        r = dispatcher_new(&config, args->runtime_dir, &d, err, sizeof(err));
+        r = dispatcher_new(&config, args->runtime_dir, &d, why, sizeof(why));
         if (r < 0) {
-                log_stderr(DISPATCHER_LOG_ERROR, err[0] ? err : strerror(-r), NULL);
+                log_line_worded(PROGRAM, LOG_ERR, why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
         return dispatch(d, args->runtime_dir, ready_fd);
@@ -271,7 +257,7 @@ static int run(int argc, char **argv) {
         _cleanup_(freezer_v1_closep) FreezerV1 *freezer = NULL;
         PrivilegeReport report;
         PaceConfig config;
-        char err[1024] = "";
+        char why[1024] = "";
         int r;
 
         r = parse_argv(argc, argv, &runtime_dir);
@@ -285,8 +271,7 @@ static int run(int argc, char **argv) {
 
         r = load_config(&config, &config_error, NULL);
         if (r < 0) {
-                fprintf(stderr, "%s%s\n", level_prefix(DISPATCHER_LOG_ERROR),
-                        config_error ?: "cannot load the configuration");
+                log_line_worded(PROGRAM, LOG_ERR, config_error ?: "cannot load the configuration");
                 return EXIT_FAILURE;
         }
 
@@ -296,9 +281,9 @@ static int run(int argc, char **argv) {
          * when a table brings new processes or threads. */
         (void) mallopt(M_ARENA_MAX, 1);
 
-        r = dispatcher_new(&config, runtime_dir, &d, err, sizeof(err));
+        r = dispatcher_new(&config, runtime_dir, &d, why, sizeof(why));
         if (r < 0) {
-                log_stderr(DISPATCHER_LOG_ERROR, err[0] ? err : strerror(-r), NULL);
+                log_line_worded(PROGRAM, LOG_ERR, why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
 
@@ -306,8 +291,8 @@ static int run(int argc, char **argv) {
          * for us: it will not be once privileges are dropped. */
         r = dispatcher_stats_open(runtime_dir, &arg_stats_fd);
         if (r < 0)
-                fprintf(stderr, "%scannot create %s/%s (accounting for pacectl status): %s\n",
-                        level_prefix(DISPATCHER_LOG_WARNING), runtime_dir, PACE_STATS_NAME, strerror(-r));
+                log_fmt_worded(PROGRAM, LOG_WARNING, "cannot create %s/%s (accounting for pacectl status): %s",
+                               runtime_dir, PACE_STATS_NAME, strerror(-r));
 
         /* Reservation groups: the base directory's path, and its mount,
          * which must stay writable in the read-only view. */
@@ -337,25 +322,26 @@ static int run(int argc, char **argv) {
                 .writable_path = freezer ? freezer_v1_root(freezer) : NULL,
         };
         dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
-        r = privileges_drop(&limits, &report, err, sizeof(err));
+        r = privileges_drop(&limits, &report, why, sizeof(why));
         if (r < 0) {
-                fprintf(stderr, "%scannot start: %s\n", level_prefix(DISPATCHER_LOG_ERROR),
-                        err[0] ? err : strerror(-r));
+                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", why[0] ? why : strerror(-r));
                 return EXIT_FAILURE;
         }
         char eff[128], bnd[256];
         caps_text(report.effective, eff, sizeof(eff));
         caps_text(report.bounding, bnd, sizeof(bnd));
-        fprintf(stderr, "%sprivileges: uid %u, capabilities %s (bounding set %s%s), no_new_privs, %s, "
-                "locks up to %" PRIu64 " MiB%s, RLIMIT_NOFILE %" PRIu64 "\n",
-                level_prefix(DISPATCHER_LOG_INFO), (unsigned) getuid(), eff,
-                report.bounding == report.effective ? "the same" : bnd,
-                report.bounding_dropped ? ", dropped here" : "",
-                report.read_only_view ? "file system read-only for it" : "file system as the service manager set it",
-                limits.memlock_bytes >> 20,
-                report.kept_ipc_lock ? " (RLIMIT_MEMLOCK cannot be raised that far here: CAP_IPC_LOCK kept instead)" :
-                                       " (RLIMIT_MEMLOCK set to that)",
-                limits.max_files);
+        log_fmt_worded(PROGRAM, LOG_INFO,
+                       "privileges: uid %u, capabilities %s (bounding set %s%s), no_new_privs, %s, "
+                       "locks up to %" PRIu64 " MiB%s, RLIMIT_NOFILE %" PRIu64,
+                       (unsigned) getuid(), eff, report.bounding == report.effective ? "the same" : bnd,
+                       report.bounding_dropped ? ", dropped here" : "",
+                       report.read_only_view ? "file system read-only for it" :
+                                               "file system as the service manager set it",
+                       limits.memlock_bytes >> 20,
+                       report.kept_ipc_lock ?
+                               " (RLIMIT_MEMLOCK cannot be raised that far here: CAP_IPC_LOCK kept instead)" :
+                               " (RLIMIT_MEMLOCK set to that)",
+                       limits.max_files);
 
         if (!arg_monitor)
                 return dispatch(TAKE_PTR(d), runtime_dir, -EBADF);

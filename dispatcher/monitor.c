@@ -69,7 +69,7 @@ typedef struct Monitor {
         unsigned n_restarts;
 } Monitor;
 
-_printf_(3, 4) static void mlog(Monitor *m, DispatcherLogLevel level, const char *fmt, ...) {
+_printf_(3, 4) static void mlog(Monitor *m, int priority, const char *fmt, ...) {
         char message[512];
         va_list ap;
         int n;
@@ -78,7 +78,7 @@ _printf_(3, 4) static void mlog(Monitor *m, DispatcherLogLevel level, const char
         va_start(ap, fmt);
         vsnprintf(message + n, sizeof(message) - (size_t) n, fmt, ap);
         va_end(ap);
-        m->o->log(level, message, m->o->userdata);
+        m->o->log(m->o->userdata, priority, message);
 }
 
 static void close_threads(Monitor *m) {
@@ -172,7 +172,7 @@ static void watch_threads(Monitor *m) {
                 if (fd < 0) {
                         if (errno == EINVAL && !m->no_thread_pidfd) {
                                 m->no_thread_pidfd = true;
-                                mlog(m, DISPATCHER_LOG_WARNING,
+                                mlog(m, LOG_WARNING,
                                      "this kernel has no PIDFD_THREAD (Linux 6.9): a killed dispatcher is noticed "
                                      "only when its last thread has exited, which a client at SCHED_FIFO 98 on "
                                      "every CPU can delay by up to the RT throttling period");
@@ -208,7 +208,7 @@ static void on_ready(Monitor *m) {
         if (!m->realtime) {
                 r = sched_attr_set(0, &a);
                 if (r < 0) {
-                        mlog(m, DISPATCHER_LOG_ERROR, "cannot run at SCHED_FIFO %d: %s; stopping the dispatcher",
+                        mlog(m, LOG_ERR, "cannot run at SCHED_FIFO %d: %s; stopping the dispatcher",
                              PACE_DISPATCHER_PRIORITY, strerror(-r));
                         m->fail = EXIT_FAILURE;
                         m->stopping = true;
@@ -218,7 +218,7 @@ static void on_ready(Monitor *m) {
                 m->realtime = true;
         }
         watch_threads(m);
-        mlog(m, DISPATCHER_LOG_INFO, "watching dispatcher pid %d (%u dispatch thread(s)) at SCHED_FIFO %d",
+        mlog(m, LOG_INFO, "watching dispatcher pid %d (%u dispatch thread(s)) at SCHED_FIFO %d",
              (int) m->child, m->n_threads, PACE_DISPATCHER_PRIORITY);
 }
 
@@ -337,7 +337,7 @@ static int watch_child(Monitor *m) {
          * the exit as after a death, unswept. */
         r = watch_deaths(m);
         if (r < 0)
-                mlog(m, DISPATCHER_LOG_ERROR, "cannot watch dispatcher pid %d: %s", (int) m->child, strerror(-r));
+                mlog(m, LOG_ERR, "cannot watch dispatcher pid %d: %s", (int) m->child, strerror(-r));
 
         /* The main thread may still be exiting (it is SCHED_OTHER, and its
          * memory is locked): nothing of it can promote any more. */
@@ -350,7 +350,7 @@ static int watch_child(Monitor *m) {
                         break;
                 if (r == 0 && !slow) {
                         slow = true;
-                        mlog(m, DISPATCHER_LOG_WARNING, "dispatcher pid %d still exiting after %d ms",
+                        mlog(m, LOG_WARNING, "dispatcher pid %d still exiting after %d ms",
                              (int) m->child, EXIT_SLOW_MS);
                 }
                 if (r < 0 && errno != EINTR)
@@ -369,10 +369,10 @@ static int watch_child(Monitor *m) {
                 else
                         snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
                 if (m->sweep_error < 0 && m->sweep_error != -ENOENT)
-                        mlog(m, DISPATCHER_LOG_ERROR, "dispatcher pid %d %s; cannot read the table %s: %s",
+                        mlog(m, LOG_ERR, "dispatcher pid %d %s; cannot read the table %s: %s",
                              (int) m->child, how, m->table_path, strerror(-m->sweep_error));
                 else
-                        mlog(m, m->demoted > 0 ? DISPATCHER_LOG_WARNING : DISPATCHER_LOG_INFO,
+                        mlog(m, m->demoted > 0 ? LOG_WARNING : LOG_INFO,
                              "dispatcher pid %d %s; %u thread(s) demoted from SCHED_FIFO %d to SCHED_OTHER, %u "
                              "freezer group(s) thawed, %" PRIu64 " us after noticing; its last thread exited %" PRIu64
                              " ms later",
@@ -424,20 +424,20 @@ int monitor_run(const MonitorOptions *o) {
         m.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
         m.scratch = calloc(1, sizeof(PaceTableBuffer));
         if (m.sfd < 0 || !m.scratch) {
-                mlog(&m, DISPATCHER_LOG_ERROR, "cannot start: %s", strerror(m.sfd < 0 ? errno : ENOMEM));
+                mlog(&m, LOG_ERR, "cannot start: %s", strerror(m.sfd < 0 ? errno : ENOMEM));
                 return EXIT_FAILURE;
         }
         /* A page fault between the wake-up and the last demotion would be
          * time the clients keep real-time. */
         if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
-                mlog(&m, DISPATCHER_LOG_ERROR, "cannot lock memory (mlockall): %s", strerror(errno));
+                mlog(&m, LOG_ERR, "cannot lock memory (mlockall): %s", strerror(errno));
                 return EXIT_FAILURE;
         }
 
         for (;;) {
                 r = spawn_child(&m);
                 if (r < 0) {
-                        mlog(&m, DISPATCHER_LOG_ERROR, "cannot start a dispatcher: %s", strerror(-r));
+                        mlog(&m, LOG_ERR, "cannot start a dispatcher: %s", strerror(-r));
                         return EXIT_FAILURE;
                 }
                 status = watch_child(&m);
@@ -462,12 +462,12 @@ int monitor_run(const MonitorOptions *o) {
                 if (!m.ever_ready)
                         return exit_code(status) ?: EXIT_FAILURE; /* a start-up error: it said why */
                 if (!may_restart(&m)) {
-                        mlog(&m, DISPATCHER_LOG_ERROR,
+                        mlog(&m, LOG_ERR,
                              "the dispatcher died %u times within %" PRIu64 " s; giving up (nothing is left "
                              "real-time)", o->max_restarts + 1, (uint64_t) (o->restart_window_ns / NSEC_PER_SEC));
                         return EXIT_FAILURE;
                 }
-                mlog(&m, DISPATCHER_LOG_INFO, "starting a new dispatcher (restart %u within %" PRIu64 " s)",
+                mlog(&m, LOG_INFO, "starting a new dispatcher (restart %u within %" PRIu64 " s)",
                      m.n_restarts, (uint64_t) (o->restart_window_ns / NSEC_PER_SEC));
         }
 }

@@ -90,8 +90,8 @@ static int set_limit(int resource, uint64_t value, bool *ret_raised) {
         return 0;
 }
 
-static int no_sys_nice(char *err, size_t err_size) {
-        snprintf(err, err_size,
+static int no_sys_nice(char *why, size_t why_size) {
+        snprintf(why, why_size,
                  "no CAP_SYS_NICE: the dispatcher can neither run at SCHED_FIFO 99 nor change other processes' "
                  "priorities. Run it as root, or give it CAP_SYS_NICE (systemd: CapabilityBoundingSet=CAP_SYS_NICE, "
                  "plus AmbientCapabilities=CAP_SYS_NICE with a User= other than root).");
@@ -133,7 +133,7 @@ static int read_only_view(const char *writable_path, const char *groups_path, co
         return 0;
 }
 
-int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, char *err, size_t err_size) {
+int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, char *why, size_t why_size) {
         PrivilegeReport rep = {};
         uint64_t keep = KEEP_CAPS;
         int r;
@@ -144,14 +144,14 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         if (dac)
                 keep |= PACE_CAP_BIT(CAP_DAC_OVERRIDE);
         if (r < 0) {
-                snprintf(err, err_size, "cannot read this process's capabilities: %s", strerror(-r));
+                snprintf(why, why_size, "cannot read this process's capabilities: %s", strerror(-r));
                 return r;
         }
 
         if (!(rep.permitted & KEEP_CAPS))
-                return no_sys_nice(err, err_size);
+                return no_sys_nice(why, why_size);
         if (limits->writable_path && !(rep.permitted & PACE_CAP_BIT(CAP_DAC_OVERRIDE))) {
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "\"waiting\": \"freeze\" needs CAP_DAC_OVERRIDE: the freezer hierarchy's root directory "
                          "(%s) is mode 0555, so creating the dispatcher's group there needs it even for root "
                          "(systemd: add CAP_DAC_OVERRIDE to CapabilityBoundingSet=, see pace-dispatcher(8))",
@@ -167,7 +167,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         } else if (r < 0) {
                 struct rlimit rl = {};
                 (void) getrlimit(RLIMIT_MEMLOCK, &rl);
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "RLIMIT_MEMLOCK is %" PRIu64 " KiB and cannot be raised to the %" PRIu64 " KiB the "
                          "dispatcher locks (mlockall) for its %s, and there is no CAP_IPC_LOCK to go beyond it; raise "
                          "the limit (systemd: LimitMEMLOCK=, shell: ulimit -l) or allow CAP_IPC_LOCK",
@@ -177,7 +177,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         }
         r = set_limit(RLIMIT_NOFILE, limits->max_files, NULL);
         if (r < 0) {
-                snprintf(err, err_size, "cannot set RLIMIT_NOFILE to %" PRIu64 " (up to eight descriptors per "
+                snprintf(why, why_size, "cannot set RLIMIT_NOFILE to %" PRIu64 " (up to eight descriptors per "
                          "reserved process, one per nice level): %s", limits->max_files, strerror(-r));
                 return r;
         }
@@ -193,7 +193,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
                 r = read_only_view(limits->writable_path, limits->groups_path, limits->groups_cpu_path,
                                    limits->groups_cpuset_path);
                 if (r < 0) {
-                        snprintf(err, err_size, "cannot make the file system read-only for the dispatcher "
+                        snprintf(why, why_size, "cannot make the file system read-only for the dispatcher "
                                  "(private mount namespace): %s", strerror(-r));
                         return r;
                 }
@@ -212,14 +212,14 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
                                      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED;
                 if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0) {
                         r = negative_errno();
-                        snprintf(err, err_size, "cannot set securebits: %s", strerror(-r));
+                        snprintf(why, why_size, "cannot set securebits: %s", strerror(-r));
                         return r;
                 }
                 for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++)
                         if (!(keep & PACE_CAP_BIT(c)) && (rep.bounding & PACE_CAP_BIT(c)) &&
                             prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL) {
                                 r = negative_errno();
-                                snprintf(err, err_size, "cannot drop capability %d from the bounding set: %s",
+                                snprintf(why, why_size, "cannot drop capability %d from the bounding set: %s",
                                          (int) c, strerror(-r));
                                 return r;
                         }
@@ -228,7 +228,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
 
         if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) {
                 r = negative_errno();
-                snprintf(err, err_size, "cannot clear the ambient capability set: %s", strerror(-r));
+                snprintf(why, why_size, "cannot clear the ambient capability set: %s", strerror(-r));
                 return r;
         }
 
@@ -249,13 +249,13 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         r = cap_set_proc(caps) < 0 ? negative_errno() : 0;
         cap_free(caps);
         if (r < 0) {
-                snprintf(err, err_size, "cannot drop capabilities: %s", strerror(-r));
+                snprintf(why, why_size, "cannot drop capabilities: %s", strerror(-r));
                 return r;
         }
 
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
                 r = negative_errno();
-                snprintf(err, err_size, "cannot set no_new_privs: %s", strerror(-r));
+                snprintf(why, why_size, "cannot set no_new_privs: %s", strerror(-r));
                 return r;
         }
 
@@ -264,7 +264,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
              ipc = rep.kept_ipc_lock;
         r = privileges_read(&rep);
         if (r < 0) {
-                snprintf(err, err_size, "cannot read back the capabilities: %s", strerror(-r));
+                snprintf(why, why_size, "cannot read back the capabilities: %s", strerror(-r));
                 return r;
         }
         rep.memlock_raised = memlock_raised;
@@ -272,14 +272,14 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         rep.bounding_dropped = bnd;
         rep.kept_ipc_lock = ipc;
         if ((rep.effective | rep.permitted) & ~keep || rep.inheritable || rep.ambient) {
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "refusing to run: capabilities beyond CAP_SYS_NICE%s%s remain after dropping them "
                          "(CapEff %016" PRIx64 ", CapPrm %016" PRIx64 ", CapInh %016" PRIx64 ", CapAmb %016" PRIx64 ")",
                          ipc ? ", CAP_IPC_LOCK" : "", dac ? ", CAP_DAC_OVERRIDE" : "", rep.effective, rep.permitted, rep.inheritable, rep.ambient);
                 return -EPERM;
         }
         if (!(rep.effective & KEEP_CAPS))
-                return no_sys_nice(err, err_size);
+                return no_sys_nice(why, why_size);
         if (ret_report)
                 *ret_report = rep;
         return 0;

@@ -45,7 +45,7 @@ typedef struct PrivilegeReport {
  * are needed: started by systemd with CapabilityBoundingSet=CAP_SYS_NICE
  * this only trims and verifies. -EPERM with a message if more than intended
  * remains or CAP_SYS_NICE is missing; other negative errno on failure. */
-int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, char *err, size_t err_size);
+int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, char *why, size_t why_size);
 
 /* Capability sets of the calling thread, from /proc/self/status. */
 int privileges_read(PrivilegeReport *ret_report);

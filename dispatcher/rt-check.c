@@ -26,7 +26,7 @@ static bool have_cap_sys_nice(void) {
         return v == CAP_SET;
 }
 
-int rt_check_privileges(char *err, size_t err_size) {
+int rt_check_privileges(char *why, size_t why_size) {
         struct rlimit rl;
 
         if (have_cap_sys_nice())
@@ -36,13 +36,13 @@ int rt_check_privileges(char *err, size_t err_size) {
          * user's threads needs it whatever RLIMIT_RTPRIO says. Still name
          * the limit, since that is what a user running it by hand hits. */
         if (getrlimit(RLIMIT_RTPRIO, &rl) == 0 && rl.rlim_cur < PACE_DISPATCHER_PRIORITY && getuid() != 0)
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "no CAP_SYS_NICE and RLIMIT_RTPRIO is %" PRIu64 " (needs %d): the dispatcher can neither run "
                          "at SCHED_FIFO %d nor change other processes' priorities. Run it as root, or give it "
                          "CAP_SYS_NICE (systemd: AmbientCapabilities=CAP_SYS_NICE).",
                          (uint64_t) rl.rlim_cur, PACE_DISPATCHER_PRIORITY, PACE_DISPATCHER_PRIORITY);
         else
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "no CAP_SYS_NICE in the effective set: the dispatcher cannot change other processes' "
                          "scheduling policy. Run it as root, or give it CAP_SYS_NICE "
                          "(systemd: AmbientCapabilities=CAP_SYS_NICE).");
@@ -104,7 +104,7 @@ static int v1_cgroup_path(const char *proc_root, const char *controller, char *r
         return r;
 }
 
-int rt_check_cgroup(const char *proc_root, const char *cgroup_root, char *err, size_t err_size) {
+int rt_check_cgroup(const char *proc_root, const char *cgroup_root, char *why, size_t why_size) {
         char cg[2048], dir[128], path[PATH_MAX + 64], value[64];
 
         if (v1_cgroup_path(proc_root, "cpu", cg, sizeof(cg), dir, sizeof(dir)) < 0)
@@ -132,7 +132,7 @@ int rt_check_cgroup(const char *proc_root, const char *cgroup_root, char *err, s
         if (!found[0])
                 return 0;
 
-        snprintf(err, err_size,
+        snprintf(why, why_size,
                  "real-time scheduling is disabled for this process's cpu cgroup: %s is 0 "
                  "(the kernel has RT group scheduling, and a group with no real-time runtime refuses "
                  "SCHED_FIFO with EPERM, even for root). Fix: write a runtime into cpu.rt_runtime_us of each "
@@ -142,12 +142,12 @@ int rt_check_cgroup(const char *proc_root, const char *cgroup_root, char *err, s
         return -EPERM;
 }
 
-void rt_explain_eperm(const char *proc_root, const char *cgroup_root, char *err, size_t err_size) {
+void rt_explain_eperm(const char *proc_root, const char *cgroup_root, char *why, size_t why_size) {
         char path[256], line[4096];
         bool v2_nonroot = false;
         FILE *f;
 
-        if (rt_check_privileges(err, err_size) < 0 || rt_check_cgroup(proc_root, cgroup_root, err, err_size) < 0)
+        if (rt_check_privileges(why, why_size) < 0 || rt_check_cgroup(proc_root, cgroup_root, why, why_size) < 0)
                 return;
 
         snprintf(path, sizeof(path), "%s/self/cgroup", proc_root);
@@ -166,14 +166,14 @@ void rt_explain_eperm(const char *proc_root, const char *cgroup_root, char *err,
                         v2_nonroot = false;
         }
         if (v2_nonroot) {
-                snprintf(err, err_size,
+                snprintf(why, why_size,
                          "SCHED_FIFO was refused (EPERM) although the process has CAP_SYS_NICE: on cgroup v2 with "
                          "RT group scheduling (CONFIG_RT_GROUP_SCHED), real-time tasks are only allowed in the "
                          "root cgroup. Run pace-dispatcher in the root cgroup, or boot with a kernel without RT "
                          "group scheduling.");
                 return;
         }
-        snprintf(err, err_size,
+        snprintf(why, why_size,
                  "SCHED_FIFO was refused (EPERM) although the process has CAP_SYS_NICE and its cgroups allow "
                  "real-time runtime; check for a seccomp filter or RestrictRealtime= in the unit.");
 }

@@ -158,46 +158,45 @@ static int read_thread_call(sd_bus_message *m, char last_type, void *ret_last, u
         return with_pid;
 }
 
-static int method_make_realtime(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Service *s = userdata;
+/* MakeThreadRealtime and MakeThreadHighPriority (each also WithPID): one
+ * call but for its last argument, a priority or a nice level, and what is
+ * logged of it (every reservation; a nice level with --verbose only). */
+static int make_thread(sd_bus_message *m, Service *s, bool realtime, sd_bus_error *error) {
+        union {
+                uint32_t priority; /* MakeThreadRealtime's "u" */
+                int32_t nice;      /* MakeThreadHighPriority's "i" */
+        } last = {};
         uint64_t process = 0, thread = 0;
-        uint32_t priority = 0;
         RtkitCaller caller;
         RtkitError e;
         int r;
 
-        r = read_thread_call(m, SD_BUS_TYPE_UINT32, &priority, &process, &thread, &caller, error);
+        r = read_thread_call(m, realtime ? SD_BUS_TYPE_UINT32 : SD_BUS_TYPE_INT32, &last, &process, &thread, &caller,
+                             error);
         if (r < 0)
                 return r;
         bool with_pid = r > 0;
-        r = rtkit_make_realtime(&s->core, &caller, with_pid, process, thread, priority, &e);
+        r = realtime ? rtkit_make_realtime(&s->core, &caller, with_pid, process, thread, last.priority, &e) :
+                       rtkit_make_high_priority(&s->core, &caller, with_pid, process, thread, last.nice, &e);
         if (r < 0)
                 return reply_refusal(m, &caller, &e, error);
-        log_fmt(PROGRAM, LOG_INFO, "reserved thread %" PRIu64 " of process %d for uid %u (asked for RT priority %" PRIu32 ")",
-                thread == 0 ? (uint64_t) (with_pid ? process : (uint64_t) caller.pid) : thread,
-                with_pid ? (int) process : (int) caller.pid, (unsigned) caller.uid, priority);
+        int pid = with_pid ? (int) process : (int) caller.pid;
+        if (realtime)
+                log_fmt(PROGRAM, LOG_INFO,
+                        "reserved thread %" PRIu64 " of process %d for uid %u (asked for RT priority %" PRIu32 ")",
+                        thread ?: (uint64_t) pid, pid, (unsigned) caller.uid, last.priority);
+        else if (arg.verbose)
+                log_fmt(PROGRAM, LOG_DEBUG, "nice %" PRIi32 " for thread %" PRIu64 " of process %d (uid %u)",
+                        last.nice, thread, pid, (unsigned) caller.uid);
         return sd_bus_reply_method_return(m, NULL);
 }
 
-static int method_make_high_priority(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        Service *s = userdata;
-        uint64_t process = 0, thread = 0;
-        int32_t nice = 0;
-        RtkitCaller caller;
-        RtkitError e;
-        int r;
+static int method_make_realtime(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return make_thread(m, userdata, true, error);
+}
 
-        r = read_thread_call(m, SD_BUS_TYPE_INT32, &nice, &process, &thread, &caller, error);
-        if (r < 0)
-                return r;
-        bool with_pid = r > 0;
-        r = rtkit_make_high_priority(&s->core, &caller, with_pid, process, thread, nice, &e);
-        if (r < 0)
-                return reply_refusal(m, &caller, &e, error);
-        if (arg.verbose)
-                log_fmt(PROGRAM, LOG_DEBUG, "nice %" PRIi32 " for thread %" PRIu64 " of process %d (uid %u)", nice,
-                        thread, with_pid ? (int) process : (int) caller.pid, (unsigned) caller.uid);
-        return sd_bus_reply_method_return(m, NULL);
+static int method_make_high_priority(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return make_thread(m, userdata, false, error);
 }
 
 /* ResetKnown and ResetAll: the same for pace (see rtkit-core.h). */

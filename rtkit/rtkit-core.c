@@ -56,13 +56,18 @@ static int check_id(uint64_t value, const char *what, RtkitError *e) {
         return 0;
 }
 
-/* The target: the caller's own process unless WithPID named one, and its
- * main thread when thread is 0 (as rtkit does). */
-static int resolve_target(const RtkitCaller *caller, bool with_pid, uint64_t process, uint64_t thread,
-                          pid_t *ret_pid, pid_t *ret_tid, RtkitError *e) {
+/* What MakeThreadRealtime and MakeThreadHighPriority check alike, in
+ * rtkit's order, after clearing *e: the target, the caller's own process
+ * unless WithPID named one and its main thread when thread is 0 (as rtkit
+ * does); then the method's own argument (what: a priority or a nice level),
+ * which must be one the kernel takes, min..max. */
+static int check_thread_call(const RtkitCaller *caller, bool with_pid, uint64_t process, uint64_t thread,
+                             const char *what, int64_t value, int64_t min, int64_t max, pid_t *ret_pid,
+                             pid_t *ret_tid, RtkitError *e) {
         pid_t pid = caller->pid;
         int r;
 
+        clear(e);
         if (with_pid) {
                 r = check_id(process, "process", e);
                 if (r < 0)
@@ -74,6 +79,9 @@ static int resolve_target(const RtkitCaller *caller, bool with_pid, uint64_t pro
                 if (r < 0)
                         return r;
         }
+        if (value < min || value > max)
+                return fail(e, RTKIT_ERROR_FAILED, "%s %" PRIi64 " is outside %" PRIi64 "..%" PRIi64, what, value,
+                            min, max);
         *ret_pid = pid;
         *ret_tid = thread == 0 ? pid : (pid_t) thread;
         return 0;
@@ -136,13 +144,10 @@ int rtkit_make_realtime(const RtkitCore *core, const RtkitCaller *caller, bool w
         pid_t pid, tid;
         int r;
 
-        clear(ret_error);
-        r = resolve_target(caller, with_pid, process, thread, &pid, &tid, ret_error);
+        r = check_thread_call(caller, with_pid, process, thread, "priority", priority, RTKIT_PRIORITY_MIN,
+                              RTKIT_PRIORITY_MAX, &pid, &tid, ret_error);
         if (r < 0)
                 return r;
-        if (priority < RTKIT_PRIORITY_MIN || priority > RTKIT_PRIORITY_MAX)
-                return fail(ret_error, RTKIT_ERROR_FAILED, "priority %" PRIu32 " is outside %u..%u", priority,
-                            RTKIT_PRIORITY_MIN, RTKIT_PRIORITY_MAX);
         if ((int64_t) priority > (int64_t) core->config->rtkit_max_realtime_priority)
                 return fail(ret_error, RTKIT_ERROR_ACCESS_DENIED,
                             "priority %" PRIu32 " is above MaxRealtimePriority %" PRIi32, priority,
@@ -174,13 +179,10 @@ int rtkit_make_high_priority(const RtkitCore *core, const RtkitCaller *caller, b
         pid_t pid, tid;
         int r;
 
-        clear(ret_error);
-        r = resolve_target(caller, with_pid, process, thread, &pid, &tid, ret_error);
+        r = check_thread_call(caller, with_pid, process, thread, "nice level", nice, PRIO_MIN, PRIO_MAX - 1, &pid,
+                              &tid, ret_error);
         if (r < 0)
                 return r;
-        if (nice < PRIO_MIN || nice >= PRIO_MAX)
-                return fail(ret_error, RTKIT_ERROR_FAILED, "nice level %" PRIi32 " is outside %d..%d", nice,
-                            PRIO_MIN, PRIO_MAX - 1);
         if (nice < core->config->rtkit_min_nice_level)
                 return fail(ret_error, RTKIT_ERROR_ACCESS_DENIED, "nice level %" PRIi32 " is below MinNiceLevel %" PRIi32,
                             nice, core->config->rtkit_min_nice_level);

@@ -13,16 +13,16 @@
 
 typedef struct Seen {
         unsigned n;
-        DispatcherLogLevel levels[MAX_SEEN];
+        int priorities[MAX_SEEN];
         char messages[MAX_SEEN][LOG_MESSAGE_MAX];
 } Seen;
 
-static void collect(DispatcherLogLevel level, const char *message, void *userdata) {
+static void collect(void *userdata, int priority, const char *message) {
         Seen *s = userdata;
 
         if (s->n >= MAX_SEEN)
                 TEST_FAIL_("more messages than expected");
-        s->levels[s->n] = level;
+        s->priorities[s->n] = priority;
         snprintf(s->messages[s->n], LOG_MESSAGE_MAX, "%s", message);
         s->n++;
 }
@@ -38,20 +38,20 @@ TEST(messages_come_out_in_order_with_their_levels) {
 
         ASSERT_OK(log_ring_new(&ring));
         ASSERT_FALSE(readable(ring));
-        ASSERT_OK(log_ring_push(ring, DISPATCHER_LOG_INFO, "first %d", 1));
-        ASSERT_OK(log_ring_push(ring, DISPATCHER_LOG_ERROR, "second %s", "two"));
-        ASSERT_OK(log_ring_push(ring, DISPATCHER_LOG_WARNING, "third"));
+        ASSERT_OK(log_ring_push(ring, LOG_INFO, "first %d", 1));
+        ASSERT_OK(log_ring_push(ring, LOG_ERR, "second %s", "two"));
+        ASSERT_OK(log_ring_push(ring, LOG_WARNING, "third"));
         /* The main thread sleeps in poll(): a push must wake it. */
         ASSERT_TRUE(readable(ring));
 
         ASSERT_EQ(log_ring_drain(ring, collect, &seen), 3);
         ASSERT_EQ(seen.n, 3u);
         ASSERT_STREQ(seen.messages[0], "first 1");
-        ASSERT_EQ(seen.levels[0], DISPATCHER_LOG_INFO);
+        ASSERT_EQ(seen.priorities[0], LOG_INFO);
         ASSERT_STREQ(seen.messages[1], "second two");
-        ASSERT_EQ(seen.levels[1], DISPATCHER_LOG_ERROR);
+        ASSERT_EQ(seen.priorities[1], LOG_ERR);
         ASSERT_STREQ(seen.messages[2], "third");
-        ASSERT_EQ(seen.levels[2], DISPATCHER_LOG_WARNING);
+        ASSERT_EQ(seen.priorities[2], LOG_WARNING);
         ASSERT_FALSE(readable(ring));
 
         /* Nothing left, nothing dropped: a second drain says nothing. */
@@ -65,9 +65,9 @@ TEST(a_full_ring_drops_and_the_drain_says_how_many) {
 
         ASSERT_OK(log_ring_new(&ring));
         for (unsigned i = 0; i < LOG_RING_SIZE; i++)
-                ASSERT_OK(log_ring_push(ring, DISPATCHER_LOG_INFO, "message %u", i));
+                ASSERT_OK(log_ring_push(ring, LOG_INFO, "message %u", i));
         for (unsigned i = 0; i < 5; i++)
-                ASSERT_ERR(log_ring_push(ring, DISPATCHER_LOG_ERROR, "lost %u", i), -ENOBUFS);
+                ASSERT_ERR(log_ring_push(ring, LOG_ERR, "lost %u", i), -ENOBUFS);
 
         ASSERT_EQ(log_ring_drain(ring, collect, &seen), (int) LOG_RING_SIZE);
         ASSERT_EQ(seen.n, LOG_RING_SIZE + 1);
@@ -77,11 +77,11 @@ TEST(a_full_ring_drops_and_the_drain_says_how_many) {
                 ASSERT_STREQ(seen.messages[i], expected);
         }
         ASSERT_STREQ(seen.messages[LOG_RING_SIZE], "5 log messages dropped");
-        ASSERT_EQ(seen.levels[LOG_RING_SIZE], DISPATCHER_LOG_WARNING);
+        ASSERT_EQ(seen.priorities[LOG_RING_SIZE], LOG_WARNING);
 
         /* The count starts again from zero, and there is room again. */
         seen.n = 0;
-        ASSERT_OK(log_ring_push(ring, DISPATCHER_LOG_INFO, "after"));
+        ASSERT_OK(log_ring_push(ring, LOG_INFO, "after"));
         ASSERT_EQ(log_ring_drain(ring, collect, &seen), 1);
         ASSERT_EQ(seen.n, 1u);
         ASSERT_STREQ(seen.messages[0], "after");
@@ -95,7 +95,7 @@ TEST(a_long_message_is_cut_not_overrun) {
         memset(long_message, 'x', sizeof(long_message) - 1);
         long_message[sizeof(long_message) - 1] = '\0';
         ASSERT_OK(log_ring_new(&ring));
-        ASSERT_OK(log_ring_push(ring, DISPATCHER_LOG_INFO, "%s", long_message));
+        ASSERT_OK(log_ring_push(ring, LOG_INFO, "%s", long_message));
         ASSERT_EQ(log_ring_drain(ring, collect, &seen), 1);
         ASSERT_EQ(strlen(seen.messages[0]), LOG_MESSAGE_MAX - 1);
 }
@@ -112,7 +112,7 @@ static void *write_many(void *userdata) {
         Writer *w = userdata;
 
         for (unsigned i = 0; i < THREAD_MESSAGES; i++)
-                if (log_ring_push(w->ring, DISPATCHER_LOG_INFO, "%u", i) == -ENOBUFS)
+                if (log_ring_push(w->ring, LOG_INFO, "%u", i) == -ENOBUFS)
                         w->dropped++;
         atomic_store(&w->done, true);
         return NULL;
@@ -124,11 +124,11 @@ typedef struct Order {
         bool ordered;
 } Order;
 
-static void check_order(DispatcherLogLevel level, const char *message, void *userdata) {
+static void check_order(void *userdata, int priority, const char *message) {
         Order *o = userdata;
         unsigned n;
 
-        if (level == DISPATCHER_LOG_WARNING && sscanf(message, "%u log messages dropped", &n) == 1) {
+        if (priority == LOG_WARNING && sscanf(message, "%u log messages dropped", &n) == 1) {
                 o->dropped_reported += n;
                 return;
         }
