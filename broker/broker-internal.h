@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "broker.h"
+#include "log-sink.h"
 #include "macro.h"
 #include "pace-stats.h"
 #include "pace.pb-c.h"
@@ -70,7 +71,7 @@ struct Broker {
 };
 
 /* broker.c: state shared by the handlers. */
-_printf_(3, 4) void broker_log(Broker *b, int priority, const char *fmt, ...);
+#define broker_log(b, priority, ...) log_sinkf((b)->hooks.log, (b)->hooks.userdata, (priority), __VA_ARGS__)
 /* Writes the plan and the nice levels into the table for the dispatcher. */
 void broker_publish(Broker *b);
 Reservation *find_reservation(Broker *b, uint64_t id);

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,18 +19,6 @@
 #include "macro.h"
 #include "proc-util.h"
 #include "table-check.h"
-
-void broker_log(Broker *b, int priority, const char *fmt, ...) {
-        char line[512];
-        va_list ap;
-
-        if (!b->hooks.log)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(line, sizeof(line), fmt, ap);
-        va_end(ap);
-        b->hooks.log(b->hooks.userdata, priority, line);
-}
 
 void broker_publish(Broker *b) {
         if (!b->table)

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "log-sink.h"
 #include "plan.h"
 #include "table-shm.h"
 
@@ -40,8 +41,8 @@ typedef struct BrokerHooks {
         /* Returns 0 or negative errno; *ret_watch is handed back to unwatch. */
         int (*watch_pidfd)(void *userdata, int pidfd, uint64_t id, void **ret_watch);
         void (*unwatch)(void *userdata, void *watch);
-        /* One line of log, with a syslog priority. */
-        void (*log)(void *userdata, int priority, const char *message);
+        /* One line of log (NULL: none wanted). */
+        LogSink log;
         /* Re-read the configuration and apply it with broker_reload(); on
          * refusal a sentence in why. NULL: reloading is not offered. */
         int (*reload)(void *userdata, char *why, size_t why_size);

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "explain.h"
 #include "frame-math.h"
 #include "macro.h"
 #include "parse-util.h"
@@ -41,15 +41,6 @@ struct Plan {
         uint32_t n_entries;
         PlanEntry entries[PACE_MAX_RESERVATIONS];
 };
-
-_printf_(3, 4) static void explain(char *why, size_t why_size, const char *fmt, ...) {
-        if (!why || why_size == 0)
-                return;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_size, fmt, ap);
-        va_end(ap);
-}
 
 static uint32_t ceil_div_ppm(uint64_t x, uint32_t ppm) {
         return (uint32_t) (((unsigned __int128) x * ppm + PPM - 1) / PPM);

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,22 +55,12 @@ struct Server {
         Connection *connections;
         size_t n_connections;
         void *log_userdata;
-        void (*log)(void *userdata, int priority, const char *message);
+        LogSink log;
         int (*load_config)(void *userdata, PaceConfig *ret, char *why, size_t why_size);
         uint8_t buffer[PACE_MAX_MESSAGE_SIZE];
 };
 
-_printf_(3, 4) static void server_log(Server *s, int priority, const char *fmt, ...) {
-        char line[512];
-        va_list ap;
-
-        if (!s->log)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(line, sizeof(line), fmt, ap);
-        va_end(ap);
-        s->log(s->log_userdata, priority, line);
-}
+#define server_log(s, priority, ...) log_sinkf((s)->log, (s)->log_userdata, (priority), __VA_ARGS__)
 
 static uint64_t now_ns(void) {
         struct timespec ts;

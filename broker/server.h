@@ -12,6 +12,7 @@
 
 #include "broker.h"
 #include "config.h"
+#include "log-sink.h"
 
 typedef struct Server Server;
 
@@ -21,7 +22,7 @@ typedef struct ServerOptions {
         int runtime_dir_fd; /* borrowed */
         const char *proc_root;
         void *log_userdata;
-        void (*log)(void *userdata, int priority, const char *message);
+        LogSink log;
         /* Where the online CPUs are listed, polled every second for hotplug
          * (NULL: /sys/devices/system/cpu/online). */
         const char *cpu_online_path;

@@ -1,24 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "macro.h"
+#include "explain.h"
 #include "frame-math.h"
+#include "macro.h"
 #include "table-check.h"
 
-_printf_(3, 4) static int refuse(char *why, size_t why_size, const char *fmt, ...) {
-        if (why && why_size > 0) {
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(why, why_size, fmt, ap);
-                va_end(ap);
-        }
-        return -EBADMSG;
-}
+/* The table is not one to enforce, and why says what is wrong with it. */
+#define refuse(why, why_size, ...) (explain((why), (why_size), __VA_ARGS__), -EBADMSG)
 
 /* Which piece of reservation `id` owns global slot g (every CPU's frame
  * starts at the same instant and repeats), or -1. *ret_count says how many

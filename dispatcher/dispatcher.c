@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,7 +340,7 @@ int dispatcher_start(Dispatcher *d, char *why, size_t why_size) {
 
 /* Opens the table file if it is new (another inode: a restarted broker) or
  * the current mapping broke. Returns 0 if the file in place is in use. */
-static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *userdata) {
+static int dispatcher_open_table(Dispatcher *d, LogSink log_fn, void *userdata) {
         struct stat st, st2;
         TableReader *reader = NULL;
         char message[LOG_MESSAGE_MAX];
@@ -390,15 +389,7 @@ static int dispatcher_open_table(Dispatcher *d, DispatcherLogFn log_fn, void *us
         return 0;
 }
 
-_printf_(3, 4) static void run_log(const DispatcherRunOptions *o, int priority, const char *fmt, ...) {
-        char message[LOG_MESSAGE_MAX];
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(message, sizeof(message), fmt, ap);
-        va_end(ap);
-        o->log(o->userdata, priority, message);
-}
+#define run_log(o, priority, ...) log_sinkf((o)->log, (o)->userdata, (priority), __VA_ARGS__)
 
 /* A copy of the published table in d->scratch, from the mapping in use or,
  * before there is one, from the file. */

@@ -13,13 +13,9 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "log-sink.h"
 
 typedef struct Dispatcher Dispatcher;
-
-/* One line of log with a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO):
- * the broker's log callback's shape, so both daemons speak of priorities
- * alike. */
-typedef void (*DispatcherLogFn)(void *userdata, int priority, const char *message);
 
 /* config->cpus may be unset (all online CPUs): resolved here. Blocks
  * SIGTERM, SIGINT and SIGUSR1 in the calling thread (signals are handled
@@ -31,7 +27,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
 int dispatcher_start(Dispatcher *d, char *why, size_t why_size);
 
 typedef struct DispatcherRunOptions {
-        DispatcherLogFn log;
+        LogSink log;
         /* SIGHUP: reads the configuration again (the same validation as at
          * start); on failure -errno and a malloc'ed message. NULL: SIGHUP
          * only logs. */

@@ -79,7 +79,7 @@ int log_ring_push(LogRing *ring, int priority, const char *fmt, ...) {
         return r;
 }
 
-int log_ring_drain(LogRing *ring, DispatcherLogFn log_fn, void *userdata) {
+int log_ring_drain(LogRing *ring, LogSink log_fn, void *userdata) {
         char message[LOG_MESSAGE_MAX];
         int n = 0;
         uint64_t v;

@@ -37,4 +37,4 @@ _printf_(3, 0) int log_ring_pushv(LogRing *ring, int priority, const char *fmt, 
  * dropped since the last drain, a warning "N log messages dropped".
  * log_fn runs without the ring's lock held. Returns the number of queued
  * messages handed over. One thread at a time. */
-int log_ring_drain(LogRing *ring, DispatcherLogFn log_fn, void *userdata);
+int log_ring_drain(LogRing *ring, LogSink log_fn, void *userdata);

@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,17 +68,9 @@ typedef struct Monitor {
         unsigned n_restarts;
 } Monitor;
 
-_printf_(3, 4) static void mlog(Monitor *m, int priority, const char *fmt, ...) {
-        char message[512];
-        va_list ap;
-        int n;
-
-        n = snprintf(message, sizeof(message), "monitor: ");
-        va_start(ap, fmt);
-        vsnprintf(message + n, sizeof(message) - (size_t) n, fmt, ap);
-        va_end(ap);
-        m->o->log(m->o->userdata, priority, message);
-}
+/* Every line says it is the monitor's: fmt is a literal. */
+#define mlog(m, priority, fmt, ...) \
+        log_sinkf((m)->o->log, (m)->o->userdata, (priority), "monitor: " fmt, ##__VA_ARGS__)
 
 static void close_threads(Monitor *m) {
         for (unsigned i = 0; i < m->n_threads; i++)

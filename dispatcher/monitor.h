@@ -38,7 +38,7 @@ typedef struct MonitorOptions {
          * capabilities beyond the monitor's, and its own pid in
          * WATCHDOG_PID if the monitor's was there. */
         int (*child)(int ready_fd, void *userdata);
-        DispatcherLogFn log;
+        LogSink log;
         void *userdata;
 } MonitorOptions;
 
