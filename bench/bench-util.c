@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench-util.h"
+#include "parse-util.h"
+
+_Noreturn void bench_arg_refuse(const char *option, const char *value, const char *expected, ...) {
+        va_list ap;
+
+        /* The name it was started by, as getopt_long() names it. */
+        fprintf(stderr, "%s: %s %s: expected ", program_invocation_short_name, option, value);
+        va_start(ap, expected);
+        vfprintf(stderr, expected, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        exit(2);
+}
+
+uint64_t bench_arg_duration(const char *option, const char *value) {
+        uint64_t ns;
+
+        if (parse_duration_ns(value, &ns) < 0)
+                bench_arg_refuse(option, value, "a duration with its unit, such as 10ms, 250us or 1.5s");
+        return ns;
+}
+
+uint32_t bench_arg_utilization(const char *option, const char *value) {
+        uint32_t ppm;
+
+        if (parse_utilization_ppm(value, &ppm) < 0)
+                bench_arg_refuse(option, value, "a share of one CPU, such as 60%% or 0.6 (above 0, at most 100%%)");
+        return ppm;
+}
+
+uint32_t bench_arg_uint32(const char *option, const char *value, uint32_t min, uint32_t max) {
+        uint32_t v;
+
+        if (parse_uint32(value, &v) < 0 || v < min || v > max) {
+                if (max != UINT32_MAX)
+                        bench_arg_refuse(option, value, "a whole number from %u to %u", min, max);
+                if (min > 0)
+                        bench_arg_refuse(option, value, "a whole number of at least %u", min);
+                bench_arg_refuse(option, value, "a whole number");
+        }
+        return v;
+}
+
+int bench_arg_cpu(const char *option, const char *value) {
+        uint32_t cpu;
+
+        if (parse_uint32(value, &cpu) < 0 || cpu >= CPU_SETSIZE)
+                bench_arg_refuse(option, value, "a CPU number from 0 to %d", CPU_SETSIZE - 1);
+        return (int) cpu;
+}
+
+unsigned bench_arg_choice(const char *option, const char *value, const char *const *choices) {
+        char list[256] = "";
+
+        for (unsigned i = 0; choices[i]; i++) {
+                if (strcmp(value, choices[i]) == 0)
+                        return i;
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i > 0 ? " or " : "", choices[i]);
+        }
+        bench_arg_refuse(option, value, "%s", list);
+}
