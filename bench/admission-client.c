@@ -55,9 +55,9 @@ typedef struct Args {
         const char *samples_path;
 } Args;
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: getopt_long() said
- * what was wrong. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: admission-client [--live N] [--pairs N] [--period DUR] [--util-ppm PPM] "
+                                    "[--cpu N] [--duration DUR] [--samples FILE]\n";
         static const struct option options[] = {
                 { "live", required_argument, NULL, 'l' },
                 { "pairs", required_argument, NULL, 'n' },
@@ -76,7 +76,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "l:n:p:u:c:d:s:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "l:n:p:u:c:d:s:h", options, usage)) >= 0)
                 switch (c) {
                 case 'l':
                         a.live = bench_arg_uint32("--live", optarg, 0, 1023);
@@ -99,15 +99,8 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                 case 's':
                         a.samples_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: admission-client [--live N] [--pairs N] [--period DUR] [--util-ppm PPM] "
-                               "[--cpu N] [--duration DUR] [--samples FILE]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
         *ret = a;
-        return 1;
 }
 
 /* live sleeping children, each reserved, and one more, the spare, left
@@ -230,9 +223,7 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         return run(&args) < 0 ? 1 : 0;
 }

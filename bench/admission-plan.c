@@ -90,9 +90,8 @@ static int parse_frames(const char *s, Args *a) {
         return a->n_frames > 0 ? 0 : -EINVAL;
 }
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: getopt_long() said
- * what was wrong. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: admission-plan [--reps N] [--frames MS,MS,...]\n";
         static const struct option options[] = {
                 { "reps", required_argument, NULL, 'r' },
                 { "frames", required_argument, NULL, 'f' },
@@ -106,7 +105,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "r:f:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "r:f:h", options, usage)) >= 0)
                 switch (c) {
                 case 'r':
                         a.reps = bench_arg_uint32("--reps", optarg, 1, 100000);
@@ -116,14 +115,8 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                                 bench_arg_refuse("--frames", optarg, "up to %d frame lengths in ms from 20 to 60000, "
                                                  "such as 100,1200", MAX_FRAMES);
                         break;
-                case 'h':
-                        printf("Usage: admission-plan [--reps N] [--frames MS,MS,...]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
         *ret = a;
-        return 1;
 }
 
 /* Per repetition, in ns. */
@@ -234,9 +227,7 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         return run(&args) < 0 ? 1 : 0;
 }

@@ -9,16 +9,38 @@
 #include "bench-util.h"
 #include "parse-util.h"
 
-_Noreturn void bench_arg_refuse(const char *option, const char *value, const char *expected, ...) {
+int bench_getopt(int argc, char **argv, const char *shortopts, const struct option *options, const char *usage) {
+        int c = getopt_long(argc, argv, shortopts, options, NULL);
+
+        if (c == 'h') {
+                fputs(usage, stdout);
+                exit(0);
+        }
+        if (c == '?' || c == ':')
+                exit(2);
+        return c;
+}
+
+_Noreturn void bench_usage_error(const char *fmt, ...) {
         va_list ap;
 
         /* The name it was started by, as getopt_long() names it. */
-        fprintf(stderr, "%s: %s %s: expected ", program_invocation_short_name, option, value);
-        va_start(ap, expected);
-        vfprintf(stderr, expected, ap);
+        fprintf(stderr, "%s: ", program_invocation_short_name);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
         va_end(ap);
         fputc('\n', stderr);
         exit(2);
+}
+
+_Noreturn void bench_arg_refuse(const char *option, const char *value, const char *expected, ...) {
+        char what[256];
+        va_list ap;
+
+        va_start(ap, expected);
+        vsnprintf(what, sizeof(what), expected, ap);
+        va_end(ap);
+        bench_usage_error("%s %s: expected %s", option, value, what);
 }
 
 uint64_t bench_arg_duration(const char *option, const char *value) {

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* What every bench/ probe measures with: one clock reading and one
- * percentile rule, so their figures are comparable; and how they read their
- * options, so that a mistyped value is refused the same way by all. */
+/* What the bench/ programs share: one clock reading and one percentile
+ * rule, so that their figures are comparable; and one way to read a command
+ * line, so that a mistake is refused the same way by all. */
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -20,13 +21,23 @@ static inline uint64_t bench_percentile(const uint64_t *sorted, size_t n, double
         return sorted[MIN(i, n - 1)];
 }
 
-/* Option values. The bench/ programs are small command-line tools, so these
- * do not hand a failure back to the caller: a bad value ends the program
- * here, with one line on stderr naming the program, the option, the value
- * and what the option takes, and exit status 2, the status a refusal by
- * getopt_long() gets too. A benchmark script then stops at the mistake
- * instead of measuring something it did not ask for. */
+/* The command line. The bench/ programs are small command-line tools, so
+ * these do not hand a mistake back to the caller: a command line that
+ * cannot run ends the program here, with one line on stderr that starts
+ * with the program's name, and exit status 2, as getopt_long()'s own
+ * refusals do. A benchmark script then stops at the mistake instead of
+ * measuring something it did not ask for. */
+
+/* getopt_long(), with --help ('h': usage to stdout, exit 0) and an unknown
+ * option or a missing value (exit 2, getopt_long() has said which) handled
+ * here. Otherwise the option's val, -1 at the end. */
+int bench_getopt(int argc, char **argv, const char *shortopts, const struct option *options, const char *usage);
+/* "PROG: MESSAGE", exit 2: options that do not go together, or one that is missing. */
+_printf_(1, 2) _Noreturn void bench_usage_error(const char *fmt, ...);
+/* "PROG: OPTION VALUE: expected EXPECTED", exit 2. */
 _printf_(3, 4) _Noreturn void bench_arg_refuse(const char *option, const char *value, const char *expected, ...);
+
+/* Option values; a bad one is refused as bench_arg_refuse() does. */
 
 /* parse_duration_ns(): a unit is required, zero is refused. */
 uint64_t bench_arg_duration(const char *option, const char *value);

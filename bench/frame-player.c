@@ -36,9 +36,8 @@ typedef struct Args {
         const char *csv_path, *label;
 } Args;
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: getopt_long() said
- * what was wrong. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: frame-player [--fps N] [--work DURATION] [--duration DURATION] [--csv FILE] [--label NAME]\n";
         static const struct option options[] = {
                 { "fps", required_argument, NULL, 'f' },
                 { "work", required_argument, NULL, 'w' },
@@ -56,7 +55,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "f:w:d:c:l:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "f:w:d:c:l:h", options, usage)) >= 0)
                 switch (c) {
                 case 'f':
                         a.fps = bench_arg_uint32("--fps", optarg, 1, 10000);
@@ -73,14 +72,8 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                 case 'l':
                         a.label = optarg;
                         break;
-                case 'h':
-                        printf("Usage: frame-player [--fps N] [--work DURATION] [--duration DURATION] [--csv FILE] [--label NAME]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
         *ret = a;
-        return 1;
 }
 
 /* Releases n frames, one every period, and records when each one finished
@@ -154,9 +147,7 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         return run(&args) < 0 ? 1 : 0;
 }

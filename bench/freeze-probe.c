@@ -326,9 +326,11 @@ typedef struct Args {
         const char *root, *label, *out_path;
 } Args;
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: what was wrong has
- * been said. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: freeze-probe --backend v1|v2 [--root DIR] [--threads 1,8,64] [--iterations N]\n"
+                                    "                    [--wait read|poll] [--anchor] [--cpu N] [--ctl-cpu N] [--priority P]\n"
+                                    "                    [--spin-priority P]\n"
+                                    "                    [--running D] [--frozen D] [--label L] [--out FILE] [--limit D]\n";
         static const struct option options[] = {
                 { "backend", required_argument, NULL, 'b' },
                 { "root", required_argument, NULL, 'R' },
@@ -365,7 +367,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         bool have_backend = false;
         int c;
 
-        while ((c = getopt_long(argc, argv, "b:R:n:i:w:Ac:C:P:S:r:f:l:o:L:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "b:R:n:i:w:Ac:C:P:S:r:f:l:o:L:h", options, usage)) >= 0)
                 switch (c) {
                 case 'b':
                         a.v2 = bench_arg_choice("--backend", optarg, backends) == 1;
@@ -415,27 +417,14 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                 case 'o':
                         a.out_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: freeze-probe --backend v1|v2 [--root DIR] [--threads 1,8,64] [--iterations N]\n"
-                               "                    [--wait read|poll] [--anchor] [--cpu N] [--ctl-cpu N] [--priority P]\n"
-                               "                    [--spin-priority P]\n"
-                               "                    [--running D] [--frozen D] [--label L] [--out FILE] [--limit D]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
-        if (!have_backend) {
-                fprintf(stderr, "freeze-probe: --backend v1 or v2 is required\n");
-                return -EINVAL;
-        }
-        if (a.use_poll && !a.v2) {
-                fprintf(stderr, "freeze-probe: --wait poll needs the unified hierarchy (v1's freezer.state has no notification)\n");
-                return -EINVAL;
-        }
+        if (!have_backend)
+                bench_usage_error("--backend v1 or v2 is required");
+        if (a.use_poll && !a.v2)
+                bench_usage_error("--wait poll needs the unified hierarchy (v1's freezer.state has no notification)");
         if (!a.label)
                 a.label = a.v2 ? (a.use_poll ? "v2-poll" : "v2") : (a.anchor ? "v1-anchor" : "v1");
         *ret = a;
-        return 1;
 }
 
 /* The controller: real-time on its own CPU, memory locked, so that its
@@ -660,11 +649,10 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
-        r = run(&args);
-        /* 3: cut short by a signal or the alarm, without a failure. */
-        return r < 0 ? 1 : stop ? 3 : 0;
+        parse_argv(argc, argv, &args);
+        if (run(&args) < 0)
+                return 1;
+        /* Cut short by a signal or the alarm, without a failure. */
+        return stop ? 3 : 0;
 }

@@ -144,9 +144,10 @@ typedef struct Args {
         const char *label, *runs_path;
 } Args;
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: getopt_long() said
- * what was wrong. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: hourglass [--cpu N] [--duration D] [--warmup D] [--window D] [--gap D]\n"
+                                    "                 [--fifo PRIO | --deadline RUNTIME/PERIOD] [--label NAME]\n"
+                                    "                 [--runs FILE]\n";
         static const struct option options[] = {
                 { "cpu", required_argument, NULL, 'c' },
                 { "duration", required_argument, NULL, 'd' },
@@ -169,7 +170,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "c:d:w:W:g:f:D:l:r:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "c:d:w:W:g:f:D:l:r:h", options, usage)) >= 0)
                 switch (c) {
                 case 'c':
                         a.cpu = bench_arg_cpu("--cpu", optarg);
@@ -199,16 +200,8 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                 case 'r':
                         a.runs_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: hourglass [--cpu N] [--duration D] [--warmup D] [--window D] [--gap D]\n"
-                               "                 [--fifo PRIO | --deadline RUNTIME/PERIOD] [--label NAME]\n"
-                               "                 [--runs FILE]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
         *ret = a;
-        return 1;
 }
 
 /* The CPU and the policy it was asked to run at. */
@@ -367,9 +360,7 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         return run(&args) < 0 ? 1 : 0;
 }

@@ -172,21 +172,19 @@ typedef struct Args {
 } Args;
 
 /* The broker publishes the table beside its socket. */
-static int table_path_from_env(char *buf, size_t size) {
+static void table_path_from_env(char *buf, size_t size) {
         const char *sock = getenv("PACE_SOCKET");
         const char *slash = sock ? strrchr(sock, '/') : NULL;
 
-        if (!slash) {
-                fprintf(stderr, "latency-probe: set PACE_SOCKET or --table\n");
-                return -EINVAL;
-        }
+        if (!slash)
+                bench_usage_error("set PACE_SOCKET or --table");
         snprintf(buf, size, "%.*s/%s", (int) (slash - sock), sock, PACE_TABLE_NAME);
-        return 0;
 }
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: what was wrong has
- * been said. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: latency-probe --cpu N [--run-on M] [--period D] [--util U] [--threads K]\n"
+                                    "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n"
+                                    "                     [--freeze-out FILE]\n";
         static const struct option options[] = {
                 { "cpu", required_argument, NULL, 'c' },
                 { "run-on", required_argument, NULL, 'r' },
@@ -212,7 +210,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "c:r:p:u:t:d:w:o:T:F:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "c:r:p:u:t:d:w:o:T:F:h", options, usage)) >= 0)
                 switch (c) {
                 case 'c':
                         a.cpu = bench_arg_cpu("--cpu", optarg);
@@ -244,24 +242,14 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                 case 'F':
                         a.freeze_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: latency-probe --cpu N [--run-on M] [--period D] [--util U] [--threads K]\n"
-                               "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n"
-                               "                     [--freeze-out FILE]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
-        if (a.cpu < 0) {
-                fprintf(stderr, "latency-probe: --cpu is required\n");
-                return -EINVAL;
-        }
+        if (a.cpu < 0)
+                bench_usage_error("--cpu is required");
         if (a.run_on < 0)
                 a.run_on = a.cpu;
-        if (!a.table_path[0] && table_path_from_env(a.table_path, sizeof(a.table_path)) < 0)
-                return -EINVAL;
+        if (!a.table_path[0])
+                table_path_from_env(a.table_path, sizeof(a.table_path));
         *ret = a;
-        return 1;
 }
 
 /* threads - 1 threads that only sleep, for the dispatcher to move. */
@@ -498,9 +486,7 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         return run(&args) < 0 ? 1 : 0;
 }

@@ -136,9 +136,9 @@ typedef struct Args {
         bool spin;
 } Args;
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: getopt_long() said
- * what was wrong. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: overhead-holder --count N --period DUR --util-ppm PPM [--cpu N] [--threads N] "
+                                    "[--spin] [--hold DUR] [--scope process|tree]\n";
         static const struct option options[] = {
                 { "count", required_argument, NULL, 'n' },
                 { "period", required_argument, NULL, 'p' },
@@ -160,7 +160,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "n:p:u:c:t:sH:S:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "n:p:u:c:t:sH:S:h", options, usage)) >= 0)
                 switch (c) {
                 case 'n':
                         a.count = bench_arg_uint32("--count", optarg, 1, 1024);
@@ -187,15 +187,8 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                         a.params.scope = bench_arg_choice("--scope", optarg, scopes) == 0 ? PACE_SCOPE_PROCESS
                                                                                            : PACE_SCOPE_TREE;
                         break;
-                case 'h':
-                        printf("Usage: overhead-holder --count N --period DUR --util-ppm PPM [--cpu N] [--threads N] "
-                               "[--spin] [--hold DUR] [--scope process|tree]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
         *ret = a;
-        return 1;
 }
 
 /* Forks holder i and waits for its answer, printing a refusal as it comes.
@@ -292,9 +285,7 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         return run(&args) < 0 ? 1 : 0;
 }

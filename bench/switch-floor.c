@@ -89,9 +89,8 @@ typedef struct Args {
         uint64_t interval_ns, duration_ns;
 } Args;
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: getopt_long() said
- * what was wrong. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: switch-floor [--cpu N] [--interval D] [--duration D] [--threads N]\n";
         static const struct option options[] = {
                 { "cpu", required_argument, NULL, 'c' },
                 { "interval", required_argument, NULL, 'i' },
@@ -108,7 +107,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "c:i:d:t:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "c:i:d:t:h", options, usage)) >= 0)
                 switch (c) {
                 case 'c':
                         a.cpu = bench_arg_cpu("--cpu", optarg);
@@ -122,14 +121,8 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                 case 't':
                         a.threads = bench_arg_uint32("--threads", optarg, 1, MAX_THREADS);
                         break;
-                case 'h':
-                        printf("Usage: switch-floor [--cpu N] [--interval D] [--duration D] [--threads N]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
         *ret = a;
-        return 1;
 }
 
 /* Every interval_ns for duration_ns, the CPU goes from one child's threads
@@ -188,10 +181,9 @@ static int run(const Args *a, pid_t child[2]) {
 int main(int argc, char **argv) {
         pid_t child[2] = { -1, -1 };
         Args args;
-        int r = parse_argv(argc, argv, &args);
+        int r;
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         alarm((unsigned) (args.duration_ns / NSEC_PER_SEC) + 10);
         r = run(&args, child);
         /* Killed at whatever policy: nothing outlives this program. */

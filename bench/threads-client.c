@@ -143,9 +143,9 @@ typedef struct Args {
         uint64_t life_ns, hold_ns;
 } Args;
 
-/* 1: run with *ret; 0: --help was printed; -EINVAL: getopt_long() said
- * what was wrong. A bad value never comes back: bench_arg_*() exit. */
-static int parse_argv(int argc, char **argv, Args *ret) {
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: threads-client [--period DUR] [--util-ppm PPM] [--cpu N] [--threads N] "
+                                    "[--create-cpu N] [--churn LIVE] [--life DUR] [--stack-kib K] [--hold DUR]\n";
         static const struct option options[] = {
                 { "period", required_argument, NULL, 'p' },
                 { "util-ppm", required_argument, NULL, 'u' },
@@ -169,7 +169,7 @@ static int parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "p:u:c:t:C:n:l:s:H:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "p:u:c:t:C:n:l:s:H:h", options, usage)) >= 0)
                 switch (c) {
                 case 'p':
                         a.params.period_ns = bench_arg_duration("--period", optarg);
@@ -198,15 +198,8 @@ static int parse_argv(int argc, char **argv, Args *ret) {
                 case 'H':
                         a.hold_ns = bench_arg_duration("--hold", optarg);
                         break;
-                case 'h':
-                        printf("Usage: threads-client [--period DUR] [--util-ppm PPM] [--cpu N] [--threads N] "
-                               "[--create-cpu N] [--churn LIVE] [--life DUR] [--stack-kib K] [--hold DUR]\n");
-                        return 0;
-                default:
-                        return -EINVAL;
                 }
         *ret = a;
-        return 1;
 }
 
 /* --stack-kib, at least what the C library allows, in whole pages. */
@@ -363,10 +356,8 @@ static int run(const Args *a) {
 
 int main(int argc, char **argv) {
         Args args;
-        int r = parse_argv(argc, argv, &args);
 
-        if (r <= 0)
-                return r < 0 ? 2 : 0;
+        parse_argv(argc, argv, &args);
         if (run(&args) < 0)
                 return 1;
         /* exit_group: the kernel ends every thread. */
