@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench-util.h"
 #include "parse-util.h"
@@ -90,3 +92,22 @@ unsigned bench_arg_choice(const char *option, const char *value, const char *con
         }
         bench_arg_refuse(option, value, "%s", list);
 }
+
+pid_t bench_fork_pipe(bool child_writes, int *ret_fd) {
+        int fds[2];
+
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return -errno;
+        int child_end = child_writes ? fds[1] : fds[0], parent_end = child_writes ? fds[0] : fds[1];
+        pid_t pid = fork();
+        if (pid < 0) {
+                int r = -errno;
+                close(fds[0]);
+                close(fds[1]);
+                return r;
+        }
+        close(pid == 0 ? parent_end : child_end);
+        *ret_fd = pid == 0 ? child_end : parent_end;
+        return pid;
+}
+

@@ -2,12 +2,15 @@
 #pragma once
 
 /* What the bench/ programs share: one clock reading and one percentile
- * rule, so that their figures are comparable; and one way to read a command
- * line, so that a mistake is refused the same way by all. */
+ * rule, so that their figures are comparable; one way to read a command
+ * line, so that a mistake is refused the same way by all; and the few
+ * system chores more than one of them does. */
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "macro.h"
@@ -49,3 +52,10 @@ uint32_t bench_arg_uint32(const char *option, const char *value, uint32_t min, u
 int bench_arg_cpu(const char *option, const char *value);
 /* The index of value in choices (NULL-terminated). */
 unsigned bench_arg_choice(const char *option, const char *value, const char *const *choices);
+
+/* fork() with a pipe between parent and child, one way: the child writes
+ * and the parent reads if child_writes, else the other way round. *ret_fd
+ * is this side's end, in the parent and in the child; the other end is
+ * closed. The pid as fork() returns it, or a negative errno. */
+pid_t bench_fork_pipe(bool child_writes, int *ret_fd);
+

@@ -442,28 +442,6 @@ static int become_controller(int ctl_cpu, uint32_t priority) {
         return 0;
 }
 
-/* The child of child_main(), waiting for its go byte on *ret_go_fd. */
-static pid_t fork_spinners(unsigned n, unsigned limit_s, int *ret_go_fd) {
-        int go[2];
-
-        if (pipe2(go, O_CLOEXEC) < 0)
-                return -errno;
-        pid_t child = fork();
-        if (child < 0) {
-                int r = -errno;
-                close(go[0]);
-                close(go[1]);
-                return r;
-        }
-        if (child == 0) {
-                close(go[1]);
-                child_main(go[0], n, limit_s);
-        }
-        close(go[0]);
-        *ret_go_fd = go[1];
-        return child;
-}
-
 /* Moves the child into the group, then lets it start its spinners. */
 static int enter_group(const Group *g, pid_t child, int go_fd) {
         char path[600], pid_s[32];
@@ -566,11 +544,13 @@ static int probe_count(const Args *a, const char *root, unsigned n, FILE *out) {
                 group_remove(&g);
                 return r;
         }
-        pid_t child = fork_spinners(n, (unsigned) (a->limit_ns / NSEC_PER_SEC), &go_fd);
+        pid_t child = bench_fork_pipe(false, &go_fd);
         if (child < 0) {
                 group_remove(&g);
                 return child;
         }
+        if (child == 0)
+                child_main(go_fd, n, (unsigned) (a->limit_ns / NSEC_PER_SEC));
 
         r = enter_group(&g, child, go_fd);
         if (r == 0)

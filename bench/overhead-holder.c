@@ -14,7 +14,6 @@
  *                   [--scope process|tree]
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -197,26 +196,17 @@ static void parse_argv(int argc, char **argv, Args *ret) {
 static int spawn_holder(const Args *a, uint32_t i, pid_t *ret_pid, HolderReply *ret_reply) {
         HolderReply reply;
         ssize_t n;
-        int fds[2];
+        int fd;
 
-        if (pipe2(fds, O_CLOEXEC) < 0)
-                return -errno;
-        pid_t pid = fork();
-        if (pid < 0) {
-                int r = -errno;
-                close(fds[0]);
-                close(fds[1]);
-                return r;
-        }
-        if (pid == 0) {
-                close(fds[0]);
-                child_main(fds[1], &a->params, a->threads, a->spin);
-        }
-        close(fds[1]);
+        pid_t pid = bench_fork_pipe(true, &fd);
+        if (pid < 0)
+                return pid;
+        if (pid == 0)
+                child_main(fd, &a->params, a->threads, a->spin);
         do
-                n = read(fds[0], &reply, sizeof(reply));
+                n = read(fd, &reply, sizeof(reply));
         while (n < 0 && errno == EINTR && !stop);
-        close(fds[0]);
+        close(fd);
         if (n != (ssize_t) sizeof(reply)) {
                 printf("refused %" PRIu32 " child died\n", i);
                 reply.err = -ECHILD;
