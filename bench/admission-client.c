@@ -159,19 +159,6 @@ static int time_pairs(pace *p, const pace_reserve_params *q, uint32_t pairs, uin
         return 0;
 }
 
-static int write_samples(const char *path, const uint64_t *lat, size_t n) {
-        FILE *f = fopen(path, "we");
-
-        if (!f) {
-                fprintf(stderr, "admission-client: cannot write %s: %m\n", path);
-                return -errno;
-        }
-        for (size_t i = 0; i < n; i++)
-                fprintf(f, "%" PRIu64 "\n", lat[i]);
-        fclose(f);
-        return 0;
-}
-
 static int measure(pace *p, const Args *a, pid_t *children, size_t *n_children, uint64_t *lat) {
         size_t n = 0;
         int r;
@@ -190,7 +177,7 @@ static int measure(pace *p, const Args *a, pid_t *children, size_t *n_children, 
                 return r;
         uint64_t elapsed = monotonic_ns() - start;
 
-        if (a->samples_path && (r = write_samples(a->samples_path, lat, n)) < 0)
+        if (a->samples_path && (r = bench_write_samples(a->samples_path, lat, n)) < 0)
                 return r;
         qsort(lat, n, sizeof(uint64_t), cmp_u64);
         printf("live %" PRIu32 " fill_ns %" PRIu64 " pairs %zu p50 %" PRIu64 " p90 %" PRIu64 " p99 %" PRIu64

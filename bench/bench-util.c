@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,3 +112,19 @@ pid_t bench_fork_pipe(bool child_writes, int *ret_fd) {
         return pid;
 }
 
+int bench_write_samples(const char *path, const uint64_t *values, size_t n) {
+        FILE *f = fopen(path, "we");
+        int r;
+
+        if (!f)
+                goto fail;
+        for (size_t i = 0; i < n; i++)
+                fprintf(f, "%" PRIu64 "\n", values[i]);
+        if (fclose(f) != 0)
+                goto fail;
+        return 0;
+fail:
+        r = negative_errno();
+        fprintf(stderr, "%s: cannot write %s: %s\n", program_invocation_short_name, path, strerror(-r));
+        return r;
+}

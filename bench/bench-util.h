@@ -59,3 +59,6 @@ unsigned bench_arg_choice(const char *option, const char *value, const char *con
  * closed. The pid as fork() returns it, or a negative errno. */
 pid_t bench_fork_pipe(bool child_writes, int *ret_fd);
 
+/* One value a line to path, e.g. samples for a plot. 0, or a negative
+ * errno once the failure is said on stderr. */
+int bench_write_samples(const char *path, const uint64_t *values, size_t n);

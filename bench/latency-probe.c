@@ -384,23 +384,12 @@ static void measure(const Schedule *s, int run_on, uint64_t begin, uint64_t end,
         m->nf = nf;
 }
 
-static int write_latencies(const char *path, const uint64_t *lat, size_t n) {
-        FILE *f = fopen(path, "we");
-
-        if (!f) {
-                fprintf(stderr, "latency-probe: %s: %m\n", path);
-                return -errno;
-        }
-        for (size_t i = 0; i < n; i++)
-                fprintf(f, "%" PRIu64 "\n", lat[i]);
-        return fclose(f) != 0 ? -errno : 0;
-}
-
+/* bench_write_samples(), for signed values. */
 static int write_freeze_lags(const char *path, const int64_t *flag, size_t n) {
         FILE *f = fopen(path, "we");
 
         if (!f) {
-                fprintf(stderr, "latency-probe: %s: %m\n", path);
+                fprintf(stderr, "latency-probe: cannot write %s: %m\n", path);
                 return -errno;
         }
         for (size_t i = 0; i < n; i++)
@@ -476,7 +465,7 @@ static int run(const Args *a) {
         Samples m = { .cap = cap, .lat = lat, .flag = flag };
         measure(s, a->run_on, begin, end, &m);
 
-        if (a->out_path && (r = write_latencies(a->out_path, lat, m.n)) < 0)
+        if (a->out_path && (r = bench_write_samples(a->out_path, lat, m.n)) < 0)
                 return r;
         if (a->freeze_path && (r = write_freeze_lags(a->freeze_path, flag, m.nf)) < 0)
                 return r;
