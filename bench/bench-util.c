@@ -50,7 +50,7 @@ uint64_t bench_arg_duration(const char *option, const char *value) {
         uint64_t ns;
 
         if (parse_duration_ns(value, &ns) < 0)
-                bench_arg_refuse(option, value, "a duration with its unit, such as 10ms, 250us or 1.5s");
+                bench_arg_refuse(option, value, "a duration above 0 with its unit, such as 10ms, 250us or 1.5s");
         return ns;
 }
 
