@@ -40,19 +40,24 @@ static pid_t spawn_sleeper(void) {
         return pid;
 }
 
-static pid_t *children;
-static size_t n_children;
-
-static void kill_children(void) {
-        for (size_t i = 0; i < n_children; i++)
+static void kill_children(const pid_t *children, size_t n) {
+        for (size_t i = 0; i < n; i++)
                 kill(children[i], SIGKILL);
-        for (size_t i = 0; i < n_children; i++)
+        for (size_t i = 0; i < n; i++)
                 while (waitpid(children[i], NULL, 0) < 0 && errno == EINTR)
                         ;
-        n_children = 0;
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        pace_reserve_params params;
+        uint32_t live, pairs;
+        uint64_t duration_ns;
+        const char *samples_path;
+} Args;
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: admission-client [--live N] [--pairs N] [--period DUR] [--util-ppm PPM] "
+                                    "[--cpu N] [--duration DUR] [--samples FILE]\n";
         static const struct option options[] = {
                 { "live", required_argument, NULL, 'l' },
                 { "pairs", required_argument, NULL, 'n' },
@@ -64,143 +69,148 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        pace_reserve_params params = { .period_ns = 1200 * NSEC_PER_MSEC, .utilization_ppm = 800, .cpu = -1 };
-        uint32_t live = 0, pairs = 1000;
-        uint64_t duration_ns = 10 * NSEC_PER_SEC;
-        const char *samples_path = NULL;
-        int c, r;
+        Args a = {
+                .params = { .period_ns = 1200 * NSEC_PER_MSEC, .utilization_ppm = 800, .cpu = -1 },
+                .pairs = 1000,
+                .duration_ns = 10 * NSEC_PER_SEC,
+        };
+        int c;
 
-        while ((c = getopt_long(argc, argv, "l:n:p:u:c:d:s:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "l:n:p:u:c:d:s:h", options, usage)) >= 0)
                 switch (c) {
                 case 'l':
-                        if (parse_uint32(optarg, &live) < 0 || live > 1023) {
-                                fprintf(stderr, "admission-client: --live %s: expected 0..1023\n", optarg);
-                                return 2;
-                        }
+                        a.live = bench_arg_uint32("--live", optarg, 0, 1023);
                         break;
                 case 'n':
-                        if (parse_uint32(optarg, &pairs) < 0 || pairs == 0) {
-                                fprintf(stderr, "admission-client: --pairs %s: expected a positive integer\n", optarg);
-                                return 2;
-                        }
+                        a.pairs = bench_arg_uint32("--pairs", optarg, 1, UINT32_MAX);
                         break;
                 case 'p':
-                        if (parse_duration_ns(optarg, &params.period_ns) < 0) {
-                                fprintf(stderr, "admission-client: --period %s: expected a duration\n", optarg);
-                                return 2;
-                        }
+                        a.params.period_ns = bench_arg_duration("--period", optarg);
                         break;
                 case 'u':
-                        if (parse_uint32(optarg, &params.utilization_ppm) < 0) {
-                                fprintf(stderr, "admission-client: --util-ppm %s: expected an integer\n", optarg);
-                                return 2;
-                        }
+                        a.params.utilization_ppm = bench_arg_uint32("--util-ppm", optarg, 0, UINT32_MAX);
                         break;
-                case 'c': {
-                        uint32_t v;
-                        if (parse_uint32(optarg, &v) < 0 || v > 1023) {
-                                fprintf(stderr, "admission-client: --cpu %s: expected a CPU number\n", optarg);
-                                return 2;
-                        }
-                        params.cpu = (int) v;
+                case 'c':
+                        a.params.cpu = bench_arg_cpu("--cpu", optarg);
                         break;
-                }
                 case 'd':
-                        if (parse_duration_ns(optarg, &duration_ns) < 0) {
-                                fprintf(stderr, "admission-client: --duration %s: expected a duration\n", optarg);
-                                return 2;
-                        }
+                        a.duration_ns = bench_arg_duration("--duration", optarg);
                         break;
                 case 's':
-                        samples_path = optarg;
+                        a.samples_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: admission-client [--live N] [--pairs N] [--period DUR] [--util-ppm PPM] "
-                               "[--cpu N] [--duration DUR] [--samples FILE]\n");
-                        return 0;
-                default:
-                        return 2;
                 }
+        *ret = a;
+}
 
-        children = calloc(live + 1, sizeof(pid_t));
-        _cleanup_free_ uint64_t *lat = calloc(pairs, sizeof(uint64_t));
-        if (!children || !lat)
-                return 1;
-        pace *p = NULL;
-        r = pace_connect(NULL, &p);
-        if (r < 0) {
-                fprintf(stderr, "admission-client: connect: %s\n", pace_strerror(r));
-                return 1;
-        }
-
-        int ret = 1;
-        uint64_t fill_start = monotonic_ns();
+/* live sleeping children, each reserved, and one more, the spare, left
+ * for the timed pairs; *n_children counts those forked, also on failure. */
+static int fill(pace *p, const pace_reserve_params *params, uint32_t live, pid_t *children, size_t *n_children) {
         for (uint32_t i = 0; i < live + 1; i++) {
                 pid_t pid = spawn_sleeper();
                 if (pid < 0) {
                         fprintf(stderr, "admission-client: fork: %m\n");
-                        goto finish;
+                        return -errno;
                 }
-                children[n_children++] = pid;
+                children[(*n_children)++] = pid;
                 if (i == live)
-                        break; /* the spare: reserved and released below */
+                        break; /* the spare: reserved and released by time_pairs() */
                 pace_grant g;
-                pace_reserve_params q = params;
+                pace_reserve_params q = *params;
                 q.pid = pid;
-                r = pace_reserve(p, &q, &g);
+                int r = pace_reserve(p, &q, &g);
                 if (r < 0) {
                         const char *m = pace_last_message();
                         fprintf(stderr, "admission-client: reservation %" PRIu32 " of %" PRIu32 " refused: %s\n", i + 1,
                                 live, m ? m : pace_strerror(r));
-                        goto finish;
+                        return r;
                 }
         }
-        uint64_t fill_ns = monotonic_ns() - fill_start;
+        return 0;
+}
 
-        pace_reserve_params q = params;
-        q.pid = children[live];
-        size_t n = 0;
+/* Up to pairs reserve+release round trips for q, for at most duration_ns;
+ * their latencies in lat, their number in *ret_n. */
+static int time_pairs(pace *p, const pace_reserve_params *q, uint32_t pairs, uint64_t duration_ns, uint64_t *lat,
+                      size_t *ret_n) {
         uint64_t start = monotonic_ns();
+        size_t n = 0;
+        int r;
+
         for (; n < pairs; n++) {
                 uint64_t t0 = monotonic_ns();
                 if (t0 - start > duration_ns)
                         break;
                 pace_grant g;
-                r = pace_reserve(p, &q, &g);
+                r = pace_reserve(p, q, &g);
                 if (r < 0) {
                         const char *m = pace_last_message();
                         fprintf(stderr, "admission-client: reserve: %s\n", m ? m : pace_strerror(r));
-                        goto finish;
+                        return r;
                 }
                 r = pace_release(p, g.id);
                 if (r < 0) {
                         fprintf(stderr, "admission-client: release: %s\n", pace_strerror(r));
-                        goto finish;
+                        return r;
                 }
                 lat[n] = monotonic_ns() - t0;
         }
+        *ret_n = n;
+        return 0;
+}
+
+static int measure(pace *p, const Args *a, pid_t *children, size_t *n_children, uint64_t *lat) {
+        size_t n = 0;
+        int r;
+
+        uint64_t fill_start = monotonic_ns();
+        r = fill(p, &a->params, a->live, children, n_children);
+        if (r < 0)
+                return r;
+        uint64_t fill_ns = monotonic_ns() - fill_start;
+
+        pace_reserve_params q = a->params;
+        q.pid = children[a->live];
+        uint64_t start = monotonic_ns();
+        r = time_pairs(p, &q, a->pairs, a->duration_ns, lat, &n);
+        if (r < 0)
+                return r;
         uint64_t elapsed = monotonic_ns() - start;
 
-        if (samples_path) {
-                FILE *f = fopen(samples_path, "we");
-                if (!f) {
-                        fprintf(stderr, "admission-client: cannot write %s: %m\n", samples_path);
-                        goto finish;
-                }
-                for (size_t i = 0; i < n; i++)
-                        fprintf(f, "%" PRIu64 "\n", lat[i]);
-                fclose(f);
-        }
+        if (a->samples_path && (r = bench_write_samples(a->samples_path, lat, n)) < 0)
+                return r;
         qsort(lat, n, sizeof(uint64_t), cmp_u64);
         printf("live %" PRIu32 " fill_ns %" PRIu64 " pairs %zu p50 %" PRIu64 " p90 %" PRIu64 " p99 %" PRIu64
                " max %" PRIu64 " elapsed_ns %" PRIu64 "\n",
-               live, fill_ns, n, bench_percentile(lat, n, 0.5), bench_percentile(lat, n, 0.9), bench_percentile(lat, n, 0.99),
-               n ? lat[n - 1] : 0, elapsed);
-        ret = 0;
-finish:
+               a->live, fill_ns, n, bench_percentile(lat, n, 0.5), bench_percentile(lat, n, 0.9),
+               bench_percentile(lat, n, 0.99), n ? lat[n - 1] : 0, elapsed);
+        return 0;
+}
+
+static int run(const Args *a) {
+        _cleanup_free_ uint64_t *lat = calloc(a->pairs, sizeof(uint64_t));
+        _cleanup_free_ pid_t *children = calloc(a->live + 1, sizeof(pid_t));
+        size_t n_children = 0;
+        pace *p = NULL;
+        int r;
+
+        if (!children || !lat)
+                return -ENOMEM;
+        r = pace_connect(NULL, &p);
+        if (r < 0) {
+                fprintf(stderr, "admission-client: connect: %s\n", pace_strerror(r));
+                return r;
+        }
+        r = measure(p, a, children, &n_children, lat);
         /* The reservations end with their processes. */
-        kill_children();
+        kill_children(children, n_children);
         pace_close(p);
-        free(children);
-        return ret;
+        return r;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        return run(&args) < 0 ? 1 : 0;
 }

@@ -66,115 +66,168 @@ static int fill(Plan *p, uint64_t frame_ms, uint32_t *ret_live) {
         return 0;
 }
 
-int main(int argc, char **argv) {
+#define MAX_FRAMES 64
+
+typedef struct Args {
+        uint32_t reps;
+        uint32_t frames_ms[MAX_FRAMES];
+        size_t n_frames;
+} Args;
+
+/* "100,1200": every frame length checked before the first is measured. */
+static int parse_frames(const char *s, Args *a) {
+        char buf[256], *save = NULL;
+
+        if (snprintf(buf, sizeof(buf), "%s", s) >= (int) sizeof(buf))
+                return -EINVAL;
+        a->n_frames = 0;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                uint32_t v;
+                if (a->n_frames >= MAX_FRAMES || parse_uint32(tok, &v) < 0 || v < 20 || v > 60000)
+                        return -EINVAL;
+                a->frames_ms[a->n_frames++] = v;
+        }
+        return a->n_frames > 0 ? 0 : -EINVAL;
+}
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: admission-plan [--reps N] [--frames MS,MS,...]\n";
         static const struct option options[] = {
                 { "reps", required_argument, NULL, 'r' },
                 { "frames", required_argument, NULL, 'f' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        uint32_t reps = 50;
-        char frames_buf[256] = "100,1200,6000,12000,60000";
+        Args a = {
+                .reps = 50,
+                .frames_ms = { 100, 1200, 6000, 12000, 60000 },
+                .n_frames = 5,
+        };
         int c;
 
-        while ((c = getopt_long(argc, argv, "r:f:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "r:f:h", options, usage)) >= 0)
                 switch (c) {
                 case 'r':
-                        if (parse_uint32(optarg, &reps) < 0 || reps == 0 || reps > 100000) {
-                                fprintf(stderr, "admission-plan: --reps %s: expected 1..100000\n", optarg);
-                                return 2;
-                        }
+                        a.reps = bench_arg_uint32("--reps", optarg, 1, 100000);
                         break;
                 case 'f':
-                        snprintf(frames_buf, sizeof(frames_buf), "%s", optarg);
+                        if (parse_frames(optarg, &a) < 0)
+                                bench_arg_refuse("--frames", optarg, "up to %d frame lengths in ms from 20 to 60000, "
+                                                 "such as 100,1200", MAX_FRAMES);
                         break;
-                case 'h':
-                        printf("Usage: admission-plan [--reps N] [--frames MS,MS,...]\n");
-                        return 0;
-                default:
-                        return 2;
                 }
+        *ret = a;
+}
 
-        _cleanup_free_ uint64_t *t_admit = calloc(reps, sizeof(uint64_t));
-        _cleanup_free_ uint64_t *t_export = calloc(reps, sizeof(uint64_t));
-        _cleanup_free_ uint64_t *t_check = calloc(reps, sizeof(uint64_t));
-        _cleanup_free_ uint64_t *t_remove = calloc(reps, sizeof(uint64_t));
-        if (!t_admit || !t_export || !t_check || !t_remove)
-                return 1;
+/* Per repetition, in ns. */
+typedef struct Timings {
+        uint64_t *admit, *export, *check, *remove;
+} Timings;
 
-        char *save = NULL;
-        for (char *tok = strtok_r(frames_buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                uint32_t frame_ms;
-                if (parse_uint32(tok, &frame_ms) < 0 || frame_ms < 20 || frame_ms > 60000) {
-                        fprintf(stderr, "admission-plan: frame %s: expected 20..60000 ms\n", tok);
-                        return 2;
+/* One CPU, 1 ms slots, frames up to frame_ms. */
+static void frame_config(uint32_t frame_ms, PaceConfig *ret) {
+        pace_config_init(ret);
+        ret->slot_ns = NSEC_PER_MSEC;
+        ret->max_frame_ns = (uint64_t) frame_ms * NSEC_PER_MSEC;
+        ret->cpus_set = true;
+        ret->n_cpus = 1;
+        ret->cpus[0] = 0;
+}
+
+/* Admits, exports, checks and removes one reservation, reps times. */
+static int time_steps(Plan *p, const PaceConfig *config, uint32_t frame_ms, uint32_t reps, Timings *t) {
+        char why[256];
+        int r;
+
+        for (uint32_t k = 0; k < reps; k++) {
+                PlanRequest req = {
+                        .id = 100 + k,
+                        .pid = 5000,
+                        .start_time = 1,
+                        .uid = 0,
+                        .period_ns = (uint64_t) frame_ms * NSEC_PER_MSEC,
+                        .utilization_ppm = 10000,
+                        .cpu = 0,
+                };
+                PlanEntry e;
+                uint64_t t0 = monotonic_ns();
+                r = plan_admit(p, &req, &e, why, sizeof(why));
+                uint64_t t1 = monotonic_ns();
+                if (r != 0) {
+                        fprintf(stderr, "admission-plan: frame %" PRIu32 " ms: %s\n", frame_ms, why);
+                        /* A refusal (> 0) ends the run as an error does. */
+                        return r < 0 ? r : -ENOSPC;
                 }
-                PaceConfig config;
-                pace_config_init(&config);
-                config.slot_ns = NSEC_PER_MSEC;
-                config.max_frame_ns = (uint64_t) frame_ms * NSEC_PER_MSEC;
-                config.cpus_set = true;
-                config.n_cpus = 1;
-                config.cpus[0] = 0;
-
-                _cleanup_(plan_freep) Plan *p = NULL;
-                int r = plan_new(&config, &p);
+                memset(&table, 0, sizeof(table));
+                uint64_t t2 = monotonic_ns();
+                plan_export(p, &table);
+                uint64_t t3 = monotonic_ns();
+                r = table_check(&table, config, why, sizeof(why));
+                uint64_t t4 = monotonic_ns();
                 if (r < 0) {
-                        fprintf(stderr, "admission-plan: plan_new: %s\n", strerror(-r));
-                        return 1;
+                        fprintf(stderr, "admission-plan: frame %" PRIu32 " ms: table refused: %s\n", frame_ms, why);
+                        return r;
                 }
-                uint32_t live;
-                fill(p, frame_ms, &live);
-
-                char why[256];
-                uint32_t done = 0;
-                for (uint32_t k = 0; k < reps; k++) {
-                        PlanRequest req = {
-                                .id = 100 + k,
-                                .pid = 5000,
-                                .start_time = 1,
-                                .uid = 0,
-                                .period_ns = (uint64_t) frame_ms * NSEC_PER_MSEC,
-                                .utilization_ppm = 10000,
-                                .cpu = 0,
-                        };
-                        PlanEntry e;
-                        uint64_t t0 = monotonic_ns();
-                        r = plan_admit(p, &req, &e, why, sizeof(why));
-                        uint64_t t1 = monotonic_ns();
-                        if (r != 0) {
-                                fprintf(stderr, "admission-plan: frame %" PRIu32 " ms: %s\n", frame_ms, why);
-                                return 1;
-                        }
-                        memset(&table, 0, sizeof(table));
-                        uint64_t t2 = monotonic_ns();
-                        plan_export(p, &table);
-                        uint64_t t3 = monotonic_ns();
-                        r = table_check(&table, &config, why, sizeof(why));
-                        uint64_t t4 = monotonic_ns();
-                        if (r < 0) {
-                                fprintf(stderr, "admission-plan: frame %" PRIu32 " ms: table refused: %s\n", frame_ms,
-                                        why);
-                                return 1;
-                        }
-                        (void) plan_remove(p, req.id);
-                        uint64_t t5 = monotonic_ns();
-                        t_admit[done] = t1 - t0;
-                        t_export[done] = t3 - t2;
-                        t_check[done] = t4 - t3;
-                        t_remove[done] = t5 - t4;
-                        done++;
-                }
-                printf("frame_ms %" PRIu32 " live %" PRIu32 " reps %" PRIu32, frame_ms, live, done);
-                printf(" admit p50 %" PRIu64 " p99 %" PRIu64, percentile(t_admit, done, 0.5),
-                       percentile(t_admit, done, 0.99));
-                printf(" export p50 %" PRIu64 " p99 %" PRIu64, percentile(t_export, done, 0.5),
-                       percentile(t_export, done, 0.99));
-                printf(" check p50 %" PRIu64 " p99 %" PRIu64, percentile(t_check, done, 0.5),
-                       percentile(t_check, done, 0.99));
-                printf(" remove p50 %" PRIu64 " p99 %" PRIu64 "\n", percentile(t_remove, done, 0.5),
-                       percentile(t_remove, done, 0.99));
-                fflush(stdout);
+                (void) plan_remove(p, req.id);
+                uint64_t t5 = monotonic_ns();
+                t->admit[k] = t1 - t0;
+                t->export[k] = t3 - t2;
+                t->check[k] = t4 - t3;
+                t->remove[k] = t5 - t4;
         }
         return 0;
+}
+
+/* One line for one frame length. */
+static int measure_frame(uint32_t frame_ms, uint32_t reps, Timings *t) {
+        _cleanup_(plan_freep) Plan *p = NULL;
+        PaceConfig config;
+        uint32_t live;
+        int r;
+
+        frame_config(frame_ms, &config);
+        r = plan_new(&config, &p);
+        if (r < 0) {
+                fprintf(stderr, "admission-plan: plan_new: %s\n", strerror(-r));
+                return r;
+        }
+        fill(p, frame_ms, &live);
+        r = time_steps(p, &config, frame_ms, reps, t);
+        if (r < 0)
+                return r;
+
+        printf("frame_ms %" PRIu32 " live %" PRIu32 " reps %" PRIu32, frame_ms, live, reps);
+        printf(" admit p50 %" PRIu64 " p99 %" PRIu64, percentile(t->admit, reps, 0.5), percentile(t->admit, reps, 0.99));
+        printf(" export p50 %" PRIu64 " p99 %" PRIu64, percentile(t->export, reps, 0.5),
+               percentile(t->export, reps, 0.99));
+        printf(" check p50 %" PRIu64 " p99 %" PRIu64, percentile(t->check, reps, 0.5), percentile(t->check, reps, 0.99));
+        printf(" remove p50 %" PRIu64 " p99 %" PRIu64 "\n", percentile(t->remove, reps, 0.5),
+               percentile(t->remove, reps, 0.99));
+        fflush(stdout);
+        return 0;
+}
+
+static int run(const Args *a) {
+        _cleanup_free_ uint64_t *t_admit = calloc(a->reps, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *t_export = calloc(a->reps, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *t_check = calloc(a->reps, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *t_remove = calloc(a->reps, sizeof(uint64_t));
+        Timings t = { .admit = t_admit, .export = t_export, .check = t_check, .remove = t_remove };
+        int r;
+
+        if (!t_admit || !t_export || !t_check || !t_remove)
+                return -ENOMEM;
+        for (size_t i = 0; i < a->n_frames; i++) {
+                r = measure_frame(a->frames_ms[i], a->reps, &t);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        return run(&args) < 0 ? 1 : 0;
 }

@@ -31,7 +31,13 @@ static void burn_cpu(uint64_t ns) {
                         burn_sink += (uint64_t) i;
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        uint64_t fps, work_ns, duration_ns;
+        const char *csv_path, *label;
+} Args;
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: frame-player [--fps N] [--work DURATION] [--duration DURATION] [--csv FILE] [--label NAME]\n";
         static const struct option options[] = {
                 { "fps", required_argument, NULL, 'f' },
                 { "work", required_argument, NULL, 'w' },
@@ -41,58 +47,40 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        uint64_t fps = 10, work_ns = 25 * NSEC_PER_MSEC, duration_ns = 10 * NSEC_PER_SEC;
-        const char *csv_path = NULL, *label = "frame-player";
+        Args a = {
+                .fps = 10,
+                .work_ns = 25 * NSEC_PER_MSEC,
+                .duration_ns = 10 * NSEC_PER_SEC,
+                .label = "frame-player",
+        };
         int c;
 
-        while ((c = getopt_long(argc, argv, "f:w:d:c:l:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "f:w:d:c:l:h", options, usage)) >= 0)
                 switch (c) {
-                case 'f': {
-                        uint32_t v;
-                        if (parse_uint32(optarg, &v) < 0 || v == 0 || v > 10000) {
-                                fprintf(stderr, "frame-player: --fps %s: expected 1..10000\n", optarg);
-                                return 2;
-                        }
-                        fps = v;
+                case 'f':
+                        a.fps = bench_arg_uint32("--fps", optarg, 1, 10000);
                         break;
-                }
                 case 'w':
-                        if (parse_duration_ns(optarg, &work_ns) < 0) {
-                                fprintf(stderr, "frame-player: --work %s: expected a duration such as 25ms\n", optarg);
-                                return 2;
-                        }
+                        a.work_ns = bench_arg_duration("--work", optarg);
                         break;
                 case 'd':
-                        if (parse_duration_ns(optarg, &duration_ns) < 0) {
-                                fprintf(stderr, "frame-player: --duration %s: expected a duration such as 10s\n", optarg);
-                                return 2;
-                        }
+                        a.duration_ns = bench_arg_duration("--duration", optarg);
                         break;
                 case 'c':
-                        csv_path = optarg;
+                        a.csv_path = optarg;
                         break;
                 case 'l':
-                        label = optarg;
+                        a.label = optarg;
                         break;
-                case 'h':
-                        printf("Usage: frame-player [--fps N] [--work DURATION] [--duration DURATION] [--csv FILE] [--label NAME]\n");
-                        return 0;
-                default:
-                        return 2;
                 }
+        *ret = a;
+}
 
-        uint64_t period = NSEC_PER_SEC / fps;
-        size_t n = (size_t) (duration_ns / period);
-        if (n == 0)
-                n = 1;
-        _cleanup_free_ uint64_t *response = calloc(n, sizeof(uint64_t));
-        _cleanup_free_ uint64_t *finish = calloc(n, sizeof(uint64_t));
-        _cleanup_free_ uint64_t *sorted = calloc(n, sizeof(uint64_t));
-        if (!response || !finish || !sorted)
-                return 1;
-
-        size_t missed = 0;
+/* Releases n frames, one every period, and records when each one finished
+ * and its response time. */
+static void play(uint64_t period, uint64_t work_ns, size_t n, uint64_t *finish, uint64_t *response) {
         uint64_t t0 = clock_ns(CLOCK_MONOTONIC) + 10 * NSEC_PER_MSEC;
+
         for (size_t k = 0; k < n; k++) {
                 uint64_t release = t0 + k * period;
                 struct timespec ts = { .tv_sec = (time_t) (release / NSEC_PER_SEC), .tv_nsec = (long) (release % NSEC_PER_SEC) };
@@ -101,12 +89,13 @@ int main(int argc, char **argv) {
                 burn_cpu(work_ns);
                 finish[k] = clock_ns(CLOCK_MONOTONIC);
                 response[k] = finish[k] - release;
-                if (response[k] > period)
-                        missed++;
         }
+}
 
-        /* Jitter: spread of the intervals between successive completions. */
+/* Jitter: spread of the intervals between successive completions, in ms. */
+static double jitter_ms(const uint64_t *finish, size_t n) {
         double mean = 0, var = 0;
+
         for (size_t k = 1; k < n; k++)
                 mean += (double) (finish[k] - finish[k - 1]);
         mean /= (double) (n > 1 ? n - 1 : 1);
@@ -114,27 +103,51 @@ int main(int argc, char **argv) {
                 double d = (double) (finish[k] - finish[k - 1]) - mean;
                 var += d * d;
         }
-        double jitter_ms = sqrt(var / (double) (n > 1 ? n - 1 : 1)) / 1e6;
+        return sqrt(var / (double) (n > 1 ? n - 1 : 1)) / 1e6;
+}
+
+static int write_csv(const char *path, const uint64_t *response, size_t n, uint64_t period) {
+        FILE *f = fopen(path, "we");
+        if (!f) {
+                fprintf(stderr, "frame-player: cannot write %s: %m\n", path);
+                return -errno;
+        }
+        fprintf(f, "frame,release_ms,response_ms,missed\n");
+        for (size_t k = 0; k < n; k++)
+                fprintf(f, "%zu,%.3f,%.3f,%d\n", k, (double) (k * period) / 1e6, (double) response[k] / 1e6,
+                        response[k] > period);
+        fclose(f);
+        return 0;
+}
+
+static int run(const Args *a) {
+        uint64_t period = NSEC_PER_SEC / a->fps;
+        size_t n = MAX((size_t) (a->duration_ns / period), (size_t) 1);
+        _cleanup_free_ uint64_t *response = calloc(n, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *finish = calloc(n, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *sorted = calloc(n, sizeof(uint64_t));
+        size_t missed = 0;
+
+        if (!response || !finish || !sorted)
+                return -ENOMEM;
+        play(period, a->work_ns, n, finish, response);
+        for (size_t k = 0; k < n; k++)
+                missed += response[k] > period;
 
         memcpy(sorted, response, n * sizeof(uint64_t));
         qsort(sorted, n, sizeof(uint64_t), cmp_u64);
         printf("%s: %zu frames, %zu missed (%.1f%%), response p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms, "
                "jitter %.1f ms\n",
-               label, n, missed, 100.0 * (double) missed / (double) n, (double) bench_percentile(sorted, n, 0.5) / 1e6,
+               a->label, n, missed, 100.0 * (double) missed / (double) n, (double) bench_percentile(sorted, n, 0.5) / 1e6,
                (double) bench_percentile(sorted, n, 0.9) / 1e6, (double) bench_percentile(sorted, n, 0.99) / 1e6,
-               (double) sorted[n - 1] / 1e6, jitter_ms);
+               (double) sorted[n - 1] / 1e6, jitter_ms(finish, n));
 
-        if (csv_path) {
-                FILE *f = fopen(csv_path, "we");
-                if (!f) {
-                        fprintf(stderr, "frame-player: cannot write %s: %m\n", csv_path);
-                        return 1;
-                }
-                fprintf(f, "frame,release_ms,response_ms,missed\n");
-                for (size_t k = 0; k < n; k++)
-                        fprintf(f, "%zu,%.3f,%.3f,%d\n", k, (double) (k * period) / 1e6, (double) response[k] / 1e6,
-                                response[k] > period);
-                fclose(f);
-        }
-        return 0;
+        return a->csv_path ? write_csv(a->csv_path, response, n, period) : 0;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        return run(&args) < 0 ? 1 : 0;
 }

@@ -317,7 +317,20 @@ static int parse_counts(const char *s, unsigned *counts, unsigned *n) {
         return *n > 0 ? 0 : -EINVAL;
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        bool v2, use_poll, anchor;
+        unsigned counts[MAX_COUNTS], n_counts;
+        uint32_t iterations, priority, spin_priority;
+        int cpu, ctl_cpu;
+        uint64_t running_ns, frozen_ns, limit_ns;
+        const char *root, *label, *out_path;
+} Args;
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: freeze-probe --backend v1|v2 [--root DIR] [--threads 1,8,64] [--iterations N]\n"
+                                    "                    [--wait read|poll] [--anchor] [--cpu N] [--ctl-cpu N] [--priority P]\n"
+                                    "                    [--spin-priority P]\n"
+                                    "                    [--running D] [--frozen D] [--label L] [--out FILE] [--limit D]\n";
         static const struct option options[] = {
                 { "backend", required_argument, NULL, 'b' },
                 { "root", required_argument, NULL, 'R' },
@@ -337,254 +350,289 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        const char *backend = NULL, *root_arg = NULL, *label = NULL, *out_path = NULL;
-        unsigned counts[MAX_COUNTS] = { 1, 8, 64 }, n_counts = 3;
-        uint32_t iterations = 200, ctl_cpu = 0, cpu = 1, priority = 50;
-        uint64_t running_ns = 3 * NSEC_PER_MSEC, frozen_ns = 7 * NSEC_PER_MSEC, limit_ns = 60 * NSEC_PER_SEC;
-        bool use_poll = false, anchor = false;
+        static const char *const backends[] = { "v1", "v2", NULL };
+        static const char *const waits[] = { "read", "poll", NULL };
+        Args a = {
+                .counts = { 1, 8, 64 },
+                .n_counts = 3,
+                .iterations = 200,
+                .priority = 50,
+                .spin_priority = 1,
+                .cpu = 1,
+                .ctl_cpu = 0,
+                .running_ns = 3 * NSEC_PER_MSEC,
+                .frozen_ns = 7 * NSEC_PER_MSEC,
+                .limit_ns = 60 * NSEC_PER_SEC,
+        };
+        bool have_backend = false;
         int c;
 
-        while ((c = getopt_long(argc, argv, "b:R:n:i:w:Ac:C:P:S:r:f:l:o:L:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "b:R:n:i:w:Ac:C:P:S:r:f:l:o:L:h", options, usage)) >= 0)
                 switch (c) {
                 case 'b':
-                        backend = optarg;
+                        a.v2 = bench_arg_choice("--backend", optarg, backends) == 1;
+                        have_backend = true;
                         break;
                 case 'R':
-                        root_arg = optarg;
+                        a.root = optarg;
                         break;
                 case 'n':
-                        if (parse_counts(optarg, counts, &n_counts) < 0)
-                                goto bad;
+                        if (parse_counts(optarg, a.counts, &a.n_counts) < 0)
+                                bench_arg_refuse("--threads", optarg, "up to %d thread counts from 1 to %d, such as 1,8,64",
+                                                 MAX_COUNTS, MAX_THREADS);
                         break;
                 case 'i':
-                        if (parse_uint32(optarg, &iterations) < 0 || iterations == 0 || iterations > 1000000)
-                                goto bad;
+                        a.iterations = bench_arg_uint32("--iterations", optarg, 1, 1000000);
                         break;
                 case 'w':
-                        if (strcmp(optarg, "poll") == 0)
-                                use_poll = true;
-                        else if (strcmp(optarg, "read") != 0)
-                                goto bad;
+                        a.use_poll = bench_arg_choice("--wait", optarg, waits) == 1;
                         break;
                 case 'A':
-                        anchor = true;
+                        a.anchor = true;
                         break;
                 case 'c':
+                        a.cpu = bench_arg_cpu("--cpu", optarg);
+                        break;
                 case 'C':
-                        if (parse_uint32(optarg, c == 'c' ? &cpu : &ctl_cpu) < 0 || (c == 'c' ? cpu : ctl_cpu) >= CPU_SETSIZE)
-                                goto bad;
+                        a.ctl_cpu = bench_arg_cpu("--ctl-cpu", optarg);
                         break;
                 case 'P':
-                        if (parse_uint32(optarg, &priority) < 0 || priority < 1 || priority > 98)
-                                goto bad;
+                        a.priority = bench_arg_uint32("--priority", optarg, 1, 98);
                         break;
-                case 'S': {
-                        uint32_t v;
-                        if (parse_uint32(optarg, &v) < 0 || v > 49)
-                                goto bad;
-                        spin_priority = (int) v;
+                case 'S':
+                        a.spin_priority = bench_arg_uint32("--spin-priority", optarg, 0, 49);
                         break;
-                }
                 case 'r':
+                        a.running_ns = bench_arg_duration("--running", optarg);
+                        break;
                 case 'f':
+                        a.frozen_ns = bench_arg_duration("--frozen", optarg);
+                        break;
                 case 'L':
-                        if (parse_duration_ns(optarg, c == 'r' ? &running_ns : c == 'f' ? &frozen_ns : &limit_ns) < 0)
-                                goto bad;
+                        a.limit_ns = bench_arg_duration("--limit", optarg);
                         break;
                 case 'l':
-                        label = optarg;
+                        a.label = optarg;
                         break;
                 case 'o':
-                        out_path = optarg;
+                        a.out_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: freeze-probe --backend v1|v2 [--root DIR] [--threads 1,8,64] [--iterations N]\n"
-                               "                    [--wait read|poll] [--anchor] [--cpu N] [--ctl-cpu N] [--priority P]\n"
-                               "                    [--spin-priority P]\n"
-                               "                    [--running D] [--frozen D] [--label L] [--out FILE] [--limit D]\n");
-                        return 0;
-                default:
-                        return 2;
-                bad:
-                        fprintf(stderr, "freeze-probe: -%c %s: bad value (see --help)\n", c, optarg);
-                        return 2;
                 }
-        if (!backend || (strcmp(backend, "v1") != 0 && strcmp(backend, "v2") != 0)) {
-                fprintf(stderr, "freeze-probe: --backend v1 or v2 is required\n");
-                return 2;
-        }
-        bool v2 = strcmp(backend, "v2") == 0;
-        if (use_poll && !v2) {
-                fprintf(stderr, "freeze-probe: --wait poll needs the unified hierarchy (v1's freezer.state has no notification)\n");
-                return 2;
-        }
-        if (!label)
-                label = v2 ? (use_poll ? "v2-poll" : "v2") : (anchor ? "v1-anchor" : "v1");
-        spin_cpu = (int) cpu;
+        if (!have_backend)
+                bench_usage_error("--backend v1 or v2 is required");
+        if (a.use_poll && !a.v2)
+                bench_usage_error("--wait poll needs the unified hierarchy (v1's freezer.state has no notification)");
+        if (!a.label)
+                a.label = a.v2 ? (a.use_poll ? "v2-poll" : "v2") : (a.anchor ? "v1-anchor" : "v1");
+        *ret = a;
+}
 
+/* The controller: real-time on its own CPU, memory locked, so that its
+ * waits are not the spinners' CPU. Bounded by the alarm. */
+static int become_controller(int ctl_cpu, uint32_t priority) {
+        struct sched_param sp = { .sched_priority = (int) priority };
+
+        pin(ctl_cpu);
+        if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0)
+                fprintf(stderr, "freeze-probe: mlockall: %m (continuing)\n");
+        if (sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) < 0) {
+                fprintf(stderr, "freeze-probe: SCHED_FIFO %u: %m\n", priority);
+                return -errno;
+        }
+        return 0;
+}
+
+/* Moves the child into the group, then lets it start its spinners. */
+static int enter_group(const Group *g, pid_t child, int go_fd) {
+        char path[600], pid_s[32];
+        int r;
+
+        snprintf(path, sizeof(path), "%s/cgroup.procs", g->dir);
+        snprintf(pid_s, sizeof(pid_s), "%d", child);
+        r = write_file(path, pid_s);
+        if (r < 0)
+                fprintf(stderr, "freeze-probe: moving pid %d into %s: %s\n", child, g->dir, strerror(-r));
+        else if (write(go_fd, "g", 1) != 1)
+                r = -EIO;
+        close(go_fd);
+        return r;
+}
+
+/* Every spinner running (up to 2 s), then real-time. */
+static int wait_spinners(unsigned n) {
+        uint64_t deadline = monotonic_ns() + 2 * NSEC_PER_SEC;
+
+        while (atomic_load(&sh->ready) < n && !stop)
+                if (monotonic_ns() > deadline) {
+                        fprintf(stderr, "freeze-probe: only %u of %u spinners started\n", atomic_load(&sh->ready), n);
+                        return -ETIMEDOUT;
+                } else
+                        usleep(1000);
+        /* Started at SCHED_OTHER, so that every one of them ran; now
+         * real-time: from here on one runs at a time, the others wait
+         * their turn (SCHED_FIFO does not time-slice), as a reservation's
+         * threads do in their run. */
+        for (unsigned j = 0; spin_priority > 0 && j < n; j++) {
+                struct sched_param ssp = { .sched_priority = spin_priority };
+                if (sched_setscheduler(atomic_load(&sh->s[j].tid), SCHED_FIFO, &ssp) < 0) {
+                        fprintf(stderr, "freeze-probe: SCHED_FIFO %d for spinner %u: %m\n", spin_priority, j);
+                        return -errno;
+                }
+        }
+        return 0;
+}
+
+/* The iterations for n spinners in g, one line each to out, after a
+ * warm-up stretch; *ret_done and *ret_timeouts count them. */
+static int iterate(const Args *a, Group *g, unsigned n, FILE *out, uint32_t *ret_done, uint32_t *ret_timeouts) {
+        uint64_t next = monotonic_ns() + 50 * NSEC_PER_MSEC;
+        uint32_t done = 0, timeouts = 0;
+        int r = 0;
+
+        for (uint32_t i = 0; i < a->iterations && !stop; i++) {
+                uint64_t resumed = 0;
+                sleep_until(next);
+                uint64_t t0 = monotonic_ns();
+                int k1 = group_freeze(g, true);
+                uint64_t t1 = monotonic_ns();
+                int k2 = k1 < 0 ? k1 : wait_frozen(g, a->use_poll, t0);
+                uint64_t t2 = monotonic_ns();
+                uint64_t last = 0;
+                for (unsigned j = 0; j < n; j++)
+                        last = MAX(last, atomic_load_explicit(&sh->s[j].last, memory_order_acquire));
+                sleep_until(t0 + a->frozen_ns);
+                uint64_t t3 = monotonic_ns();
+                int k3 = group_freeze(g, false);
+                uint64_t t4 = monotonic_ns();
+                int k4 = k3 < 0 ? k3 : wait_resumed(n, t3, &resumed);
+                next = t3 + a->running_ns;
+                if (k1 < 0 || k3 < 0) {
+                        fprintf(stderr, "freeze-probe: writing %s: %s\n", g->dir, strerror(-(k1 < 0 ? k1 : k3)));
+                        r = k1 < 0 ? k1 : k3;
+                        break;
+                }
+                if (k2 < 0 || k4 < 0) {
+                        timeouts++;
+                        if (stop)
+                                break;
+                        continue;
+                }
+                fprintf(out, "%s\t%u\t%" PRIu32 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRId64 "\t%" PRIu64 "\t%" PRIu64 "\n",
+                        a->label, n, i, t1 - t0, t2 - t0, (int64_t) (last - t0), t4 - t3, resumed - t3);
+                done++;
+        }
+        fflush(out);
+        *ret_done = done;
+        *ret_timeouts = timeouts;
+        return r;
+}
+
+/* One --threads count: a child of n spinners in a group of its own,
+ * measured, then thawed, killed, reaped by pid and removed. */
+static int probe_count(const Args *a, const char *root, unsigned n, FILE *out) {
+        Group g = { .state_fd = -1, .done_fd = -1 };
+        uint32_t done = 0, timeouts = 0;
+        char name[64];
+        int go_fd = -1, r;
+
+        memset(sh->s, 0, sizeof(sh->s));
+        atomic_store(&sh->ready, 0);
+        snprintf(name, sizeof(name), "pace-bench-freeze.%d-%u", getpid(), n);
+        r = group_make(&g, root, name, a->v2);
+        if (r < 0) {
+                fprintf(stderr, "freeze-probe: group %s: %s\n", g.dir, strerror(-r));
+                group_remove(&g);
+                return r;
+        }
+        pid_t child = bench_fork_pipe(false, &go_fd);
+        if (child < 0) {
+                group_remove(&g);
+                return child;
+        }
+        if (child == 0)
+                child_main(go_fd, n, (unsigned) (a->limit_ns / NSEC_PER_SEC));
+
+        r = enter_group(&g, child, go_fd);
+        if (r == 0)
+                r = wait_spinners(n);
+        if (r == 0)
+                r = iterate(a, &g, n, out, &done, &timeouts);
+
+        (void) group_freeze(&g, false);
+        (void) kill(child, SIGKILL);
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+                ;
+        group_remove(&g);
+        fprintf(stderr, "freeze-probe: %s, %u threads: %" PRIu32 " samples, %" PRIu32 " waits over 1 s\n", a->label, n,
+                done, timeouts);
+        return r;
+}
+
+/* Every --threads count in turn, with the anchor group frozen meanwhile
+ * if asked for. */
+static int probe_all(const Args *a, const char *root, FILE *out) {
+        Group anc = { .state_fd = -1, .done_fd = -1 };
+        char name[64];
+        int r = 0;
+
+        if (a->anchor) {
+                snprintf(name, sizeof(name), "pace-bench-freeze.%d-anchor", getpid());
+                r = group_make(&anc, root, name, a->v2);
+                if (r < 0 || (r = group_freeze(&anc, true)) < 0)
+                        fprintf(stderr, "freeze-probe: anchor group %s: %s\n", anc.dir, strerror(-r));
+        }
+        for (unsigned k = 0; k < a->n_counts && !stop && r == 0; k++)
+                r = probe_count(a, root, a->counts[k], out);
+        group_remove(&anc);
+        return r;
+}
+
+static int run(const Args *a) {
         char root[1024];
-        if (root_arg)
-                snprintf(root, sizeof(root), "%s", root_arg);
-        else if (find_root(v2, root, sizeof(root)) < 0) {
-                fprintf(stderr, "freeze-probe: no %s mounted\n", v2 ? "cgroup2 hierarchy" : "cgroup v1 freezer");
-                return 1;
+        int r;
+
+        spin_cpu = a->cpu;
+        spin_priority = (int) a->spin_priority;
+        if (a->root)
+                snprintf(root, sizeof(root), "%s", a->root);
+        else if (find_root(a->v2, root, sizeof(root)) < 0) {
+                fprintf(stderr, "freeze-probe: no %s mounted\n", a->v2 ? "cgroup2 hierarchy" : "cgroup v1 freezer");
+                return -ENOENT;
         }
 
         FILE *out = stdout;
-        if (out_path && !(out = fopen(out_path, "ae"))) {
-                fprintf(stderr, "freeze-probe: %s: %m\n", out_path);
-                return 1;
+        if (a->out_path && !(out = fopen(a->out_path, "ae"))) {
+                fprintf(stderr, "freeze-probe: %s: %m\n", a->out_path);
+                return -errno;
         }
 
         struct sigaction sa = { .sa_handler = on_signal };
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGALRM, &sa, NULL);
-        alarm((unsigned) (limit_ns / NSEC_PER_SEC) + 1);
+        alarm((unsigned) (a->limit_ns / NSEC_PER_SEC) + 1);
 
         sh = mmap(NULL, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (sh == MAP_FAILED)
-                return 1;
-        /* A spinner's own preemptions are far shorter than a frozen stretch. */
-        sh->gap_ns = frozen_ns / 2;
-
-        /* The controller: real-time on its own CPU, bounded by the alarm. */
-        pin((int) ctl_cpu);
-        if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0)
-                fprintf(stderr, "freeze-probe: mlockall: %m (continuing)\n");
-        struct sched_param sp = { .sched_priority = (int) priority };
-        if (sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) < 0) {
-                fprintf(stderr, "freeze-probe: SCHED_FIFO %u: %m\n", priority);
-                return 1;
+                r = -errno;
+        else {
+                /* A spinner's own preemptions are far shorter than a frozen stretch. */
+                sh->gap_ns = a->frozen_ns / 2;
+                r = become_controller(a->ctl_cpu, a->priority);
+                if (r == 0)
+                        r = probe_all(a, root, out);
         }
-
-        char name[64];
-        Group anc = { .state_fd = -1, .done_fd = -1 }, g = { .state_fd = -1, .done_fd = -1 };
-        int ret = 0, r;
-        if (anchor) {
-                snprintf(name, sizeof(name), "pace-bench-freeze.%d-anchor", getpid());
-                r = group_make(&anc, root, name, v2);
-                if (r < 0 || (r = group_freeze(&anc, true)) < 0) {
-                        fprintf(stderr, "freeze-probe: anchor group %s: %s\n", anc.dir, strerror(-r));
-                        ret = 1;
-                        goto finish;
-                }
-        }
-
-        for (unsigned k = 0; k < n_counts && !stop && ret == 0; k++) {
-                unsigned n = counts[k];
-                uint32_t timeouts = 0, done = 0;
-                uint64_t limit_s = limit_ns / NSEC_PER_SEC;
-
-                memset(sh->s, 0, sizeof(sh->s));
-                atomic_store(&sh->ready, 0);
-                snprintf(name, sizeof(name), "pace-bench-freeze.%d-%u", getpid(), n);
-                r = group_make(&g, root, name, v2);
-                if (r < 0) {
-                        fprintf(stderr, "freeze-probe: group %s: %s\n", g.dir, strerror(-r));
-                        group_remove(&g);
-                        ret = 1;
-                        break;
-                }
-                int go[2];
-                if (pipe2(go, O_CLOEXEC) < 0) {
-                        group_remove(&g);
-                        ret = 1;
-                        break;
-                }
-                pid_t child = fork();
-                if (child < 0) {
-                        close(go[0]);
-                        close(go[1]);
-                        group_remove(&g);
-                        ret = 1;
-                        break;
-                }
-                if (child == 0) {
-                        close(go[1]);
-                        child_main(go[0], n, (unsigned) limit_s);
-                }
-                close(go[0]);
-                char path[600], pid_s[32];
-                snprintf(path, sizeof(path), "%s/cgroup.procs", g.dir);
-                snprintf(pid_s, sizeof(pid_s), "%d", child);
-                r = write_file(path, pid_s);
-                if (r < 0)
-                        fprintf(stderr, "freeze-probe: moving pid %d into %s: %s\n", child, g.dir, strerror(-r));
-                else if (write(go[1], "g", 1) != 1)
-                        r = -EIO;
-                close(go[1]);
-
-                /* Every spinner running, then a warm-up stretch. */
-                uint64_t deadline = monotonic_ns() + 2 * NSEC_PER_SEC;
-                while (r == 0 && atomic_load(&sh->ready) < n && !stop)
-                        if (monotonic_ns() > deadline) {
-                                fprintf(stderr, "freeze-probe: only %u of %u spinners started\n", atomic_load(&sh->ready), n);
-                                r = -ETIMEDOUT;
-                        } else
-                                usleep(1000);
-                /* Started at SCHED_OTHER, so that every one of them ran;
-                 * now real-time: from here on one runs at a time, the
-                 * others wait their turn (SCHED_FIFO does not time-slice),
-                 * as a reservation's threads do in their run. */
-                for (unsigned j = 0; r == 0 && spin_priority > 0 && j < n; j++) {
-                        struct sched_param ssp = { .sched_priority = spin_priority };
-                        if (sched_setscheduler(atomic_load(&sh->s[j].tid), SCHED_FIFO, &ssp) < 0) {
-                                r = -errno;
-                                fprintf(stderr, "freeze-probe: SCHED_FIFO %d for spinner %u: %m\n", spin_priority, j);
-                        }
-                }
-                uint64_t next = monotonic_ns() + 50 * NSEC_PER_MSEC;
-
-                for (uint32_t i = 0; r == 0 && i < iterations && !stop; i++) {
-                        uint64_t resumed = 0;
-                        sleep_until(next);
-                        uint64_t t0 = monotonic_ns();
-                        int k1 = group_freeze(&g, true);
-                        uint64_t t1 = monotonic_ns();
-                        int k2 = k1 < 0 ? k1 : wait_frozen(&g, use_poll, t0);
-                        uint64_t t2 = monotonic_ns();
-                        uint64_t last = 0;
-                        for (unsigned j = 0; j < n; j++)
-                                last = MAX(last, atomic_load_explicit(&sh->s[j].last, memory_order_acquire));
-                        sleep_until(t0 + frozen_ns);
-                        uint64_t t3 = monotonic_ns();
-                        int k3 = group_freeze(&g, false);
-                        uint64_t t4 = monotonic_ns();
-                        int k4 = k3 < 0 ? k3 : wait_resumed(n, t3, &resumed);
-                        next = t3 + running_ns;
-                        if (k1 < 0 || k3 < 0) {
-                                fprintf(stderr, "freeze-probe: writing %s: %s\n", g.dir, strerror(-(k1 < 0 ? k1 : k3)));
-                                r = k1 < 0 ? k1 : k3;
-                                break;
-                        }
-                        if (k2 < 0 || k4 < 0) {
-                                timeouts++;
-                                if (stop)
-                                        break;
-                                continue;
-                        }
-                        fprintf(out, "%s\t%u\t%" PRIu32 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRId64 "\t%" PRIu64 "\t%" PRIu64 "\n",
-                                label, n, i, t1 - t0, t2 - t0, (int64_t) (last - t0), t4 - t3, resumed - t3);
-                        done++;
-                }
-                fflush(out);
-
-                /* Thawed, killed, reaped by pid, removed. */
-                (void) group_freeze(&g, false);
-                (void) kill(child, SIGKILL);
-                while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
-                        ;
-                group_remove(&g);
-                fprintf(stderr, "freeze-probe: %s, %u threads: %" PRIu32 " samples, %" PRIu32 " waits over 1 s\n", label, n,
-                        done, timeouts);
-                if (r < 0)
-                        ret = 1;
-        }
-
-finish:
-        group_remove(&anc);
         if (out != stdout)
                 fclose(out);
-        return stop && ret == 0 ? 3 : ret;
+        return r;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        if (run(&args) < 0)
+                return 1;
+        /* Cut short by a signal or the alarm, without a failure. */
+        return stop ? 3 : 0;
 }

@@ -136,7 +136,18 @@ static int parse_deadline(const char *s, uint64_t *ret_runtime, uint64_t *ret_pe
         return *ret_runtime <= *ret_period ? 0 : -EINVAL;
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        uint64_t duration_ns, warmup_ns, window_ns, gap_ns;
+        uint64_t dl_runtime, dl_period; /* dl_period 0: no SCHED_DEADLINE */
+        int cpu;                        /* -1: not pinned */
+        uint32_t fifo;                  /* 0: no SCHED_FIFO */
+        const char *label, *runs_path;
+} Args;
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: hourglass [--cpu N] [--duration D] [--warmup D] [--window D] [--gap D]\n"
+                                    "                 [--fifo PRIO | --deadline RUNTIME/PERIOD] [--label NAME]\n"
+                                    "                 [--runs FILE]\n";
         static const struct option options[] = {
                 { "cpu", required_argument, NULL, 'c' },
                 { "duration", required_argument, NULL, 'd' },
@@ -150,104 +161,103 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        uint64_t duration_ns = 4 * NSEC_PER_SEC, warmup_ns = NSEC_PER_SEC, window_ns = 0, gap_ns = 10 * NSEC_PER_USEC;
-        uint64_t dl_runtime = 0, dl_period = 0;
-        uint32_t cpu = UINT32_MAX, fifo = 0;
-        const char *label = "hourglass", *runs_path = NULL;
+        Args a = {
+                .duration_ns = 4 * NSEC_PER_SEC,
+                .warmup_ns = NSEC_PER_SEC,
+                .gap_ns = 10 * NSEC_PER_USEC,
+                .cpu = -1,
+                .label = "hourglass",
+        };
         int c;
 
-        while ((c = getopt_long(argc, argv, "c:d:w:W:g:f:D:l:r:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "c:d:w:W:g:f:D:l:r:h", options, usage)) >= 0)
                 switch (c) {
                 case 'c':
-                        if (parse_uint32(optarg, &cpu) < 0 || cpu >= CPU_SETSIZE) {
-                                fprintf(stderr, "hourglass: bad CPU number '%s'\n", optarg);
-                                return 2;
-                        }
+                        a.cpu = bench_arg_cpu("--cpu", optarg);
                         break;
                 case 'd':
-                case 'w':
-                case 'W':
-                case 'g': {
-                        uint64_t *v = c == 'd' ? &duration_ns : c == 'w' ? &warmup_ns : c == 'W' ? &window_ns : &gap_ns;
-                        if (parse_duration_ns(optarg, v) < 0) {
-                                fprintf(stderr, "hourglass: bad duration '%s'\n", optarg);
-                                return 2;
-                        }
+                        a.duration_ns = bench_arg_duration("--duration", optarg);
                         break;
-                }
+                case 'w':
+                        a.warmup_ns = bench_arg_duration("--warmup", optarg);
+                        break;
+                case 'W':
+                        a.window_ns = bench_arg_duration("--window", optarg);
+                        break;
+                case 'g':
+                        a.gap_ns = bench_arg_duration("--gap", optarg);
+                        break;
                 case 'f':
-                        if (parse_uint32(optarg, &fifo) < 0 || fifo < 1 || fifo > 97) {
-                                fprintf(stderr, "hourglass: --fifo %s: expected 1..97\n", optarg);
-                                return 2;
-                        }
+                        a.fifo = bench_arg_uint32("--fifo", optarg, 1, 97);
                         break;
                 case 'D':
-                        if (parse_deadline(optarg, &dl_runtime, &dl_period) < 0) {
-                                fprintf(stderr, "hourglass: --deadline %s: expected RUNTIME/PERIOD, e.g. 30ms/50ms\n",
-                                        optarg);
-                                return 2;
-                        }
+                        if (parse_deadline(optarg, &a.dl_runtime, &a.dl_period) < 0)
+                                bench_arg_refuse("--deadline", optarg, "RUNTIME/PERIOD, e.g. 30ms/50ms");
                         break;
                 case 'l':
-                        label = optarg;
+                        a.label = optarg;
                         break;
                 case 'r':
-                        runs_path = optarg;
+                        a.runs_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: hourglass [--cpu N] [--duration D] [--warmup D] [--window D] [--gap D]\n"
-                               "                 [--fifo PRIO | --deadline RUNTIME/PERIOD] [--label NAME]\n"
-                               "                 [--runs FILE]\n");
-                        return 0;
-                default:
-                        return 2;
                 }
+        *ret = a;
+}
 
-        /* The bound: whatever happens, a real-time spinner ends. */
-        alarm((unsigned) ((duration_ns + warmup_ns) / NSEC_PER_SEC) + 5);
-
-        if (cpu != UINT32_MAX) {
+/* The CPU and the policy it was asked to run at. */
+static int set_scheduling(const Args *a) {
+        if (a->cpu >= 0) {
                 cpu_set_t set;
                 CPU_ZERO(&set);
-                CPU_SET(cpu, &set);
+                CPU_SET(a->cpu, &set);
                 if (sched_setaffinity(0, sizeof(set), &set) < 0) {
-                        fprintf(stderr, "hourglass: cannot pin to CPU %" PRIu32 ": %m\n", cpu);
-                        return 1;
+                        fprintf(stderr, "hourglass: cannot pin to CPU %d: %m\n", a->cpu);
+                        return -errno;
                 }
         }
-        if (fifo > 0) {
-                struct sched_param sp = { .sched_priority = (int) fifo };
+        if (a->fifo > 0) {
+                struct sched_param sp = { .sched_priority = (int) a->fifo };
                 if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0) {
-                        fprintf(stderr, "hourglass: SCHED_FIFO %" PRIu32 ": %m\n", fifo);
-                        return 1;
+                        fprintf(stderr, "hourglass: SCHED_FIFO %" PRIu32 ": %m\n", a->fifo);
+                        return -errno;
                 }
         }
-        if (dl_period > 0) {
-                HgSchedAttr a = {
-                        .size = sizeof(a),
+        if (a->dl_period > 0) {
+                HgSchedAttr attr = {
+                        .size = sizeof(attr),
                         .sched_policy = SCHED_DEADLINE,
-                        .sched_runtime = dl_runtime,
-                        .sched_deadline = dl_period,
-                        .sched_period = dl_period,
+                        .sched_runtime = a->dl_runtime,
+                        .sched_deadline = a->dl_period,
+                        .sched_period = a->dl_period,
                 };
-                if (syscall(SYS_sched_setattr, 0, &a, 0) < 0) {
-                        fprintf(stderr, "hourglass: SCHED_DEADLINE %" PRIu64 "/%" PRIu64 " ns: %m%s\n", dl_runtime,
-                                dl_period,
-                                errno == EPERM && cpu != UINT32_MAX
+                if (syscall(SYS_sched_setattr, 0, &attr, 0) < 0) {
+                        fprintf(stderr, "hourglass: SCHED_DEADLINE %" PRIu64 "/%" PRIu64 " ns: %m%s\n", a->dl_runtime,
+                                a->dl_period,
+                                errno == EPERM && a->cpu >= 0
                                         ? " (a pinned deadline task needs its own root domain, or admission "
                                           "control off: sched_rt_runtime_us = -1)"
                                         : "");
-                        return 1;
+                        return -errno;
                 }
         }
+        return 0;
+}
 
-        size_t cap = (size_t) (duration_ns / NSEC_PER_MSEC) * 20 + 1024, n = 0, overflow = 0;
-        _cleanup_free_ Run *runs = calloc(cap, sizeof(Run));
-        _cleanup_free_ uint64_t *gaps = calloc(cap, sizeof(uint64_t));
-        if (!runs || !gaps)
-                return 1;
+/* When it ran in the measured time [t0, t1]: runs[0..n_runs), and the
+ * gaps between them, gaps[0..n_runs - 1). */
+typedef struct Recording {
+        uint64_t t0, t1, cpu_used;
+        Run *runs;
+        uint64_t *gaps;
+        size_t cap, n_runs, overflow;
+} Recording;
 
+static void record(uint64_t warmup_ns, uint64_t duration_ns, uint64_t gap_ns, Recording *rec) {
+        Run *runs = rec->runs;
+        uint64_t *gaps = rec->gaps;
+        size_t cap = rec->cap, n = 0, overflow = 0;
         uint64_t t0 = clock_ns(CLOCK_MONOTONIC) + warmup_ns, t1 = t0 + duration_ns, prev, t;
+
         while ((prev = clock_ns(CLOCK_MONOTONIC)) < t0)
                 ;
         uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -266,53 +276,91 @@ int main(int argc, char **argv) {
                 if (t >= t1)
                         break;
         }
-        uint64_t cpu_used = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        rec->cpu_used = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         runs[n].end = t;
-        size_t n_runs = n + 1, n_gaps = n;
         /* The measured time is [t0, t1] exactly, wherever its own runs fall:
          * one that was starved across t0 or t1 must not start or end its
          * window where it happened to run (that would count a whole burst
          * too many when its gaps are long). */
-        for (size_t i = 0; i < n_runs; i++) {
+        for (size_t i = 0; i <= n; i++) {
                 runs[i].start = MIN(runs[i].start, t1);
                 runs[i].end = MIN(runs[i].end, t1);
         }
+        rec->t0 = t0;
+        rec->t1 = t1;
+        rec->n_runs = n + 1;
+        rec->overflow = overflow;
+}
 
-        uint64_t ran = 0, over_1ms = 0, longest = 0;
+static int write_runs(const char *path, const Recording *rec) {
+        FILE *f = fopen(path, "we");
+
+        if (!f) {
+                fprintf(stderr, "hourglass: cannot write %s: %m\n", path);
+                return -errno;
+        }
+        fprintf(f, "%" PRIu64 " %" PRIu64 "\n", rec->t0, rec->t1);
+        for (size_t i = 0; i < rec->n_runs; i++)
+                if (rec->runs[i].end > rec->runs[i].start)
+                        fprintf(f, "%" PRIu64 " %" PRIu64 "\n", rec->runs[i].start, rec->runs[i].end);
+        if (fclose(f) != 0) {
+                fprintf(stderr, "hourglass: cannot write %s: %m\n", path);
+                return -errno;
+        }
+        return 0;
+}
+
+/* The summary line; sorts the gaps. */
+static void print_summary(const Args *a, Recording *rec) {
+        size_t n_runs = rec->n_runs, n_gaps = n_runs - 1;
+        uint64_t *gaps = rec->gaps, ran = 0, over_1ms = 0, longest = 0, wmin = 0, wmax = 0;
+
         for (size_t i = 0; i < n_runs; i++)
-                ran += runs[i].end - runs[i].start;
+                ran += rec->runs[i].end - rec->runs[i].start;
         for (size_t i = 0; i < n_gaps; i++) {
                 longest = MAX(longest, gaps[i]);
                 over_1ms += gaps[i] > NSEC_PER_MSEC;
         }
         qsort(gaps, n_gaps, sizeof(uint64_t), cmp_u64);
         uint64_t p99 = n_gaps ? gaps[MIN((size_t) (0.99 * (double) (n_gaps - 1) + 0.5), n_gaps - 1)] : 0;
+        if (a->window_ns > 0)
+                window_extremes(rec->runs, n_runs, rec->t0, rec->t1, a->window_ns, &wmin, &wmax);
 
-        if (runs_path) {
-                FILE *f = fopen(runs_path, "we");
-                if (!f) {
-                        fprintf(stderr, "hourglass: cannot write %s: %m\n", runs_path);
-                        return 1;
-                }
-                fprintf(f, "%" PRIu64 " %" PRIu64 "\n", t0, t1);
-                for (size_t i = 0; i < n_runs; i++)
-                        if (runs[i].end > runs[i].start)
-                                fprintf(f, "%" PRIu64 " %" PRIu64 "\n", runs[i].start, runs[i].end);
-                if (fclose(f) != 0) {
-                        fprintf(stderr, "hourglass: cannot write %s: %m\n", runs_path);
-                        return 1;
-                }
-        }
-
-        uint64_t wmin = 0, wmax = 0;
-        if (window_ns > 0)
-                window_extremes(runs, n_runs, t0, t1, window_ns, &wmin, &wmax);
-
-        double span = (double) (t1 - t0);
+        double span = (double) (rec->t1 - rec->t0);
         printf("label=%s share=%.5f cpu_share=%.5f longest_gap_us=%.1f gaps_over_1ms=%" PRIu64 " gap_p99_us=%.1f"
                " runs=%zu win_ms=%.3f win_min_ms=%.3f win_max_ms=%.3f overflow=%zu\n",
-               label, (double) ran / span, (double) cpu_used / span, (double) longest / 1e3, over_1ms,
-               (double) p99 / 1e3, n_runs, (double) window_ns / 1e6, (double) wmin / 1e6, (double) wmax / 1e6,
-               overflow);
+               a->label, (double) ran / span, (double) rec->cpu_used / span, (double) longest / 1e3, over_1ms,
+               (double) p99 / 1e3, n_runs, (double) a->window_ns / 1e6, (double) wmin / 1e6, (double) wmax / 1e6,
+               rec->overflow);
+}
+
+static int run(const Args *a) {
+        int r;
+
+        /* The bound: whatever happens, a real-time spinner ends. */
+        alarm((unsigned) ((a->duration_ns + a->warmup_ns) / NSEC_PER_SEC) + 5);
+
+        r = set_scheduling(a);
+        if (r < 0)
+                return r;
+
+        size_t cap = (size_t) (a->duration_ns / NSEC_PER_MSEC) * 20 + 1024;
+        _cleanup_free_ Run *runs = calloc(cap, sizeof(Run));
+        _cleanup_free_ uint64_t *gaps = calloc(cap, sizeof(uint64_t));
+        if (!runs || !gaps)
+                return -ENOMEM;
+        Recording rec = { .runs = runs, .gaps = gaps, .cap = cap };
+        record(a->warmup_ns, a->duration_ns, a->gap_ns, &rec);
+
+        if (a->runs_path && (r = write_runs(a->runs_path, &rec)) < 0)
+                return r;
+        print_summary(a, &rec);
         return 0;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        return run(&args) < 0 ? 1 : 0;
 }

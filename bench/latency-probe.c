@@ -41,6 +41,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -162,7 +163,28 @@ static void *sleeper(void *arg) {
         return NULL;
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        int cpu, run_on;
+        uint64_t period_ns, duration_ns, warmup_ns;
+        uint32_t util_ppm, threads;
+        const char *out_path, *freeze_path;
+        char table_path[PATH_MAX];
+} Args;
+
+/* The broker publishes the table beside its socket. */
+static void table_path_from_env(char *buf, size_t size) {
+        const char *sock = getenv("PACE_SOCKET");
+        const char *slash = sock ? strrchr(sock, '/') : NULL;
+
+        if (!slash)
+                bench_usage_error("set PACE_SOCKET or --table");
+        snprintf(buf, size, "%.*s/%s", (int) (slash - sock), sock, PACE_TABLE_NAME);
+}
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: latency-probe --cpu N [--run-on M] [--period D] [--util U] [--threads K]\n"
+                                    "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n"
+                                    "                     [--freeze-out FILE]\n";
         static const struct option options[] = {
                 { "cpu", required_argument, NULL, 'c' },
                 { "run-on", required_argument, NULL, 'r' },
@@ -177,161 +199,146 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        uint64_t period_ns = 2 * NSEC_PER_MSEC, duration_ns = 5 * NSEC_PER_SEC, warmup_ns = 300 * NSEC_PER_MSEC;
-        uint32_t util_ppm = 500000, threads = 1, cpu = UINT32_MAX, run_on = UINT32_MAX;
-        const char *out_path = NULL, *table_path = NULL, *freeze_path = NULL;
-        int c, r;
+        Args a = {
+                .cpu = -1,
+                .run_on = -1,
+                .period_ns = 2 * NSEC_PER_MSEC,
+                .duration_ns = 5 * NSEC_PER_SEC,
+                .warmup_ns = 300 * NSEC_PER_MSEC,
+                .util_ppm = 500000,
+                .threads = 1,
+        };
+        int c;
 
-        while ((c = getopt_long(argc, argv, "c:r:p:u:t:d:w:o:T:F:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "c:r:p:u:t:d:w:o:T:F:h", options, usage)) >= 0)
                 switch (c) {
                 case 'c':
+                        a.cpu = bench_arg_cpu("--cpu", optarg);
+                        break;
                 case 'r':
-                        if (parse_uint32(optarg, c == 'c' ? &cpu : &run_on) < 0 ||
-                            (c == 'c' ? cpu : run_on) >= CPU_SETSIZE) {
-                                fprintf(stderr, "latency-probe: bad CPU number '%s'\n", optarg);
-                                return 2;
-                        }
+                        a.run_on = bench_arg_cpu("--run-on", optarg);
                         break;
                 case 'p':
+                        a.period_ns = bench_arg_duration("--period", optarg);
+                        break;
                 case 'd':
+                        a.duration_ns = bench_arg_duration("--duration", optarg);
+                        break;
                 case 'w':
-                        if (parse_duration_ns(optarg, c == 'p' ? &period_ns : c == 'd' ? &duration_ns : &warmup_ns) < 0) {
-                                fprintf(stderr, "latency-probe: bad duration '%s'\n", optarg);
-                                return 2;
-                        }
+                        a.warmup_ns = bench_arg_duration("--warmup", optarg);
                         break;
                 case 'u':
-                        if (parse_utilization_ppm(optarg, &util_ppm) < 0) {
-                                fprintf(stderr, "latency-probe: bad utilization '%s'\n", optarg);
-                                return 2;
-                        }
+                        a.util_ppm = bench_arg_utilization("--util", optarg);
                         break;
                 case 't':
-                        if (parse_uint32(optarg, &threads) < 0 || threads == 0 || threads > 1024) {
-                                fprintf(stderr, "latency-probe: --threads %s: expected 1..1024\n", optarg);
-                                return 2;
-                        }
+                        a.threads = bench_arg_uint32("--threads", optarg, 1, 1024);
                         break;
                 case 'o':
-                        out_path = optarg;
+                        a.out_path = optarg;
                         break;
                 case 'T':
-                        table_path = optarg;
+                        snprintf(a.table_path, sizeof(a.table_path), "%s", optarg);
                         break;
                 case 'F':
-                        freeze_path = optarg;
+                        a.freeze_path = optarg;
                         break;
-                case 'h':
-                        printf("Usage: latency-probe --cpu N [--run-on M] [--period D] [--util U] [--threads K]\n"
-                               "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n"
-                               "                     [--freeze-out FILE]\n");
-                        return 0;
-                default:
-                        return 2;
                 }
-        if (cpu == UINT32_MAX) {
-                fprintf(stderr, "latency-probe: --cpu is required\n");
-                return 2;
-        }
-        if (run_on == UINT32_MAX)
-                run_on = cpu;
+        if (a.cpu < 0)
+                bench_usage_error("--cpu is required");
+        if (a.run_on < 0)
+                a.run_on = a.cpu;
+        if (!a.table_path[0])
+                table_path_from_env(a.table_path, sizeof(a.table_path));
+        *ret = a;
+}
 
-        _cleanup_free_ char *table_buf = NULL;
-        if (!table_path) {
-                const char *sock = getenv("PACE_SOCKET");
-                const char *slash = sock ? strrchr(sock, '/') : NULL;
-                if (!slash) {
-                        fprintf(stderr, "latency-probe: set PACE_SOCKET or --table\n");
-                        return 2;
-                }
-                if (asprintf(&table_buf, "%.*s/%s", (int) (slash - sock), sock, PACE_TABLE_NAME) < 0)
-                        return 1;
-                table_path = table_buf;
-        }
-
-        /* A bound on everything, even a client stuck at SCHED_FIFO. */
-        alarm((unsigned) ((duration_ns + warmup_ns) / NSEC_PER_SEC) + 20);
-
-        r = pin_self((int) cpu);
-        if (r < 0) {
-                fprintf(stderr, "latency-probe: cannot pin to CPU %" PRIu32 ": %s\n", cpu, strerror(-r));
-                return 1;
-        }
-
+/* threads - 1 threads that only sleep, for the dispatcher to move. */
+static int start_sleepers(uint32_t threads) {
         int pipefd[2];
+
         if (pipe(pipefd) < 0)
-                return 1;
+                return -errno;
         sleeper_fd = pipefd[0];
         for (uint32_t i = 1; i < threads; i++) {
                 pthread_t th;
                 pthread_attr_t attr;
                 pthread_attr_init(&attr);
                 pthread_attr_setstacksize(&attr, 64 * 1024);
-                r = pthread_create(&th, &attr, sleeper, NULL);
+                int r = pthread_create(&th, &attr, sleeper, NULL);
                 pthread_attr_destroy(&attr);
                 if (r != 0) {
                         fprintf(stderr, "latency-probe: pthread_create: %s\n", strerror(r));
-                        return 1;
+                        return -r;
                 }
         }
+        return 0;
+}
 
+static int reserve(const Args *a, pace_grant *ret) {
         pace *p = NULL;
-        pace_grant g;
+        int r;
+
         r = pace_connect(NULL, &p);
         if (r < 0) {
                 fprintf(stderr, "latency-probe: cannot connect to pace-broker: %s\n", pace_strerror(r));
-                return 1;
+                return r;
         }
-        r = pace_reserve(p, &(pace_reserve_params) { .period_ns = period_ns, .utilization_ppm = util_ppm, .cpu = (int) cpu }, &g);
-        if (r < 0) {
+        r = pace_reserve(p, &(pace_reserve_params) { .period_ns = a->period_ns, .utilization_ppm = a->util_ppm, .cpu = a->cpu },
+                         ret);
+        if (r < 0)
                 fprintf(stderr, "latency-probe: reservation refused: %s\n",
                         pace_last_message() ? pace_last_message() : pace_strerror(r));
-                pace_close(p);
-                return 1;
-        }
         pace_close(p);
+        return r;
+}
 
-        _cleanup_free_ Schedule *s = malloc(sizeof(Schedule));
-        if (!s)
-                return 1;
+/* The table may not hold a new reservation yet: up to 2 s. */
+static int wait_schedule(const char *table_path, const pace_grant *g, Schedule *ret) {
         uint64_t give_up = monotonic_ns() + 2 * NSEC_PER_SEC;
-        while ((r = read_schedule(table_path, g.id, g.cpu, s)) == -ENOENT && monotonic_ns() < give_up)
-                usleep(1000);
-        if (r < 0) {
-                fprintf(stderr, "latency-probe: cannot find reservation %" PRIu64 " in %s: %s\n", g.id, table_path,
-                        strerror(-r));
-                return 1;
-        }
+        int r;
 
-        /* The first promotion: from then on the dispatcher has pinned us
-         * (first touch) and will not pin us again. */
-        give_up = monotonic_ns() + 3 * NSEC_PER_SEC;
+        while ((r = read_schedule(table_path, g->id, g->cpu, ret)) == -ENOENT && monotonic_ns() < give_up)
+                usleep(1000);
+        if (r < 0)
+                fprintf(stderr, "latency-probe: cannot find reservation %" PRIu64 " in %s: %s\n", g->id, table_path,
+                        strerror(-r));
+        return r;
+}
+
+/* The first promotion: from then on the dispatcher has pinned us (first
+ * touch) and will not pin us again, so we may move to run_on. */
+static int wait_promoted(int cpu, int run_on) {
+        uint64_t give_up = monotonic_ns() + 3 * NSEC_PER_SEC;
+        int r;
+
         while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
                 if (monotonic_ns() > give_up) {
                         fprintf(stderr, "latency-probe: never promoted (is the dispatcher running?)\n");
-                        return 1;
+                        return -ETIMEDOUT;
                 }
-        if (run_on != cpu) {
-                r = pin_self((int) run_on);
-                if (r < 0) {
-                        fprintf(stderr, "latency-probe: cannot move to CPU %" PRIu32 ": %s\n", run_on, strerror(-r));
-                        return 1;
-                }
-        }
+        if (run_on == cpu)
+                return 0;
+        r = pin_self(run_on);
+        if (r < 0)
+                fprintf(stderr, "latency-probe: cannot move to CPU %d: %s\n", run_on, strerror(-r));
+        return r;
+}
 
-        uint64_t begin = monotonic_ns() + warmup_ns, end = begin + duration_ns;
-        /* Every run start could be sampled; twice that is room enough. */
-        uint64_t per_frame = s->n_starts, frame_ns = s->frame_slots * s->slot_ns;
-        size_t cap = (size_t) (duration_ns / frame_ns + 2) * per_frame * 2 + 16;
-        _cleanup_free_ uint64_t *lat = calloc(cap, sizeof(uint64_t));
-        if (!lat)
-                return 1;
-        size_t n = 0, missed = 0, offcpu = 0;
-        /* Freeze lags: one per run end at most, as many as run starts. */
-        _cleanup_free_ int64_t *flag = freeze_path ? calloc(cap, sizeof(int64_t)) : NULL;
-        if (freeze_path && !flag)
-                return 1;
-        size_t nf = 0;
+typedef struct Samples {
+        size_t cap;
+        uint64_t *lat; /* one dispatch latency per run start */
+        size_t n, missed, offcpu;
+        int64_t *flag; /* one freeze lag per run end; NULL: not measured */
+        size_t nf;
+} Samples;
+
+/* Spins from begin to end, reading the clock. The loop works on locals:
+ * a store to the arrays could otherwise alias the counts and cost it a
+ * reload, and the loop's period is the probe's resolution. */
+static void measure(const Schedule *s, int run_on, uint64_t begin, uint64_t end, Samples *m) {
+        uint64_t *lat = m->lat;
+        int64_t *flag = m->flag;
+        size_t cap = m->cap, n = 0, missed = 0, offcpu = 0, nf = 0;
 
         while (monotonic_ns() < begin)
                 ;
@@ -354,7 +361,7 @@ int main(int argc, char **argv) {
                 /* Every run start up to now gets its sample, even one the
                  * client slept through entirely: like cyclictest's, a late
                  * wake-up counts with its whole delay. */
-                bool here = sched_getcpu() == (int) run_on;
+                bool here = sched_getcpu() == run_on;
                 for (uint64_t at = next;;) {
                         if (n < cap) {
                                 lat[n++] = t - at;
@@ -371,37 +378,41 @@ int main(int argc, char **argv) {
                 if (t >= end)
                         break;
         }
+        m->n = n;
+        m->missed = missed;
+        m->offcpu = offcpu;
+        m->nf = nf;
+}
 
-        if (out_path) {
-                FILE *f = fopen(out_path, "we");
-                if (!f) {
-                        fprintf(stderr, "latency-probe: %s: %m\n", out_path);
-                        return 1;
-                }
-                for (size_t i = 0; i < n; i++)
-                        fprintf(f, "%" PRIu64 "\n", lat[i]);
-                if (fclose(f) != 0)
-                        return 1;
+/* bench_write_samples(), for signed values. */
+static int write_freeze_lags(const char *path, const int64_t *flag, size_t n) {
+        FILE *f = fopen(path, "we");
+
+        if (!f) {
+                fprintf(stderr, "latency-probe: cannot write %s: %m\n", path);
+                return -errno;
         }
+        for (size_t i = 0; i < n; i++)
+                fprintf(f, "%" PRId64 "\n", flag[i]);
+        return fclose(f) != 0 ? -errno : 0;
+}
+
+/* The summary line; sorts the samples. */
+static void print_summary(Samples *m, const Schedule *s, const pace_grant *g) {
+        uint64_t *lat = m->lat, frame_ns = s->frame_slots * s->slot_ns;
+        size_t n = m->n;
+
         qsort(lat, n, sizeof(uint64_t), cmp_u64);
         printf("samples=%zu missed=%zu offcpu=%zu median_ns=%" PRIu64 " p99_ns=%" PRIu64 " p999_ns=%" PRIu64
                " max_ns=%" PRIu64 " runs_per_frame=%" PRIu32 " frame_ns=%" PRIu64 " grant_period_ns=%" PRIu64
                " grant_budget_ns=%" PRIu64,
-               n, missed, offcpu, bench_percentile(lat, n, 0.5), bench_percentile(lat, n, 0.99), bench_percentile(lat, n, 0.999),
-               n ? lat[n - 1] : 0, s->n_starts, frame_ns, g.period_ns, g.budget_ns);
-        if (flag) {
-                FILE *f = fopen(freeze_path, "we");
-                if (!f) {
-                        fprintf(stderr, "latency-probe: %s: %m\n", freeze_path);
-                        return 1;
-                }
-                size_t late = 0;
-                for (size_t i = 0; i < nf; i++) {
-                        fprintf(f, "%" PRId64 "\n", flag[i]);
+               n, m->missed, m->offcpu, bench_percentile(lat, n, 0.5), bench_percentile(lat, n, 0.99),
+               bench_percentile(lat, n, 0.999), n ? lat[n - 1] : 0, s->n_starts, frame_ns, g->period_ns, g->budget_ns);
+        if (m->flag) {
+                int64_t *flag = m->flag;
+                size_t nf = m->nf, late = 0;
+                for (size_t i = 0; i < nf; i++)
                         late += flag[i] > 0;
-                }
-                if (fclose(f) != 0)
-                        return 1;
                 qsort(flag, nf, sizeof(int64_t), cmp_i64);
                 /* bench_percentile's nearest rank, on signed values. */
                 size_t i50 = nf ? MIN((size_t) (0.5 * (double) (nf - 1) + 0.5), nf - 1) : 0;
@@ -411,5 +422,60 @@ int main(int argc, char **argv) {
                        nf, late, nf ? flag[i50] : 0, nf ? flag[i99] : 0, nf ? flag[nf - 1] : 0);
         }
         printf("\n");
+}
+
+static int run(const Args *a) {
+        pace_grant g;
+        int r;
+
+        /* A bound on everything, even a client stuck at SCHED_FIFO. */
+        alarm((unsigned) ((a->duration_ns + a->warmup_ns) / NSEC_PER_SEC) + 20);
+
+        r = pin_self(a->cpu);
+        if (r < 0) {
+                fprintf(stderr, "latency-probe: cannot pin to CPU %d: %s\n", a->cpu, strerror(-r));
+                return r;
+        }
+        r = start_sleepers(a->threads);
+        if (r < 0)
+                return r;
+        r = reserve(a, &g);
+        if (r < 0)
+                return r;
+
+        _cleanup_free_ Schedule *s = malloc(sizeof(Schedule));
+        if (!s)
+                return -ENOMEM;
+        r = wait_schedule(a->table_path, &g, s);
+        if (r < 0)
+                return r;
+        r = wait_promoted(a->cpu, a->run_on);
+        if (r < 0)
+                return r;
+
+        uint64_t begin = monotonic_ns() + a->warmup_ns, end = begin + a->duration_ns;
+        /* Every run start could be sampled; twice that is room enough. Freeze
+         * lags: one per run end at most, as many as run starts. */
+        uint64_t frame_ns = s->frame_slots * s->slot_ns;
+        size_t cap = (size_t) (a->duration_ns / frame_ns + 2) * s->n_starts * 2 + 16;
+        _cleanup_free_ uint64_t *lat = calloc(cap, sizeof(uint64_t));
+        _cleanup_free_ int64_t *flag = a->freeze_path ? calloc(cap, sizeof(int64_t)) : NULL;
+        if (!lat || (a->freeze_path && !flag))
+                return -ENOMEM;
+        Samples m = { .cap = cap, .lat = lat, .flag = flag };
+        measure(s, a->run_on, begin, end, &m);
+
+        if (a->out_path && (r = bench_write_samples(a->out_path, lat, m.n)) < 0)
+                return r;
+        if (a->freeze_path && (r = write_freeze_lags(a->freeze_path, flag, m.nf)) < 0)
+                return r;
+        print_summary(&m, s, &g);
         return 0;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        return run(&args) < 0 ? 1 : 0;
 }

@@ -14,7 +14,6 @@
  *                   [--scope process|tree]
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -29,8 +28,8 @@
 
 #include <pace/pace.h>
 
+#include "bench-util.h"
 #include "macro.h"
-#include "parse-util.h"
 
 typedef struct HolderReply {
         int err;
@@ -53,6 +52,23 @@ static void *blocked_thread(void *arg) {
         return NULL;
 }
 
+/* For --scope tree: one process of our own, blocked in pause() and dying
+ * with us, so the tree the dispatcher follows really has a descendant. */
+static int fork_descendant(void) {
+        pid_t me = getpid(), kid = fork();
+
+        if (kid < 0)
+                return -errno;
+        if (kid == 0) {
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != me)
+                        _exit(1);
+                for (;;)
+                        pause();
+        }
+        return 0;
+}
+
 /* The child: threads, reservation, report, then hold until killed. */
 static _Noreturn void child_main(int fd, const pace_reserve_params *params, unsigned threads, bool spin) {
         HolderReply reply = { .err = 0 };
@@ -63,17 +79,10 @@ static _Noreturn void child_main(int fd, const pace_reserve_params *params, unsi
         if (getppid() == 1)
                 _exit(1);
         if (params->scope == PACE_SCOPE_TREE) {
-                pid_t me = getpid(), kid = fork();
-                if (kid == 0) {
-                        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-                        if (getppid() != me)
-                                _exit(1);
-                        for (;;)
-                                pause();
-                }
-                if (kid < 0) {
-                        reply.err = -errno;
-                        snprintf(reply.message, sizeof(reply.message), "fork: %s", strerror(errno));
+                r = fork_descendant();
+                if (r < 0) {
+                        reply.err = r;
+                        snprintf(reply.message, sizeof(reply.message), "fork: %s", strerror(-r));
                         goto report;
                 }
         }
@@ -119,7 +128,16 @@ report:
         }
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        pace_reserve_params params;
+        uint32_t count, threads;
+        uint64_t hold_ns;
+        bool spin;
+} Args;
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: overhead-holder --count N --period DUR --util-ppm PPM [--cpu N] [--threads N] "
+                                    "[--spin] [--hold DUR] [--scope process|tree]\n";
         static const struct option options[] = {
                 { "count", required_argument, NULL, 'n' },
                 { "period", required_argument, NULL, 'p' },
@@ -132,146 +150,132 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        pace_reserve_params params = { .period_ns = 10 * NSEC_PER_MSEC, .utilization_ppm = 10000, .cpu = -1 };
-        uint32_t count = 1, threads = 1;
-        uint64_t hold_ns = 60 * NSEC_PER_SEC;
-        bool spin = false;
+        static const char *const scopes[] = { "process", "tree", NULL };
+        Args a = {
+                .params = { .period_ns = 10 * NSEC_PER_MSEC, .utilization_ppm = 10000, .cpu = -1 },
+                .count = 1,
+                .threads = 1,
+                .hold_ns = 60 * NSEC_PER_SEC,
+        };
         int c;
 
-        while ((c = getopt_long(argc, argv, "n:p:u:c:t:sH:S:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "n:p:u:c:t:sH:S:h", options, usage)) >= 0)
                 switch (c) {
                 case 'n':
-                        if (parse_uint32(optarg, &count) < 0 || count == 0 || count > 1024) {
-                                fprintf(stderr, "overhead-holder: --count %s: expected 1..1024\n", optarg);
-                                return 2;
-                        }
+                        a.count = bench_arg_uint32("--count", optarg, 1, 1024);
                         break;
                 case 'p':
-                        if (parse_duration_ns(optarg, &params.period_ns) < 0) {
-                                fprintf(stderr, "overhead-holder: --period %s: expected a duration\n", optarg);
-                                return 2;
-                        }
+                        a.params.period_ns = bench_arg_duration("--period", optarg);
                         break;
                 case 'u':
-                        if (parse_uint32(optarg, &params.utilization_ppm) < 0) {
-                                fprintf(stderr, "overhead-holder: --util-ppm %s: expected an integer\n", optarg);
-                                return 2;
-                        }
+                        a.params.utilization_ppm = bench_arg_uint32("--util-ppm", optarg, 0, UINT32_MAX);
                         break;
-                case 'c': {
-                        uint32_t v;
-                        if (parse_uint32(optarg, &v) < 0 || v > 1023) {
-                                fprintf(stderr, "overhead-holder: --cpu %s: expected a CPU number\n", optarg);
-                                return 2;
-                        }
-                        params.cpu = (int) v;
+                case 'c':
+                        a.params.cpu = bench_arg_cpu("--cpu", optarg);
                         break;
-                }
                 case 't':
-                        if (parse_uint32(optarg, &threads) < 0 || threads == 0 || threads > 1024) {
-                                fprintf(stderr, "overhead-holder: --threads %s: expected 1..1024\n", optarg);
-                                return 2;
-                        }
+                        a.threads = bench_arg_uint32("--threads", optarg, 1, 1024);
                         break;
                 case 's':
-                        spin = true;
+                        a.spin = true;
                         break;
                 case 'H':
-                        if (parse_duration_ns(optarg, &hold_ns) < 0) {
-                                fprintf(stderr, "overhead-holder: --hold %s: expected a duration\n", optarg);
-                                return 2;
-                        }
+                        a.hold_ns = bench_arg_duration("--hold", optarg);
                         break;
                 case 'S':
-                        if (strcmp(optarg, "process") == 0)
-                                params.scope = PACE_SCOPE_PROCESS;
-                        else if (strcmp(optarg, "tree") == 0)
-                                params.scope = PACE_SCOPE_TREE;
-                        else {
-                                fprintf(stderr, "overhead-holder: --scope %s: expected process or tree\n", optarg);
-                                return 2;
-                        }
-                        break;
-                case 'h':
-                        printf("Usage: overhead-holder --count N --period DUR --util-ppm PPM [--cpu N] [--threads N] "
-                               "[--spin] [--hold DUR] [--scope process|tree]\n");
-                        return 0;
-                default:
-                        return 2;
-                }
-
-        struct sigaction sa = { .sa_handler = on_signal };
-        if (params.scope == PACE_SCOPE_TREE)
-                (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGALRM, &sa, NULL);
-
-        _cleanup_free_ pid_t *pids = calloc(count, sizeof(pid_t));
-        if (!pids)
-                return 1;
-        uint32_t granted = 0, started = 0;
-        HolderReply first = { .err = 0 };
-        int ret = 0;
-
-        /* One child at a time: reservations are admitted in a fixed order. */
-        for (uint32_t i = 0; i < count && !stop; i++) {
-                int fds[2];
-                if (pipe2(fds, O_CLOEXEC) < 0) {
-                        ret = 1;
+                        a.params.scope = bench_arg_choice("--scope", optarg, scopes) == 0 ? PACE_SCOPE_PROCESS
+                                                                                           : PACE_SCOPE_TREE;
                         break;
                 }
-                pid_t pid = fork();
-                if (pid < 0) {
-                        close(fds[0]);
-                        close(fds[1]);
-                        ret = 1;
-                        break;
-                }
-                if (pid == 0) {
-                        close(fds[0]);
-                        child_main(fds[1], &params, threads, spin);
-                }
-                close(fds[1]);
-                pids[started++] = pid;
-                HolderReply reply;
-                ssize_t n;
-                do
-                        n = read(fds[0], &reply, sizeof(reply));
-                while (n < 0 && errno == EINTR && !stop);
-                close(fds[0]);
-                if (n != (ssize_t) sizeof(reply)) {
-                        printf("refused %" PRIu32 " child died\n", i);
-                        continue;
-                }
-                if (reply.err < 0) {
-                        printf("refused %" PRIu32 " %s\n", i, reply.message);
-                        continue;
-                }
-                if (granted++ == 0)
-                        first = reply;
-        }
-        printf("ready %" PRIu32 " %" PRIu32 " %" PRIu64 " %" PRIu64 " %d\n", count, granted, first.period_ns,
-               first.budget_ns, first.cpu);
-        fflush(stdout);
+        *ret = a;
+}
 
-        alarm((unsigned) (hold_ns / NSEC_PER_SEC) + 1);
-        while (!stop)
-                pause();
+/* Forks holder i and waits for its answer, printing a refusal as it comes.
+ * 0 with *ret_pid (to be killed later) whether or not it was granted:
+ * ret_reply->err says which. */
+static int spawn_holder(const Args *a, uint32_t i, pid_t *ret_pid, HolderReply *ret_reply) {
+        HolderReply reply;
+        ssize_t n;
+        int fd;
 
-        for (uint32_t i = 0; i < started; i++)
+        pid_t pid = bench_fork_pipe(true, &fd);
+        if (pid < 0)
+                return pid;
+        if (pid == 0)
+                child_main(fd, &a->params, a->threads, a->spin);
+        do
+                n = read(fd, &reply, sizeof(reply));
+        while (n < 0 && errno == EINTR && !stop);
+        close(fd);
+        if (n != (ssize_t) sizeof(reply)) {
+                printf("refused %" PRIu32 " child died\n", i);
+                reply.err = -ECHILD;
+        } else if (reply.err < 0)
+                printf("refused %" PRIu32 " %s\n", i, reply.message);
+        *ret_pid = pid;
+        *ret_reply = reply;
+        return 0;
+}
+
+static void end_holders(const pid_t *pids, uint32_t n, bool tree) {
+        for (uint32_t i = 0; i < n; i++)
                 kill(pids[i], SIGKILL);
-        for (uint32_t i = 0; i < started; i++)
+        for (uint32_t i = 0; i < n; i++)
                 while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR)
                         ;
         /* Tree scope: the children's own children came to us (subreaper)
          * and die of their PR_SET_PDEATHSIG; in strict mode only once the
          * dispatcher has thawed them, so give that a moment. */
-        if (params.scope == PACE_SCOPE_TREE) {
+        if (tree) {
                 stop = 0;
                 alarm(3);
                 while (!stop && (waitpid(-1, NULL, 0) >= 0 || errno == EINTR))
                         ;
         }
-        return ret;
+}
+
+static int run(const Args *a) {
+        struct sigaction sa = { .sa_handler = on_signal };
+        bool tree = a->params.scope == PACE_SCOPE_TREE;
+        uint32_t granted = 0, started = 0;
+        HolderReply first = { .err = 0 };
+        int r = 0;
+
+        if (tree)
+                (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGALRM, &sa, NULL);
+
+        _cleanup_free_ pid_t *pids = calloc(a->count, sizeof(pid_t));
+        if (!pids)
+                return -ENOMEM;
+        /* One child at a time: reservations are admitted in a fixed order.
+         * One that cannot even be started ends the filling, not the run:
+         * what was granted is held all the same. */
+        for (uint32_t i = 0; i < a->count && !stop; i++) {
+                HolderReply reply = { .err = 0 };
+                r = spawn_holder(a, i, &pids[started], &reply);
+                if (r < 0)
+                        break;
+                started++;
+                if (reply.err == 0 && granted++ == 0)
+                        first = reply;
+        }
+        printf("ready %" PRIu32 " %" PRIu32 " %" PRIu64 " %" PRIu64 " %d\n", a->count, granted, first.period_ns,
+               first.budget_ns, first.cpu);
+        fflush(stdout);
+
+        alarm((unsigned) (a->hold_ns / NSEC_PER_SEC) + 1);
+        while (!stop)
+                pause();
+        end_holders(pids, started, tree);
+        return r;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        return run(&args) < 0 ? 1 : 0;
 }

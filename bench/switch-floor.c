@@ -32,15 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-util.h"
 #include "macro.h"
-#include "parse-util.h"
 #include "sched-util.h"
-
-static uint64_t clock_ns(clockid_t c) {
-        struct timespec ts;
-        clock_gettime(c, &ts);
-        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
-}
 
 static int pin(int cpu) {
         cpu_set_t set;
@@ -89,72 +83,56 @@ static int child_tids(pid_t pid, int threads, pid_t *ret) {
         return -ETIMEDOUT;
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        int cpu;
+        uint32_t threads;
+        uint64_t interval_ns, duration_ns;
+} Args;
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: switch-floor [--cpu N] [--interval D] [--duration D] [--threads N]\n";
         static const struct option options[] = {
                 { "cpu", required_argument, NULL, 'c' },
                 { "interval", required_argument, NULL, 'i' },
                 { "duration", required_argument, NULL, 'd' },
                 { "threads", required_argument, NULL, 't' },
+                { "help", no_argument, NULL, 'h' },
                 {}
         };
-        uint64_t interval_ns = 1333 * NSEC_PER_USEC, duration_ns = 3 * NSEC_PER_SEC;
-        int cpu = 1, threads = 1, c;
+        Args a = {
+                .cpu = 1,
+                .threads = 1,
+                .interval_ns = 1333 * NSEC_PER_USEC,
+                .duration_ns = 3 * NSEC_PER_SEC,
+        };
+        int c;
 
-        while ((c = getopt_long(argc, argv, "c:i:d:t:", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "c:i:d:t:h", options, usage)) >= 0)
                 switch (c) {
                 case 'c':
-                        cpu = atoi(optarg);
+                        a.cpu = bench_arg_cpu("--cpu", optarg);
                         break;
                 case 'i':
-                        if (parse_duration_ns(optarg, &interval_ns) < 0 || interval_ns == 0) {
-                                fprintf(stderr, "switch-floor: --interval %s: expected a duration\n", optarg);
-                                return 2;
-                        }
+                        a.interval_ns = bench_arg_duration("--interval", optarg);
                         break;
                 case 'd':
-                        if (parse_duration_ns(optarg, &duration_ns) < 0) {
-                                fprintf(stderr, "switch-floor: --duration %s: expected a duration\n", optarg);
-                                return 2;
-                        }
+                        a.duration_ns = bench_arg_duration("--duration", optarg);
                         break;
                 case 't':
-                        threads = atoi(optarg);
-                        if (threads < 1 || threads > MAX_THREADS) {
-                                fprintf(stderr, "switch-floor: --threads %s: expected 1..%d\n", optarg, MAX_THREADS);
-                                return 2;
-                        }
+                        a.threads = bench_arg_uint32("--threads", optarg, 1, MAX_THREADS);
                         break;
-                default:
-                        return 2;
                 }
-        alarm((unsigned) (duration_ns / NSEC_PER_SEC) + 10);
+        *ret = a;
+}
 
-        pid_t child[2] = { -1, -1 };
-        pid_t tids[2][MAX_THREADS];
-        int n[2] = {}, r = 0;
-        for (int k = 0; k < 2; k++) {
-                child[k] = fork();
-                if (child[k] < 0)
-                        return 1;
-                if (child[k] == 0)
-                        child_main(cpu, threads);
-                n[k] = child_tids(child[k], threads, tids[k]);
-                if (n[k] < 0)
-                        r = n[k];
-        }
-        struct sched_param sp = { .sched_priority = 99 };
-        if (r < 0 || pin(cpu) < 0 || sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) < 0) {
-                fprintf(stderr, "switch-floor: cannot set up (children's threads, or SCHED_FIFO 99 on CPU %d): %s\n",
-                        cpu, strerror(r < 0 ? -r : errno));
-                r = 1;
-                goto out;
-        }
+/* Every interval_ns for duration_ns, the CPU goes from one child's threads
+ * to the other's; the number of wake-ups. */
+static uint64_t alternate(pid_t tids[2][MAX_THREADS], const int n[2], uint64_t interval_ns, uint64_t duration_ns) {
         PaceSchedAttr running, waiting;
+        uint64_t next = clock_ns(CLOCK_MONOTONIC) + interval_ns, end = next + duration_ns, w = 0;
+
         sched_attr_running_at(98, &running);
         sched_attr_waiting_nice(&waiting);
-
-        uint64_t next = clock_ns(CLOCK_MONOTONIC) + interval_ns, end = next + duration_ns, w = 0;
-        uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         for (; next < end; next += interval_ns, w++) {
                 struct timespec ts = { .tv_sec = (time_t) (next / NSEC_PER_SEC),
                                        .tv_nsec = (long) (next % NSEC_PER_SEC) };
@@ -166,14 +144,53 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < n[to]; i++)
                         (void) sched_attr_set(tids[to][i], &running);
         }
+        return w;
+}
+
+/* child[] is filled in as they are forked, also when this fails, so that
+ * main() kills them whatever happens. */
+static int run(const Args *a, pid_t child[2]) {
+        pid_t tids[2][MAX_THREADS];
+        int n[2] = {}, r = 0;
+
+        for (int k = 0; k < 2; k++) {
+                child[k] = fork();
+                if (child[k] < 0)
+                        return -errno;
+                if (child[k] == 0)
+                        child_main(a->cpu, (int) a->threads);
+                n[k] = child_tids(child[k], (int) a->threads, tids[k]);
+                if (n[k] < 0)
+                        r = n[k];
+        }
+        struct sched_param sp = { .sched_priority = 99 };
+        if (r < 0 || pin(a->cpu) < 0 || sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) < 0) {
+                r = r < 0 ? r : -errno;
+                fprintf(stderr, "switch-floor: cannot set up (children's threads, or SCHED_FIFO 99 on CPU %d): %s\n",
+                        a->cpu, strerror(-r));
+                return r;
+        }
+
+        uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        uint64_t w = alternate(tids, n, a->interval_ns, a->duration_ns);
         uint64_t cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         printf("wakeups=%" PRIu64 " cpu_ns=%" PRIu64 " ns_per_wakeup=%" PRIu64 "\n", w, cpu_ns, w ? cpu_ns / w : 0);
-out:
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        pid_t child[2] = { -1, -1 };
+        Args args;
+        int r;
+
+        parse_argv(argc, argv, &args);
+        alarm((unsigned) (args.duration_ns / NSEC_PER_SEC) + 10);
+        r = run(&args, child);
         /* Killed at whatever policy: nothing outlives this program. */
         for (int k = 0; k < 2; k++)
                 if (child[k] > 0) {
                         kill(child[k], SIGKILL);
                         waitpid(child[k], NULL, 0);
                 }
-        return r;
+        return r < 0 ? 1 : 0;
 }

@@ -57,7 +57,7 @@ static atomic_uint_fast64_t created;
 static atomic_int spinner_tid;
 static volatile uint64_t spin_sink;
 
-static uint64_t churn_life_ns = NSEC_PER_MSEC;
+static uint64_t churn_life_ns;
 static unsigned churn_target;
 static int create_cpu_g = -1;
 
@@ -136,7 +136,16 @@ static _Noreturn void fail(const char *what, int err) {
         _exit(1);
 }
 
-int main(int argc, char **argv) {
+typedef struct Args {
+        pace_reserve_params params;
+        uint32_t threads, churn, stack_kib;
+        int create_cpu;
+        uint64_t life_ns, hold_ns;
+} Args;
+
+static void parse_argv(int argc, char **argv, Args *ret) {
+        static const char usage[] = "Usage: threads-client [--period DUR] [--util-ppm PPM] [--cpu N] [--threads N] "
+                                    "[--create-cpu N] [--churn LIVE] [--life DUR] [--stack-kib K] [--hold DUR]\n";
         static const struct option options[] = {
                 { "period", required_argument, NULL, 'p' },
                 { "util-ppm", required_argument, NULL, 'u' },
@@ -150,159 +159,150 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        pace_reserve_params params = { .period_ns = 20 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = 1 };
-        uint32_t threads = 32, create_cpu = 0, churn = 0, stack_kib = 32, cpu = 1;
-        uint64_t hold_ns = 60 * NSEC_PER_SEC;
-        int c, r;
+        Args a = {
+                .params = { .period_ns = 20 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = 1 },
+                .threads = 32,
+                .stack_kib = 32,
+                .create_cpu = 0,
+                .life_ns = NSEC_PER_MSEC,
+                .hold_ns = 60 * NSEC_PER_SEC,
+        };
+        int c;
 
-        while ((c = getopt_long(argc, argv, "p:u:c:t:C:n:l:s:H:h", options, NULL)) >= 0)
+        while ((c = bench_getopt(argc, argv, "p:u:c:t:C:n:l:s:H:h", options, usage)) >= 0)
                 switch (c) {
                 case 'p':
-                        if (parse_duration_ns(optarg, &params.period_ns) < 0)
-                                goto bad;
+                        a.params.period_ns = bench_arg_duration("--period", optarg);
                         break;
                 case 'u':
-                        if (parse_uint32(optarg, &params.utilization_ppm) < 0)
-                                goto bad;
+                        a.params.utilization_ppm = bench_arg_uint32("--util-ppm", optarg, 0, UINT32_MAX);
                         break;
                 case 'c':
-                        if (parse_uint32(optarg, &cpu) < 0 || cpu >= CPU_SETSIZE)
-                                goto bad;
-                        params.cpu = (int) cpu;
+                        a.params.cpu = bench_arg_cpu("--cpu", optarg);
                         break;
                 case 't':
-                        if (parse_uint32(optarg, &threads) < 0 || threads < 2 || threads > 1000000)
-                                goto bad;
+                        a.threads = bench_arg_uint32("--threads", optarg, 2, 1000000);
                         break;
                 case 'C':
-                        if (parse_uint32(optarg, &create_cpu) < 0 || create_cpu >= CPU_SETSIZE)
-                                goto bad;
+                        a.create_cpu = bench_arg_cpu("--create-cpu", optarg);
                         break;
                 case 'n':
-                        if (parse_uint32(optarg, &churn) < 0 || churn > 1000)
-                                goto bad;
+                        a.churn = bench_arg_uint32("--churn", optarg, 0, 1000);
                         break;
                 case 'l':
-                        if (parse_duration_ns(optarg, &churn_life_ns) < 0)
-                                goto bad;
+                        a.life_ns = bench_arg_duration("--life", optarg);
                         break;
                 case 's':
-                        if (parse_uint32(optarg, &stack_kib) < 0 || stack_kib < 16 || stack_kib > 8192)
-                                goto bad;
+                        a.stack_kib = bench_arg_uint32("--stack-kib", optarg, 16, 8192);
                         break;
                 case 'H':
-                        if (parse_duration_ns(optarg, &hold_ns) < 0)
-                                goto bad;
+                        a.hold_ns = bench_arg_duration("--hold", optarg);
                         break;
-                case 'h':
-                        printf("Usage: threads-client [--period DUR] [--util-ppm PPM] [--cpu N] [--threads N] "
-                               "[--create-cpu N] [--churn LIVE] [--life DUR] [--stack-kib K] [--hold DUR]\n");
-                        return 0;
-                default:
-                        return 2;
-                bad:
-                        fprintf(stderr, "threads-client: -%c %s: bad value (see --help)\n", c, optarg);
-                        return 2;
                 }
+        *ret = a;
+}
 
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-        setvbuf(stdout, NULL, _IOLBF, 0);
-
-        /* Every thread blocks every signal; the main thread takes them with
-         * sigwaitinfo(). The alarm bounds the run even if nobody stops it. */
-        sigset_t all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, NULL);
-        alarm((unsigned) (hold_ns / NSEC_PER_SEC) + 5);
-
+/* --stack-kib, at least what the C library allows, in whole pages. */
+static size_t thread_stack_size(uint32_t stack_kib) {
         size_t page = (size_t) sysconf(_SC_PAGESIZE);
         size_t stack = (size_t) stack_kib * 1024;
         long min_stack = sysconf(_SC_THREAD_STACK_MIN);
+
         if (min_stack > 0 && stack < (size_t) min_stack)
                 stack = ((size_t) min_stack + page - 1) / page * page;
+        return stack;
+}
 
+/* The spinner and the churner: threads that run code of their own, so
+ * never on less than 64 KiB of stack. */
+static void start_thread(void *(*fn)(void *), void *arg, size_t stack, const char *what) {
         pthread_t t;
         pthread_attr_t attr;
+        int r;
+
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, MAX(stack, (size_t) 64 * 1024));
-        r = pthread_create(&t, &attr, spinner, NULL);
+        r = pthread_create(&t, &attr, fn, arg);
         if (r != 0)
-                fail("pthread_create (spinner)", r);
+                fail(what, r);
         pthread_attr_destroy(&attr);
         atomic_fetch_add(&created, 1);
+}
 
+static int reserve_self(const pace_reserve_params *params, pace_grant *ret) {
         pace *p = NULL;
-        pace_grant g;
+        int r;
+
         r = pace_connect(NULL, &p);
         if (r < 0) {
                 printf("error connect: %s\n", pace_strerror(r));
-                return 1;
+                return r;
         }
-        r = pace_reserve(p, &params, &g);
+        r = pace_reserve(p, params, ret);
         if (r < 0) {
                 const char *m = pace_last_message();
                 printf("error reserve: %s\n", m ? m : pace_strerror(r));
-                return 1;
+                return r;
         }
         pace_close(p);
+        return 0;
+}
 
-        /* The dispatcher pins a thread to its reservation's CPU once, at
-         * first touch, and never again: wait for that (up to 3 s), then go
-         * elsewhere to create the rest. */
+/* The dispatcher pins a thread to its reservation's CPU once, at first
+ * touch, and never again: wait for that (up to 3 s), then go elsewhere to
+ * create the rest. */
+static void move_after_first_touch(int cpu, int create_cpu) {
         uint64_t deadline = monotonic_ns() + 3 * NSEC_PER_SEC;
-        while (!only_cpu(g.cpu) && monotonic_ns() < deadline)
+        int r;
+
+        while (!only_cpu(cpu) && monotonic_ns() < deadline)
                 usleep(1000);
-        if (!only_cpu(g.cpu))
+        if (!only_cpu(cpu))
                 fail("the dispatcher never touched the main thread", ETIMEDOUT);
-        if (create_cpu != (uint32_t) g.cpu && (r = pin_self((int) create_cpu)) < 0)
+        if (create_cpu != cpu && (r = pin_self(create_cpu)) < 0)
                 fail("sched_setaffinity", -r);
+}
 
-        if (churn > 0) {
-                churn_target = churn;
-                create_cpu_g = (int) create_cpu;
-                pthread_attr_init(&attr);
-                pthread_attr_setstacksize(&attr, MAX(stack, (size_t) 64 * 1024));
-                r = pthread_create(&t, &attr, churner, (void *) stack);
-                if (r != 0)
-                        fail("pthread_create (churner)", r);
-                pthread_attr_destroy(&attr);
-                atomic_fetch_add(&created, 1);
-        } else {
-                size_t n = threads - 2;
-                char *stacks = NULL;
-                if (n > 0) {
-                        stacks = mmap(NULL, n * stack, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-                        if (stacks == MAP_FAILED)
-                                fail("mmap (stacks)", errno);
-                }
-                pthread_attr_init(&attr);
-                for (size_t i = 0; i < n; i++) {
-                        pthread_attr_setstack(&attr, stacks + i * stack, stack);
-                        r = pthread_create(&t, &attr, sleeper, NULL);
-                        if (r != 0) {
-                                printf("error pthread_create (sleeper %zu of %zu): %s\n", i + 1, n, strerror(r));
-                                return 1;
-                        }
-                        atomic_fetch_add(&created, 1);
-                }
-                pthread_attr_destroy(&attr);
+/* n threads that block forever, on stacks carved out of one mapping. */
+static int start_sleepers(size_t n, size_t stack) {
+        pthread_attr_t attr;
+        char *stacks = NULL;
+        int r;
+
+        if (n > 0) {
+                stacks = mmap(NULL, n * stack, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+                if (stacks == MAP_FAILED)
+                        fail("mmap (stacks)", errno);
         }
-        while (atomic_load(&spinner_tid) == 0)
-                usleep(1000);
-        printf("ready %" PRIu32 " %d %" PRIu64 " %" PRIu64 " %d\n", churn > 0 ? 0 : threads,
-               atomic_load(&spinner_tid), g.period_ns, g.budget_ns, g.cpu);
+        pthread_attr_init(&attr);
+        for (size_t i = 0; i < n; i++) {
+                pthread_t t;
+                pthread_attr_setstack(&attr, stacks + i * stack, stack);
+                r = pthread_create(&t, &attr, sleeper, NULL);
+                if (r != 0) {
+                        printf("error pthread_create (sleeper %zu of %zu): %s\n", i + 1, n, strerror(r));
+                        return -r;
+                }
+                atomic_fetch_add(&created, 1);
+        }
+        pthread_attr_destroy(&attr);
+        return 0;
+}
 
-        struct timespec until;
+/* Answers SIGUSR1 with a stats line until hold_ns is over or another
+ * signal comes. */
+static void serve(uint64_t hold_ns, const sigset_t *signals) {
         uint64_t end = monotonic_ns() + hold_ns;
+
         for (;;) {
                 siginfo_t si;
                 uint64_t now = monotonic_ns();
                 if (now >= end)
                         break;
-                until.tv_sec = (time_t) ((end - now) / NSEC_PER_SEC);
-                until.tv_nsec = (long) ((end - now) % NSEC_PER_SEC);
-                int sig = sigtimedwait(&all, &si, &until);
+                struct timespec until = { .tv_sec = (time_t) ((end - now) / NSEC_PER_SEC),
+                                          .tv_nsec = (long) ((end - now) % NSEC_PER_SEC) };
+                int sig = sigtimedwait(signals, &si, &until);
                 if (sig == SIGUSR1) {
                         printf("stats %" PRIu64 " %" PRIu64 "\n", (uint64_t) atomic_load(&created),
                                clock_ns(CLOCK_PROCESS_CPUTIME_ID));
@@ -312,6 +312,54 @@ int main(int argc, char **argv) {
                         continue;
                 break; /* SIGTERM, SIGINT, SIGALRM, anything else */
         }
+}
+
+static int run(const Args *a) {
+        size_t stack = thread_stack_size(a->stack_kib);
+        sigset_t all;
+        pace_grant g;
+        int r;
+
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setvbuf(stdout, NULL, _IOLBF, 0);
+
+        /* Every thread blocks every signal; the main thread takes them with
+         * sigwaitinfo(). The alarm bounds the run even if nobody stops it. */
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, NULL);
+        alarm((unsigned) (a->hold_ns / NSEC_PER_SEC) + 5);
+
+        start_thread(spinner, NULL, stack, "pthread_create (spinner)");
+        r = reserve_self(&a->params, &g);
+        if (r < 0)
+                return r;
+        move_after_first_touch(g.cpu, a->create_cpu);
+
+        if (a->churn > 0) {
+                churn_target = a->churn;
+                churn_life_ns = a->life_ns;
+                create_cpu_g = a->create_cpu;
+                start_thread(churner, (void *) stack, stack, "pthread_create (churner)");
+        } else {
+                r = start_sleepers(a->threads - 2, stack);
+                if (r < 0)
+                        return r;
+        }
+        while (atomic_load(&spinner_tid) == 0)
+                usleep(1000);
+        printf("ready %" PRIu32 " %d %" PRIu64 " %" PRIu64 " %d\n", a->churn > 0 ? 0 : a->threads,
+               atomic_load(&spinner_tid), g.period_ns, g.budget_ns, g.cpu);
+
+        serve(a->hold_ns, &all);
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        Args args;
+
+        parse_argv(argc, argv, &args);
+        if (run(&args) < 0)
+                return 1;
         /* exit_group: the kernel ends every thread. */
         _exit(0);
 }
