@@ -30,6 +30,7 @@
 #include "log-ring.h"
 #include "loop.h"
 #include "macro.h"
+#include "proc-util.h"
 #include "rt-check.h"
 #include "sched-util.h"
 #include "stats-file.h"
@@ -86,22 +87,19 @@ struct Dispatcher {
         int housekeeping_efd;
 };
 
+/* Unset "cpus" means every CPU online now. Unlike the broker, a configured
+ * CPU that is offline is not refused: a dispatcher the monitor restarts
+ * after a CPU went away must still start (the broker moves what was there). */
 static int resolve_cpus(PaceConfig *config) {
         char buf[1024];
-        FILE *f;
         int r;
 
         if (config->cpus_set)
                 return 0;
-        f = fopen("/sys/devices/system/cpu/online", "re");
-        if (!f)
-                return negative_errno();
-        if (!fgets(buf, sizeof(buf), f)) {
-                fclose(f);
-                return -EIO;
-        }
-        fclose(f);
-        r = cpulist_parse(buf, config->cpus, PACE_MAX_CPUS, &config->n_cpus);
+        r = read_small_file("/sys/devices/system/cpu/online", buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        r = cpu_list_parse(buf, config->cpus, PACE_MAX_CPUS, &config->n_cpus);
         if (r < 0)
                 return r;
         config->cpus_set = true;

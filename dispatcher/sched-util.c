@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <stddef.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -72,47 +70,3 @@ bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling) {
         return a->sched_priority <= ceiling;
 }
 
-static int cmp_int32(const void *a, const void *b) {
-        int32_t x = *(const int32_t *) a, y = *(const int32_t *) b;
-        return (x > y) - (x < y);
-}
-
-int cpulist_parse(const char *s, int32_t *cpus, uint32_t max, uint32_t *ret_n) {
-        uint32_t n = 0;
-        const char *p = s;
-
-        while (*p && *p != '\n') {
-                char *end;
-                long lo, hi;
-
-                errno = 0;
-                lo = strtol(p, &end, 10);
-                if (errno != 0 || end == p || lo < 0)
-                        return -EINVAL;
-                hi = lo;
-                p = end;
-                if (*p == '-') {
-                        p++;
-                        hi = strtol(p, &end, 10);
-                        if (errno != 0 || end == p || hi < lo)
-                                return -EINVAL;
-                        p = end;
-                }
-                for (long c = lo; c <= hi; c++) {
-                        if (n >= max)
-                                return -E2BIG;
-                        cpus[n++] = (int32_t) c;
-                }
-                if (*p == ',')
-                        p++;
-                else if (*p && *p != '\n')
-                        return -EINVAL;
-        }
-        qsort(cpus, n, sizeof(*cpus), cmp_int32);
-        uint32_t out = 0;
-        for (uint32_t i = 0; i < n; i++)
-                if (out == 0 || cpus[out - 1] != cpus[i])
-                        cpus[out++] = cpus[i];
-        *ret_n = out;
-        return 0;
-}

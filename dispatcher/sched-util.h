@@ -59,6 +59,3 @@ bool sched_attr_is_realtime(const PaceSchedAttr *a);
  * FIFO/RR priority up to the ceiling (an unprivileged thread may always
  * lower its own priority, which is why "below ours" proves nothing). */
 bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling);
-
-/* "0-3,5,7-8" (sysfs cpulist syntax) into a sorted list without duplicates. */
-int cpulist_parse(const char *s, int32_t *cpus, uint32_t max, uint32_t *ret_n);
