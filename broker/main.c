@@ -70,9 +70,11 @@ static int read_config(PaceConfig *config, char *why, size_t why_size) {
         _cleanup_free_ char *error = NULL;
         int r;
 
-        r = daemon_read_config(PROGRAM, &arg, config, why, why_size);
+        r = daemon_read_config(arg.config, config, why, why_size);
         if (r < 0)
                 return r;
+        if (r > 0)
+                log_line(PROGRAM, LOG_INFO, DAEMON_DEFAULTS_NOTE);
         r = config_resolve_cpus(config, "/sys/devices/system/cpu/online", &error);
         if (r < 0) {
                 snprintf(why, why_size, "%s", error ?: strerror(-r));

@@ -84,27 +84,26 @@ static inline int daemon_parse_argv(int argc, char **argv, const char *program, 
         return 1;
 }
 
-/* Reads and checks the configuration args name. The default file may be
- * missing: then the built-in defaults, and a log line says so. On failure
- * a sentence in why. */
-static inline int daemon_read_config(const char *program, const DaemonArgs *args, PaceConfig *config, char *why,
-                                     size_t why_size) {
+/* Reads and checks the configuration file at path, or at the default path
+ * if NULL: that one may be missing, and then the built-in defaults apply.
+ * Returns 0, 1 when the built-in defaults were used (worth a log line, in
+ * the daemon's own style), or a negative errno with a sentence in why. */
+static inline int daemon_read_config(const char *path, PaceConfig *config, char *why, size_t why_size) {
         _cleanup_free_ char *error = NULL;
-        const char *path = args->config ?: PACE_DEFAULT_CONFIG;
         int r;
 
         pace_config_init(config);
-        r = pace_config_load(path, config, &error);
-        if (r == -ENOENT && !args->config) {
-                log_fmt(program, LOG_INFO, "%s does not exist; using built-in defaults", path);
-                return 0;
-        }
+        r = pace_config_load(path ?: PACE_DEFAULT_CONFIG, config, &error);
+        if (r == -ENOENT && !path)
+                return 1;
         if (r < 0) {
                 if (error)
                         snprintf(why, why_size, "%s", error);
                 else
-                        snprintf(why, why_size, "cannot read %s: %s", path, strerror(-r));
+                        snprintf(why, why_size, "cannot read %s: %s", path ?: PACE_DEFAULT_CONFIG, strerror(-r));
                 return r;
         }
         return 0;
 }
+
+#define DAEMON_DEFAULTS_NOTE PACE_DEFAULT_CONFIG " does not exist; using built-in defaults"

@@ -440,20 +440,18 @@ static bool same_cpus(const PaceConfig *a, const PaceConfig *b) {
  * force; otherwise it is refused whole and the configuration in force
  * stays. Accepted, it takes over on each CPU at its next frame boundary. */
 static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
-        _cleanup_free_ char *error = NULL;
         PaceConfig next;
         uint64_t gen = 0;
-        char why[512];
+        char why[512] = "";
         int r;
 
         if (!o->load_config) {
                 run_log(o, LOG_WARNING, "SIGHUP: no configuration to reload");
                 return;
         }
-        r = o->load_config(&next, &error, o->userdata);
+        r = o->load_config(o->userdata, &next, why, sizeof(why));
         if (r < 0) {
-                run_log(o, LOG_ERR, "reload refused: %s; the configuration in force stays",
-                        error ?: strerror(-r));
+                run_log(o, LOG_ERR, "reload refused: %s; the configuration in force stays", why[0] ? why : strerror(-r));
                 return;
         }
         r = resolve_cpus(&next);

@@ -29,9 +29,9 @@ int dispatcher_start(Dispatcher *d, char *why, size_t why_size);
 typedef struct DispatcherRunOptions {
         LogSink log;
         /* SIGHUP: reads the configuration again (the same validation as at
-         * start); on failure -errno and a malloc'ed message. NULL: SIGHUP
+         * start); on failure -errno and a sentence in why. NULL: SIGHUP
          * only logs. */
-        int (*load_config)(PaceConfig *ret, char **ret_error, void *userdata);
+        int (*load_config)(void *userdata, PaceConfig *ret, char *why, size_t why_size);
         /* sd_watchdog_enabled()'s interval (0: none). watchdog_ping is
          * called from the main thread, only after every dispatch loop has
          * shown progress since the previous call. */

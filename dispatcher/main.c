@@ -51,24 +51,11 @@ static void watchdog_ping(void *userdata) {
 }
 
 /* At start and on SIGHUP: the same file, the same validation. */
-static int load_config(PaceConfig *ret, char **ret_error, void *userdata) {
-        const char *path = arg_config ?: PACE_DEFAULT_CONFIG;
-        _cleanup_free_ char *error = NULL;
-        PaceConfig config;
-        int r;
-
-        pace_config_init(&config);
-        r = pace_config_load(path, &config, &error);
-        if (r == -ENOENT && !arg_config) {
-                /* The default file is optional: its absence means defaults. */
-        } else if (r < 0) {
-                if (!error && asprintf(&error, "cannot load configuration %s: %s", path, strerror(-r)) < 0)
-                        error = NULL;
-                *ret_error = TAKE_PTR(error);
-                return r;
-        }
-        *ret = config;
-        return 0;
+static int load_config(void *userdata, PaceConfig *ret, char *why, size_t why_size) {
+        int r = daemon_read_config(arg_config, ret, why, why_size);
+        if (r > 0)
+                log_line_worded(PROGRAM, LOG_INFO, DAEMON_DEFAULTS_NOTE);
+        return r < 0 ? r : 0;
 }
 
 static void help(void) {
@@ -184,23 +171,23 @@ static bool same_fixed(const PaceConfig *a, const PaceConfig *b) {
  * again, so a reload (SIGHUP) in force before a crash survives it. */
 static int dispatch_child(int ready_fd, void *userdata) {
         DispatchArgs *args = userdata;
-        _cleanup_free_ char *config_error = NULL;
         Dispatcher *d = NULL;
         PaceConfig config = *args->config, again;
         char why[1024] = "";
         int r;
 
         if (args->runs++ > 0) {
-                r = load_config(&again, &config_error, NULL);
+                r = load_config(NULL, &again, why, sizeof(why));
                 if (r < 0)
-                        log_line_worded(PROGRAM, LOG_WARNING,
-                                        "restart: configuration unreadable now, using the one read at start");
+                        log_fmt_worded(PROGRAM, LOG_WARNING,
+                                       "restart: configuration unreadable now (%s), using the one read at start", why);
                 else if (!same_fixed(&again, args->config))
                         log_line_worded(PROGRAM, LOG_WARNING,
                                         "restart: the configuration now changes cpus, waiting, slot_us or raises "
                                         "max_frame_ms; using the one read at start (restart the service for those)");
                 else
                         config = again;
+                why[0] = '\0';
         }
         r = dispatcher_new(&config, args->runtime_dir, &d, why, sizeof(why));
         if (r < 0) {
@@ -252,7 +239,6 @@ static int parse_argv(int argc, char **argv, const char **ret_runtime_dir) {
 
 static int run(int argc, char **argv) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
-        _cleanup_free_ char *config_error = NULL;
         const char *runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
         _cleanup_(freezer_v1_closep) FreezerV1 *freezer = NULL;
         PrivilegeReport report;
@@ -269,9 +255,9 @@ static int run(int argc, char **argv) {
          * dispatcher on the spot: it has to restore every thread first. */
         (void) signal(SIGPIPE, SIG_IGN);
 
-        r = load_config(&config, &config_error, NULL);
+        r = load_config(NULL, &config, why, sizeof(why));
         if (r < 0) {
-                log_line_worded(PROGRAM, LOG_ERR, config_error ?: "cannot load the configuration");
+                log_line_worded(PROGRAM, LOG_ERR, why);
                 return EXIT_FAILURE;
         }
 

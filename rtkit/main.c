@@ -64,10 +64,12 @@ static void help(void) {
 
 static int load_config(PaceConfig *config) {
         char why[1024];
-        int r = daemon_read_config(PROGRAM, &arg, config, why, sizeof(why));
+        int r = daemon_read_config(arg.config, config, why, sizeof(why));
         if (r < 0)
                 log_fmt(PROGRAM, LOG_ERR, "refusing to start: %s", why);
-        return r;
+        else if (r > 0)
+                log_line(PROGRAM, LOG_INFO, DAEMON_DEFAULTS_NOTE);
+        return r < 0 ? r : 0;
 }
 
 /* Who sent m, as the bus daemon knows it. The start time comes from
