@@ -133,24 +133,15 @@ static int read_only_view(const char *writable_path, const char *groups_path, co
         return 0;
 }
 
-int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, char *why, size_t why_size) {
-        PrivilegeReport rep = {};
-        uint64_t keep = KEEP_CAPS;
-        int r;
-
-        r = privileges_read(&rep);
-        bool dac = limits->writable_path ||
-                   (limits->groups_path && (rep.permitted & PACE_CAP_BIT(CAP_DAC_OVERRIDE)));
-        if (dac)
-                keep |= PACE_CAP_BIT(CAP_DAC_OVERRIDE);
-        if (r < 0) {
-                snprintf(why, why_size, "cannot read this process's capabilities: %s", strerror(-r));
-                return r;
-        }
-
-        if (!(rep.permitted & KEEP_CAPS))
+/* What the dispatcher must have before it drops anything: CAP_SYS_NICE,
+ * and in strict mode CAP_DAC_OVERRIDE. Adds to *keep what it will keep. */
+static int check_needed(const PrivilegeLimits *limits, const PrivilegeReport *rep, uint64_t *keep, char *why,
+                        size_t why_size) {
+        if (limits->writable_path || (limits->groups_path && (rep->permitted & PACE_CAP_BIT(CAP_DAC_OVERRIDE))))
+                *keep |= PACE_CAP_BIT(CAP_DAC_OVERRIDE);
+        if (!(rep->permitted & KEEP_CAPS))
                 return no_sys_nice(why, why_size);
-        if (limits->writable_path && !(rep.permitted & PACE_CAP_BIT(CAP_DAC_OVERRIDE))) {
+        if (limits->writable_path && !(rep->permitted & PACE_CAP_BIT(CAP_DAC_OVERRIDE))) {
                 snprintf(why, why_size,
                          "\"waiting\": \"freeze\" needs CAP_DAC_OVERRIDE: the freezer hierarchy's root directory "
                          "(%s) is mode 0555, so creating the dispatcher's group there needs it even for root "
@@ -158,12 +149,20 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
                          limits->writable_path);
                 return -EPERM;
         }
+        return 0;
+}
 
-        /* Limits first, while CAP_SYS_RESOURCE may still allow raising them. */
-        r = set_limit(RLIMIT_MEMLOCK, limits->memlock_bytes, &rep.memlock_raised);
-        if (r < 0 && (rep.permitted & PACE_CAP_BIT(CAP_IPC_LOCK))) {
-                keep |= PACE_CAP_BIT(CAP_IPC_LOCK);
-                rep.kept_ipc_lock = true;
+/* The resource limits, first, while CAP_SYS_RESOURCE may still allow
+ * raising them. Where RLIMIT_MEMLOCK cannot be raised, CAP_IPC_LOCK is
+ * kept instead (added to *keep, said in rep). */
+static int set_limits(const PrivilegeLimits *limits, PrivilegeReport *rep, uint64_t *keep, char *why,
+                      size_t why_size) {
+        int r;
+
+        r = set_limit(RLIMIT_MEMLOCK, limits->memlock_bytes, &rep->memlock_raised);
+        if (r < 0 && (rep->permitted & PACE_CAP_BIT(CAP_IPC_LOCK))) {
+                *keep |= PACE_CAP_BIT(CAP_IPC_LOCK);
+                rep->kept_ipc_lock = true;
         } else if (r < 0) {
                 struct rlimit rl = {};
                 (void) getrlimit(RLIMIT_MEMLOCK, &rl);
@@ -188,59 +187,55 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
         /* A core of a process that holds mlocked copies of the table and
          * other users' thread ids is of no use to anyone else. */
         (void) set_limit(RLIMIT_CORE, 0, NULL);
+        return 0;
+}
 
-        if (has_effective(&rep, CAP_SYS_ADMIN)) {
-                r = read_only_view(limits->writable_path, limits->groups_path, limits->groups_cpu_path,
-                                   limits->groups_cpuset_path);
-                if (r < 0) {
-                        snprintf(why, why_size, "cannot make the file system read-only for the dispatcher "
-                                 "(private mount namespace): %s", strerror(-r));
-                        return r;
-                }
-                rep.read_only_view = true;
+/* uid 0 must not get its capabilities back through an execve()
+ * (NO_NEW_PRIVS already forbids gaining any, the securebits also forbid
+ * root's implicit full set), and nobody may undo that; the bounding set
+ * keeps only what is kept. Needs CAP_SETPCAP: without it (systemd's
+ * CapabilityBoundingSet= has done this) nothing to do. */
+static int lock_bounding_set(PrivilegeReport *rep, uint64_t keep, char *why, size_t why_size) {
+        unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                             SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED;
+        int r;
+
+        if (!has_effective(rep, CAP_SETPCAP))
+                return 0;
+        if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0) {
+                r = negative_errno();
+                snprintf(why, why_size, "cannot set securebits: %s", strerror(-r));
+                return r;
         }
-
-        if (has_effective(&rep, CAP_SETGID))
-                (void) setgroups(0, NULL);
-
-        if (has_effective(&rep, CAP_SETPCAP)) {
-                /* uid 0 must not get its capabilities back through an
-                 * execve() (NO_NEW_PRIVS already forbids gaining any, this
-                 * also forbids root's implicit full set), and nobody may
-                 * undo that. */
-                unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED;
-                if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0) {
+        for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++)
+                if (!(keep & PACE_CAP_BIT(c)) && (rep->bounding & PACE_CAP_BIT(c)) &&
+                    prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL) {
                         r = negative_errno();
-                        snprintf(why, why_size, "cannot set securebits: %s", strerror(-r));
+                        snprintf(why, why_size, "cannot drop capability %d from the bounding set: %s", (int) c,
+                                 strerror(-r));
                         return r;
                 }
-                for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++)
-                        if (!(keep & PACE_CAP_BIT(c)) && (rep.bounding & PACE_CAP_BIT(c)) &&
-                            prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL) {
-                                r = negative_errno();
-                                snprintf(why, why_size, "cannot drop capability %d from the bounding set: %s",
-                                         (int) c, strerror(-r));
-                                return r;
-                        }
-                rep.bounding_dropped = true;
-        }
+        rep->bounding_dropped = true;
+        return 0;
+}
+
+/* Effective and permitted become exactly keep; inheritable and ambient
+ * empty; then NO_NEW_PRIVS. */
+static int set_capabilities(uint64_t keep, char *why, size_t why_size) {
+        cap_value_t values[3];
+        int n_values = 0, r;
 
         if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) {
                 r = negative_errno();
                 snprintf(why, why_size, "cannot clear the ambient capability set: %s", strerror(-r));
                 return r;
         }
-
+        for (cap_value_t c = 0; c <= CAP_LAST_CAP && n_values < (int) ELEMENTSOF(values); c++)
+                if (keep & PACE_CAP_BIT(c))
+                        values[n_values++] = c;
         cap_t caps = cap_init(); /* all clear */
         if (!caps)
                 return -ENOMEM;
-        cap_value_t values[3] = { CAP_SYS_NICE };
-        int n_values = 1;
-        if (rep.kept_ipc_lock)
-                values[n_values++] = CAP_IPC_LOCK;
-        if (dac)
-                values[n_values++] = CAP_DAC_OVERRIDE;
         if (cap_set_flag(caps, CAP_EFFECTIVE, n_values, values, CAP_SET) < 0 ||
             cap_set_flag(caps, CAP_PERMITTED, n_values, values, CAP_SET) < 0) {
                 cap_free(caps);
@@ -252,34 +247,77 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
                 snprintf(why, why_size, "cannot drop capabilities: %s", strerror(-r));
                 return r;
         }
-
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
                 r = negative_errno();
                 snprintf(why, why_size, "cannot set no_new_privs: %s", strerror(-r));
                 return r;
         }
+        return 0;
+}
 
-        /* Trust the kernel's view, not libcap's return values. */
-        bool memlock_raised = rep.memlock_raised, ro = rep.read_only_view, bnd = rep.bounding_dropped,
-             ipc = rep.kept_ipc_lock;
-        r = privileges_read(&rep);
+/* The kernel's view, not libcap's return values: rep's sets read back, and
+ * nothing beyond keep left anywhere. */
+static int verify_dropped(uint64_t keep, PrivilegeReport *rep, char *why, size_t why_size) {
+        PrivilegeReport now = *rep;
+        int r;
+
+        r = privileges_read(&now);
         if (r < 0) {
                 snprintf(why, why_size, "cannot read back the capabilities: %s", strerror(-r));
                 return r;
         }
-        rep.memlock_raised = memlock_raised;
-        rep.read_only_view = ro;
-        rep.bounding_dropped = bnd;
-        rep.kept_ipc_lock = ipc;
-        if ((rep.effective | rep.permitted) & ~keep || rep.inheritable || rep.ambient) {
+        *rep = now;
+        if ((rep->effective | rep->permitted) & ~keep || rep->inheritable || rep->ambient) {
                 snprintf(why, why_size,
                          "refusing to run: capabilities beyond CAP_SYS_NICE%s%s remain after dropping them "
                          "(CapEff %016" PRIx64 ", CapPrm %016" PRIx64 ", CapInh %016" PRIx64 ", CapAmb %016" PRIx64 ")",
-                         ipc ? ", CAP_IPC_LOCK" : "", dac ? ", CAP_DAC_OVERRIDE" : "", rep.effective, rep.permitted, rep.inheritable, rep.ambient);
+                         keep & PACE_CAP_BIT(CAP_IPC_LOCK) ? ", CAP_IPC_LOCK" : "",
+                         keep & PACE_CAP_BIT(CAP_DAC_OVERRIDE) ? ", CAP_DAC_OVERRIDE" : "", rep->effective,
+                         rep->permitted, rep->inheritable, rep->ambient);
                 return -EPERM;
         }
-        if (!(rep.effective & KEEP_CAPS))
+        if (!(rep->effective & KEEP_CAPS))
                 return no_sys_nice(why, why_size);
+        return 0;
+}
+
+int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, char *why, size_t why_size) {
+        PrivilegeReport rep = {};
+        uint64_t keep = KEEP_CAPS;
+        int r;
+
+        r = privileges_read(&rep);
+        if (r < 0) {
+                snprintf(why, why_size, "cannot read this process's capabilities: %s", strerror(-r));
+                return r;
+        }
+        r = check_needed(limits, &rep, &keep, why, why_size);
+        if (r < 0)
+                return r;
+        r = set_limits(limits, &rep, &keep, why, why_size);
+        if (r < 0)
+                return r;
+        if (has_effective(&rep, CAP_SYS_ADMIN)) {
+                r = read_only_view(limits->writable_path, limits->groups_path, limits->groups_cpu_path,
+                                   limits->groups_cpuset_path);
+                if (r < 0) {
+                        snprintf(why, why_size, "cannot make the file system read-only for the dispatcher "
+                                 "(private mount namespace): %s", strerror(-r));
+                        return r;
+                }
+                rep.read_only_view = true;
+        }
+        if (has_effective(&rep, CAP_SETGID))
+                (void) setgroups(0, NULL);
+        r = lock_bounding_set(&rep, keep, why, why_size);
+        if (r < 0)
+                return r;
+        r = set_capabilities(keep, why, why_size);
+        if (r < 0)
+                return r;
+        r = verify_dropped(keep, &rep, why, why_size);
+        if (r < 0)
+                return r;
         if (ret_report)
                 *ret_report = rep;
         return 0;
