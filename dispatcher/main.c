@@ -237,11 +237,93 @@ static int parse_argv(int argc, char **argv, const char **ret_runtime_dir) {
         return 0;
 }
 
+/* Reservation groups: the base directory's path, and the mounts that
+ * must stay writable in the read-only view. */
+typedef struct GroupMounts {
+        bool groups, cpu, cpuset;
+        char instance_name[64], base[PATH_MAX], mount[PATH_MAX], cpu_mount[PATH_MAX], cpuset_mount[PATH_MAX];
+} GroupMounts;
+
+static void find_group_mounts(const char *runtime_dir, GroupMounts *ret) {
+        sweep_instance_name(runtime_dir, ret->instance_name, sizeof(ret->instance_name));
+        if (group_base_path(ret->instance_name, ret->base, sizeof(ret->base)) < 0)
+                return;
+        snprintf(ret->mount, sizeof(ret->mount), "%s", ret->base);
+        char *slash = strrchr(ret->mount, '/');
+        if (slash)
+                *slash = '\0';
+        ret->groups = true;
+        ret->cpu = group_cpu_mount(ret->cpu_mount, sizeof(ret->cpu_mount)) == 0;
+        ret->cpuset = group_cpuset_mount(ret->cpuset_mount, sizeof(ret->cpuset_mount)) == 0;
+}
+
+static void log_privileges(const PrivilegeReport *report, const PrivilegeLimits *limits) {
+        char eff[128], bnd[256];
+
+        caps_text(report->effective, eff, sizeof(eff));
+        caps_text(report->bounding, bnd, sizeof(bnd));
+        log_fmt_worded(PROGRAM, LOG_INFO,
+                       "privileges: uid %u, capabilities %s (bounding set %s%s), no_new_privs, %s, "
+                       "locks up to %" PRIu64 " MiB%s, RLIMIT_NOFILE %" PRIu64,
+                       (unsigned) getuid(), eff, report->bounding == report->effective ? "the same" : bnd,
+                       report->bounding_dropped ? ", dropped here" : "",
+                       report->read_only_view ? "file system read-only for it" :
+                                                "file system as the service manager set it",
+                       limits->memlock_bytes >> 20,
+                       report->kept_ipc_lock ?
+                               " (RLIMIT_MEMLOCK cannot be raised that far here: CAP_IPC_LOCK kept instead)" :
+                               " (RLIMIT_MEMLOCK set to that)",
+                       limits->max_files);
+}
+
+/* Before any thread exists (capabilities are per thread), and after
+ * everything that needs more than the dispatcher keeps. */
+static int drop_privileges(Dispatcher *d, const GroupMounts *m, const FreezerV1 *freezer) {
+        PrivilegeReport report;
+        char why[1024] = "";
+        PrivilegeLimits limits = {
+                .groups_path = m->groups ? m->mount : NULL,
+                .groups_cpu_path = m->cpu ? m->cpu_mount : NULL,
+                .groups_cpuset_path = m->cpuset ? m->cpuset_mount : NULL,
+                .writable_path = freezer ? freezer_v1_root(freezer) : NULL,
+        };
+        int r;
+
+        dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
+        r = privileges_drop(&limits, &report, why, sizeof(why));
+        if (r < 0) {
+                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", why[0] ? why : strerror(-r));
+                return r;
+        }
+        log_privileges(&report, &limits);
+        return 0;
+}
+
+/* The monitor keeps nothing of the dispatcher: each child builds its own
+ * from the configuration. */
+static int run_monitor(const PaceConfig *config, const char *runtime_dir, const GroupMounts *m, FreezerV1 *freezer) {
+        DispatchArgs args = { .config = config, .runtime_dir = runtime_dir };
+        MonitorOptions mo = {
+                .runtime_dir = runtime_dir,
+                .max_restarts = MONITOR_MAX_RESTARTS,
+                .restart_window_ns = MONITOR_RESTART_WINDOW_NS,
+                .child = dispatch_child,
+                .log = log_stderr,
+                .userdata = &args,
+                .freezer = freezer,
+        };
+        if (m->groups) {
+                mo.group_base = m->base;
+                mo.group_name = m->instance_name;
+        }
+        return monitor_run(&mo);
+}
+
 static int run(int argc, char **argv) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
         const char *runtime_dir = PACE_DEFAULT_RUNTIME_DIR;
         _cleanup_(freezer_v1_closep) FreezerV1 *freezer = NULL;
-        PrivilegeReport report;
+        GroupMounts mounts = {};
         PaceConfig config;
         char why[1024] = "";
         int r;
@@ -280,76 +362,18 @@ static int run(int argc, char **argv) {
                 log_fmt_worded(PROGRAM, LOG_WARNING, "cannot create %s/%s (accounting for pacectl status): %s",
                                runtime_dir, PACE_STATS_NAME, strerror(-r));
 
-        /* Reservation groups: the base directory's path, and its mount,
-         * which must stay writable in the read-only view. */
-        char instance_name[64], group_base[PATH_MAX], group_mount[PATH_MAX], cpu_mount[PATH_MAX], cpuset_mount[PATH_MAX];
-        bool groups = false, cpu_group = false, cpuset = false;
-        sweep_instance_name(runtime_dir, instance_name, sizeof(instance_name));
-        if (group_base_path(instance_name, group_base, sizeof(group_base)) == 0) {
-                snprintf(group_mount, sizeof(group_mount), "%s", group_base);
-                char *slash = strrchr(group_mount, '/');
-                if (slash)
-                        *slash = '\0';
-                groups = true;
-                cpu_group = group_cpu_mount(cpu_mount, sizeof(cpu_mount)) == 0;
-                cpuset = group_cpuset_mount(cpuset_mount, sizeof(cpuset_mount)) == 0;
-        }
-
+        find_group_mounts(runtime_dir, &mounts);
         /* Strict mode on the v1 freezer: its mount stays writable in the
          * read-only view, and the monitor sweeps the instance's groups. */
         if (config.waiting == PACE_WAITING_FREEZE)
-                (void) freezer_v1_open("/proc", instance_name, &freezer);
+                (void) freezer_v1_open("/proc", mounts.instance_name, &freezer);
 
-        /* Before any thread exists: capabilities are per thread. */
-        PrivilegeLimits limits = {
-                .groups_path = groups ? group_mount : NULL,
-                .groups_cpu_path = cpu_group ? cpu_mount : NULL,
-                .groups_cpuset_path = cpuset ? cpuset_mount : NULL,
-                .writable_path = freezer ? freezer_v1_root(freezer) : NULL,
-        };
-        dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
-        r = privileges_drop(&limits, &report, why, sizeof(why));
-        if (r < 0) {
-                log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", why[0] ? why : strerror(-r));
+        if (drop_privileges(d, &mounts, freezer) < 0)
                 return EXIT_FAILURE;
-        }
-        char eff[128], bnd[256];
-        caps_text(report.effective, eff, sizeof(eff));
-        caps_text(report.bounding, bnd, sizeof(bnd));
-        log_fmt_worded(PROGRAM, LOG_INFO,
-                       "privileges: uid %u, capabilities %s (bounding set %s%s), no_new_privs, %s, "
-                       "locks up to %" PRIu64 " MiB%s, RLIMIT_NOFILE %" PRIu64,
-                       (unsigned) getuid(), eff, report.bounding == report.effective ? "the same" : bnd,
-                       report.bounding_dropped ? ", dropped here" : "",
-                       report.read_only_view ? "file system read-only for it" :
-                                               "file system as the service manager set it",
-                       limits.memlock_bytes >> 20,
-                       report.kept_ipc_lock ?
-                               " (RLIMIT_MEMLOCK cannot be raised that far here: CAP_IPC_LOCK kept instead)" :
-                               " (RLIMIT_MEMLOCK set to that)",
-                       limits.max_files);
-
         if (!arg_monitor)
                 return dispatch(TAKE_PTR(d), runtime_dir, -EBADF);
-
-        /* The monitor keeps nothing of the dispatcher: each child builds its
-         * own from the configuration. */
         d = dispatcher_free(d);
-        DispatchArgs args = { .config = &config, .runtime_dir = runtime_dir };
-        MonitorOptions mo = {
-                .runtime_dir = runtime_dir,
-                .max_restarts = MONITOR_MAX_RESTARTS,
-                .restart_window_ns = MONITOR_RESTART_WINDOW_NS,
-                .child = dispatch_child,
-                .log = log_stderr,
-                .userdata = &args,
-        };
-        if (groups) {
-                mo.group_base = group_base;
-                mo.group_name = instance_name;
-        }
-        mo.freezer = freezer;
-        return monitor_run(&mo);
+        return run_monitor(&config, runtime_dir, &mounts, freezer);
 }
 
 DAEMON_MAIN(run)
