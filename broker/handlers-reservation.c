@@ -158,6 +158,24 @@ static Reservation *find_on_behalf_thread(Broker *b, pid_t pid, pid_t tid, uid_t
         return NULL;
 }
 
+/* The grant's log line names the CPUs as the reply will. */
+static void log_grant(Broker *b, const BrokerPeer *peer, bool on_behalf, const PlanEntry *entry) {
+        char p1[32], p2[32], u1[32], where[256];
+        Pace__Grant grant;
+        GrantPieces pieces;
+
+        grant_from_entry(b, entry, &grant);
+        grant_add_pieces(b, entry->id, &grant, &pieces);
+        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 "%s on %s, %s, %s every %s"
+                   " (asked %s every %s)", entry->id, (unsigned) peer->uid, (int32_t) entry->pid,
+                   on_behalf ? " (on its behalf)" : "",
+                   format_grant_cpus(&grant, where, sizeof(where)), plan_kind_name(plan_flags_kind(entry->flags)),
+                   format_duration(p1, sizeof(p1), (uint64_t) entry->budget_slots * b->config.slot_ns),
+                   format_duration(p2, sizeof(p2), (uint64_t) entry->period_slots * b->config.slot_ns),
+                   format_ppm(u1, sizeof(u1), entry->requested_utilization_ppm),
+                   format_duration((char[32]) {}, 32, entry->requested_period_ns));
+}
+
 /* The planner said no (r > 0) or failed (r < 0): a refusal is logged, as
  * every refused reservation is, and answered in the planner's words. */
 static int plan_refused(Broker *b, const BrokerPeer *peer, int r, const char *why, Refusal *ret_refusal) {
@@ -252,21 +270,7 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
         b->next_id++;
         broker_publish(b);
 
-        /* The log names the CPUs as the reply will. */
-        Pace__Grant grant;
-        GrantPieces pieces;
-        grant_from_entry(b, &entry, &grant);
-        grant_add_pieces(b, entry.id, &grant, &pieces);
-        char p1[32], p2[32], u1[32];
-        char where[256];
-        broker_log(b, LOG_INFO, "reservation %" PRIu64 ": uid %u pid %" PRIi32 "%s on %s, %s, %s every %s"
-                   " (asked %s every %s)", entry.id, (unsigned) peer->uid, (int32_t) pid,
-                   on_behalf ? " (on its behalf)" : "",
-                   format_grant_cpus(&grant, where, sizeof(where)), plan_kind_name(kind),
-                   format_duration(p1, sizeof(p1), (uint64_t) entry.budget_slots * b->config.slot_ns),
-                   format_duration(p2, sizeof(p2), (uint64_t) entry.period_slots * b->config.slot_ns),
-                   format_ppm(u1, sizeof(u1), entry.requested_utilization_ppm),
-                   format_duration((char[32]) {}, 32, entry.requested_period_ns));
+        log_grant(b, peer, on_behalf, &entry);
         return grant_reply(b, &entry, reply, reply_size);
 }
 
