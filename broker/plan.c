@@ -853,55 +853,18 @@ static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, b
         return PLAN_REFUSED_NO_ROOM;
 }
 
-int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
-        char a[32], b[32];
-        int r;
+/* On one CPU, exactly: periods from the longest the request allows
+ * downwards, and for each every CPU in order[], so an exact grant on any
+ * CPU beats a rounded one. A shorter period can fit where a longer one's
+ * slots collide with what is there already; it then needs a larger budget
+ * to cover every window of the requested period. 0 when placed, 1 when
+ * nothing fits (*over_quota if the user's limit stopped a budget). */
+static int place_on_one_cpu(Plan *p, const PlanRequest *req, const uint32_t *order, uint32_t n_order,
+                            uint64_t user_ppm, PlanEntry *ret_entry, bool *over_quota) {
         uint64_t slot_ns = p->config.slot_ns;
-        uint32_t order[PACE_MAX_CPUS], n_order = 0;
-        uint32_t period = 0, min_budget, user_count;
-        uint64_t user_ppm;
-
-        r = plan_validate(p, req, why, why_size);
-        if (r != 0)
-                return r;
-        if (p->n_entries >= PACE_MAX_RESERVATIONS) {
-                explain(why, why_size, "the broker holds %u reservations, its limit", PACE_MAX_RESERVATIONS);
-                return PLAN_REFUSED_BROKER_LIMIT;
-        }
-
-        for (uint32_t i = 0; i < p->n_periods; i++)
-                if ((uint64_t) p->periods[i] * slot_ns <= req->period_ns)
-                        period = p->periods[i];
-        min_budget = ceil_div_ppm(period, req->utilization_ppm);
-
-        user_ppm = user_granted_ppm(p, req->uid, &user_count);
-        if (req->uid != 0) {
-                if (user_count >= p->config.max_reservations_per_user) {
-                        explain(why, why_size, "uid %u already holds %" PRIu32 " reservations, the per-user limit "
-                                "(max_reservations_per_user)", (unsigned) req->uid, user_count);
-                        return PLAN_REFUSED_USER_LIMIT;
-                }
-                if (user_ppm + (uint64_t) min_budget * PPM / period > p->config.max_utilization_per_user_ppm) {
-                        explain(why, why_size, "uid %u already holds %s of CPU time; %s more would pass the per-user "
-                                "limit of %s (max_utilization_per_user)", (unsigned) req->uid,
-                                format_ppm(a, sizeof(a), (uint32_t) user_ppm),
-                                format_ppm(b, sizeof(b), (uint32_t) ((uint64_t) min_budget * PPM / period)),
-                                format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
-                        return PLAN_REFUSED_USER_LIMIT;
-                }
-        }
-
-        n_order = placement_order(p, req, order);
-
         uint32_t owner = p->n_entries + 1;
-        bool over_quota = false;
-
-        /* Periods from the longest the request allows downwards, and for each
-         * every CPU: an exact grant on any CPU beats a rounded one. A shorter
-         * period can fit where a longer one's slots collide with what is
-         * there already; it then needs a larger budget to cover every window
-         * of the requested period. */
         bool tried_a_period = false;
+
         for (uint32_t pi = p->n_periods; pi-- > 0;) {
                 uint32_t cand = p->periods[pi];
                 if ((uint64_t) cand * slot_ns > req->period_ns)
@@ -926,11 +889,10 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                                 if (granted > p->cap_ppm)
                                         break;
                                 if (req->uid != 0 && user_ppm + granted > p->config.max_utilization_per_user_ppm) {
-                                        over_quota = true;
+                                        *over_quota = true;
                                         break;
                                 }
-                                r = try_cpu(p, c, order[o], req, cand, budget, owner, &frame, &window_short);
-                                if (r < 0) {
+                                if (try_cpu(p, c, order[o], req, cand, budget, owner, &frame, &window_short) < 0) {
                                         if (window_short)
                                                 continue;
                                         break;
@@ -946,36 +908,98 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
                         }
                 }
         }
+        return 1;
+}
 
+/* Split over several CPUs (the slots kind only, when the client let the
+ * broker choose): 0 when placed, 1 when no split fits, -ENOMEM. */
+static int place_split(Plan *p, const PlanRequest *req, const uint32_t *order, uint32_t n_order, uint64_t user_ppm,
+                       PlanEntry *ret_entry, bool *over_quota) {
+        uint64_t slot_ns = p->config.slot_ns;
+
+        for (uint32_t pi = p->n_periods; pi-- > 0;) {
+                uint32_t cand = p->periods[pi];
+                if ((uint64_t) cand * slot_ns > req->period_ns)
+                        continue;
+                for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
+                        uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
+                        bool window_short;
+                        if (req->uid != 0 && user_ppm + granted > p->config.max_utilization_per_user_ppm) {
+                                *over_quota = true;
+                                break;
+                        }
+                        int r = try_split(p, req, cand, budget, order, n_order, ret_entry, &window_short);
+                        if (r == 0 || r == -ENOMEM)
+                                return r;
+                        if (!window_short)
+                                break;
+                }
+        }
+        return 1;
+}
+
+/* The per-user limits, before any placement: the count, and the least the
+ * request could cost. */
+static int check_user_limits(const Plan *p, const PlanRequest *req, uint32_t period, uint64_t user_ppm,
+                             uint32_t user_count, char *why, size_t why_size) {
+        uint32_t min_budget = ceil_div_ppm(period, req->utilization_ppm);
+        char a[32], b[32];
+
+        if (req->uid == 0)
+                return 0;
+        if (user_count >= p->config.max_reservations_per_user) {
+                explain(why, why_size, "uid %u already holds %" PRIu32 " reservations, the per-user limit "
+                        "(max_reservations_per_user)", (unsigned) req->uid, user_count);
+                return PLAN_REFUSED_USER_LIMIT;
+        }
+        if (user_ppm + (uint64_t) min_budget * PPM / period > p->config.max_utilization_per_user_ppm) {
+                explain(why, why_size, "uid %u already holds %s of CPU time; %s more would pass the per-user "
+                        "limit of %s (max_utilization_per_user)", (unsigned) req->uid,
+                        format_ppm(a, sizeof(a), (uint32_t) user_ppm),
+                        format_ppm(b, sizeof(b), (uint32_t) ((uint64_t) min_budget * PPM / period)),
+                        format_ppm((char[32]) {}, 32, p->config.max_utilization_per_user_ppm));
+                return PLAN_REFUSED_USER_LIMIT;
+        }
+        return 0;
+}
+
+int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why, size_t why_size) {
+        uint32_t order[PACE_MAX_CPUS], n_order, period = 0, user_count;
+        bool over_quota = false;
+        uint64_t user_ppm;
+        int r;
+
+        r = plan_validate(p, req, why, why_size);
+        if (r != 0)
+                return r;
+        if (p->n_entries >= PACE_MAX_RESERVATIONS) {
+                explain(why, why_size, "the broker holds %u reservations, its limit", PACE_MAX_RESERVATIONS);
+                return PLAN_REFUSED_BROKER_LIMIT;
+        }
+        for (uint32_t i = 0; i < p->n_periods; i++)
+                if ((uint64_t) p->periods[i] * p->config.slot_ns <= req->period_ns)
+                        period = p->periods[i];
+        user_ppm = user_granted_ppm(p, req->uid, &user_count);
+        r = check_user_limits(p, req, period, user_ppm, user_count, why, why_size);
+        if (r != 0)
+                return r;
+
+        n_order = placement_order(p, req, order);
+        r = place_on_one_cpu(p, req, order, n_order, user_ppm, ret_entry, &over_quota);
+        if (r <= 0)
+                return r;
         /* No single CPU has room: split over several, if the client let us
          * choose and the pieces fit under the same rules. Not a server (its
          * budget is spent wherever its threads run, and pieces on other CPUs
          * could not know what is left) nor an aligned one (pieces are no
          * block). */
-        bool unsplittable = req->kind != PLAN_KIND_SLOTS && req->cpu < 0 && n_order >= 2;
         if (req->kind == PLAN_KIND_SLOTS && req->cpu < 0 && n_order >= 2 &&
-            p->n_entries + n_order <= PACE_MAX_RESERVATIONS)
-                for (uint32_t pi = p->n_periods; pi-- > 0;) {
-                        uint32_t cand = p->periods[pi];
-                        if ((uint64_t) cand * slot_ns > req->period_ns)
-                                continue;
-                        for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
-                                uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
-                                bool window_short;
-                                if (req->uid != 0 && user_ppm + granted > p->config.max_utilization_per_user_ppm) {
-                                        over_quota = true;
-                                        break;
-                                }
-                                r = try_split(p, req, cand, budget, order, n_order, ret_entry, &window_short);
-                                if (r == 0)
-                                        return 0;
-                                if (r == -ENOMEM)
-                                        return r;
-                                if (!window_short)
-                                        break;
-                        }
-                }
-
+            p->n_entries + n_order <= PACE_MAX_RESERVATIONS) {
+                r = place_split(p, req, order, n_order, user_ppm, ret_entry, &over_quota);
+                if (r <= 0)
+                        return r;
+        }
+        bool unsplittable = req->kind != PLAN_KIND_SLOTS && req->cpu < 0 && n_order >= 2;
         return explain_no_room(p, req, unsplittable, over_quota, user_ppm, order, n_order, why, why_size);
 }
 
