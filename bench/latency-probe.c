@@ -13,14 +13,10 @@
  * for strict mode ("waiting": "freeze"), where the client gets no CPU at all
  * between its runs, so the first reading after S is the wake-up.
  *
- *   latency-probe --cpu N [--run-on M] [--period 2ms] [--util 50%]
+ *   latency-probe --cpu N [--period 2ms] [--util 50%]
  *                 [--threads K] [--duration 5s] [--warmup 300ms] [--out FILE]
  *                 [--freeze-out FILE]
  *
- * --run-on M: the dispatch thread of CPU N promotes it, but it runs on CPU
- * M: after its first promotion (the dispatcher pins a thread to the
- * reservation's CPU once, at first touch) it moves itself to M, so every
- * promotion is made from another CPU than the one the client wakes on.
  * --threads K: K - 1 more threads that only sleep, so the dispatcher moves
  * K threads at every switch (the measuring thread is one of them).
  *
@@ -164,7 +160,7 @@ static void *sleeper(void *arg) {
 }
 
 typedef struct Args {
-        int cpu, run_on;
+        int cpu;
         uint64_t period_ns, duration_ns, warmup_ns;
         uint32_t util_ppm, threads;
         const char *out_path, *freeze_path;
@@ -182,12 +178,11 @@ static void table_path_from_env(char *buf, size_t size) {
 }
 
 static void parse_argv(int argc, char **argv, Args *ret) {
-        static const char usage[] = "Usage: latency-probe --cpu N [--run-on M] [--period D] [--util U] [--threads K]\n"
+        static const char usage[] = "Usage: latency-probe --cpu N [--period D] [--util U] [--threads K]\n"
                                     "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n"
                                     "                     [--freeze-out FILE]\n";
         static const struct option options[] = {
                 { "cpu", required_argument, NULL, 'c' },
-                { "run-on", required_argument, NULL, 'r' },
                 { "period", required_argument, NULL, 'p' },
                 { "util", required_argument, NULL, 'u' },
                 { "threads", required_argument, NULL, 't' },
@@ -201,7 +196,6 @@ static void parse_argv(int argc, char **argv, Args *ret) {
         };
         Args a = {
                 .cpu = -1,
-                .run_on = -1,
                 .period_ns = 2 * NSEC_PER_MSEC,
                 .duration_ns = 5 * NSEC_PER_SEC,
                 .warmup_ns = 300 * NSEC_PER_MSEC,
@@ -210,13 +204,10 @@ static void parse_argv(int argc, char **argv, Args *ret) {
         };
         int c;
 
-        while ((c = bench_getopt(argc, argv, "c:r:p:u:t:d:w:o:T:F:h", options, usage)) >= 0)
+        while ((c = bench_getopt(argc, argv, "c:p:u:t:d:w:o:T:F:h", options, usage)) >= 0)
                 switch (c) {
                 case 'c':
                         a.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 'r':
-                        a.run_on = bench_arg_cpu("--run-on", optarg);
                         break;
                 case 'p':
                         a.period_ns = bench_arg_duration("--period", optarg);
@@ -245,8 +236,6 @@ static void parse_argv(int argc, char **argv, Args *ret) {
                 }
         if (a.cpu < 0)
                 bench_usage_error("--cpu is required");
-        if (a.run_on < 0)
-                a.run_on = a.cpu;
         if (!a.table_path[0])
                 table_path_from_env(a.table_path, sizeof(a.table_path));
         *ret = a;
@@ -305,23 +294,16 @@ static int wait_schedule(const char *table_path, const pace_grant *g, Schedule *
         return r;
 }
 
-/* The first promotion: from then on the dispatcher has pinned us (first
- * touch) and will not pin us again, so we may move to run_on. */
-static int wait_promoted(int cpu, int run_on) {
+/* The first promotion: measuring starts once the dispatcher holds us. */
+static int wait_promoted(void) {
         uint64_t give_up = monotonic_ns() + 3 * NSEC_PER_SEC;
-        int r;
 
         while ((sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_FIFO)
                 if (monotonic_ns() > give_up) {
                         fprintf(stderr, "latency-probe: never promoted (is the dispatcher running?)\n");
                         return -ETIMEDOUT;
                 }
-        if (run_on == cpu)
-                return 0;
-        r = pin_self(run_on);
-        if (r < 0)
-                fprintf(stderr, "latency-probe: cannot move to CPU %d: %s\n", run_on, strerror(-r));
-        return r;
+        return 0;
 }
 
 typedef struct Samples {
@@ -335,7 +317,7 @@ typedef struct Samples {
 /* Spins from begin to end, reading the clock. The loop works on locals:
  * a store to the arrays could otherwise alias the counts and cost it a
  * reload, and the loop's period is the probe's resolution. */
-static void measure(const Schedule *s, int run_on, uint64_t begin, uint64_t end, Samples *m) {
+static void measure(const Schedule *s, int cpu, uint64_t begin, uint64_t end, Samples *m) {
         uint64_t *lat = m->lat;
         int64_t *flag = m->flag;
         size_t cap = m->cap, n = 0, missed = 0, offcpu = 0, nf = 0;
@@ -361,7 +343,7 @@ static void measure(const Schedule *s, int run_on, uint64_t begin, uint64_t end,
                 /* Every run start up to now gets its sample, even one the
                  * client slept through entirely: like cyclictest's, a late
                  * wake-up counts with its whole delay. */
-                bool here = sched_getcpu() == run_on;
+                bool here = sched_getcpu() == cpu;
                 for (uint64_t at = next;;) {
                         if (n < cap) {
                                 lat[n++] = t - at;
@@ -449,7 +431,7 @@ static int run(const Args *a) {
         r = wait_schedule(a->table_path, &g, s);
         if (r < 0)
                 return r;
-        r = wait_promoted(a->cpu, a->run_on);
+        r = wait_promoted();
         if (r < 0)
                 return r;
 
@@ -463,7 +445,7 @@ static int run(const Args *a) {
         if (!lat || (a->freeze_path && !flag))
                 return -ENOMEM;
         Samples m = { .cap = cap, .lat = lat, .flag = flag };
-        measure(s, a->run_on, begin, end, &m);
+        measure(s, a->cpu, begin, end, &m);
 
         if (a->out_path && (r = bench_write_samples(a->out_path, lat, m.n)) < 0)
                 return r;
