@@ -42,6 +42,13 @@ static int raw_connect(const char *path) {
         return fd;
 }
 
+/* The start of a case: its broker, and root's connection to it (as root,
+ * the test is a delegate). */
+static int start_broker(BrokerInstance *b, const char *config) {
+        ASSERT_OK(broker_start(b, config));
+        return raw_connect(b->socket);
+}
+
 /* The end of a case: its connection closed, its broker stopped. */
 static void stop_broker(BrokerInstance *b, int fd) {
         close(fd);
@@ -239,9 +246,8 @@ static int exchange_as(uid_t uid, const char *socket_path, Pace__Request *req, c
 TEST(only_a_delegate_speaks_for_another) {
         SKIP_UNLESS_ROOT();
         BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+        int fd = start_broker(&b, config_default);
         Child c = child_start(CALLER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         char msg[600];
 
         /* An ordinary user naming itself as the caller: still refused. */
@@ -285,10 +291,9 @@ TEST(only_a_delegate_speaks_for_another) {
 TEST(the_named_caller_must_be_who_the_delegate_says) {
         SKIP_UNLESS_ROOT();
         BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+        int fd = start_broker(&b, config_default);
         Child c = child_start(CALLER_UID, false, 0);
         Child other = child_start(OTHER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         /* Another start time: the pid now names another process. */
@@ -322,10 +327,9 @@ TEST(the_named_caller_must_be_who_the_delegate_says) {
 TEST(rate_limit_counts_each_caller) {
         SKIP_UNLESS_ROOT();
         BrokerInstance b;
-        ASSERT_OK(broker_start(&b, "{ \"max_requests_per_second\": 5 }"));
+        int fd = start_broker(&b, "{ \"max_requests_per_second\": 5 }");
         Child c = child_start(CALLER_UID, false, 0);
         Child other = child_start(OTHER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
         int refused = 0;
 
@@ -350,7 +354,6 @@ TEST(rate_limit_counts_each_caller) {
         grant_id(exchange(fd, &o.req));
 
         child_stop(&c);
-
         child_stop(&other);
         stop_broker(&b, fd);
 }
@@ -358,10 +361,9 @@ TEST(rate_limit_counts_each_caller) {
 TEST(nice_levels) {
         SKIP_UNLESS_ROOT();
         BrokerInstance b;
-        ASSERT_OK(broker_start(&b, "{ \"rtkit_min_nice_level\": -10 }"));
+        int fd = start_broker(&b, "{ \"rtkit_min_nice_level\": -10 }");
         Child c = child_start(CALLER_UID, true, 0);
         Child other = child_start(OTHER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         on_behalf_init(&o, CALLER_UID, c.pid, c.pid, c.tid);
@@ -415,10 +417,9 @@ TEST(nice_levels) {
 TEST(a_thread_reservation_ends_with_its_thread) {
         SKIP_UNLESS_ROOT();
         BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+        int fd = start_broker(&b, config_default);
         /* The thread lives 500 ms; its process lives on. */
         Child c = child_start(CALLER_UID, true, 500);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         on_behalf_init(&o, CALLER_UID, c.pid, c.pid, c.tid);
@@ -440,10 +441,9 @@ TEST(a_thread_reservation_ends_with_its_thread) {
 TEST(reset_known_drops_only_what_was_asked_on_behalf) {
         SKIP_UNLESS_ROOT();
         BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+        int fd = start_broker(&b, config_default);
         Child c = child_start(CALLER_UID, true, 0);
         Child plain = child_start(CALLER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         on_behalf_init(&o, CALLER_UID, c.pid, c.pid, c.tid);
@@ -485,7 +485,6 @@ TEST(reset_known_drops_only_what_was_asked_on_behalf) {
         pace__response__free_unpacked(resp, NULL);
 
         child_stop(&c);
-
         child_stop(&plain);
         stop_broker(&b, fd);
 }
