@@ -76,6 +76,9 @@ void stack_start(Stack *s);
 void stack_start_dispatcher(Stack *s);
 /* SIGTERM and wait up to 5 s; the exit status, -1 if not an exit. */
 int stack_stop_dispatcher(Stack *s);
+/* stack_stop_dispatcher(), then broker_stop(): the end of a case, which
+ * fails unless both exit 0. */
+void stack_stop(Stack *s);
 /* The dispatch process (the monitor's only child), or 0. */
 pid_t dispatcher_child(const Stack *s);
 

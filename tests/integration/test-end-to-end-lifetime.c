@@ -70,8 +70,7 @@ TEST(a_broker_crash_does_not_interrupt_a_reservation) {
 
         reap(client);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 TEST(stopping_the_dispatcher_leaves_nothing_realtime) {
@@ -227,8 +226,7 @@ TEST(churn_on_the_real_dispatcher_leaves_nothing_realtime) {
         ASSERT_EQ(kill(child, 0), 0);
         ASSERT_EQ(stray, 0);
         ASSERT_EQ(groups, 0);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 TEST_MAIN()

@@ -85,8 +85,7 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         ASSERT_CMP(shares[0], >=, 90.0);
 
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 /* pace-run --kind server --period 50ms --util 30% --cpu 1 -- sh -c 'while :; do :; done' */
@@ -130,8 +129,7 @@ TEST(a_server_from_pace_run_runs_at_the_server_priority_within_its_budget) {
                at98, samples, shares[0], shares[1]);
         reap(client);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_CMP(at98, >, samples / 20);
         ASSERT_EQ(at97, 0u);
         ASSERT_CMP(shares[0], >=, 28.0);
@@ -212,8 +210,7 @@ TEST(an_aligned_job_finishes_one_budget_after_its_release) {
         printf("  16 ms jobs at their allocation's start, 40%% of 50 ms: aligned p50 %.2f ms (max %.2f), "
                "slots p50 %.2f ms (max %.2f)\n", aligned / 1e3, a_max / 1e3, slots / 1e3, s_max / 1e3);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         /* 16 ms of work and the switches; 20 ms is the whole budget. */
         ASSERT_CMP(aligned, <=, 20000u);
         ASSERT_CMP(slots, >, 30000u);
@@ -244,8 +241,7 @@ TEST(two_clients_are_isolated_from_each_other) {
         reap(a);
         reap(b);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 /* An unprivileged client that keeps trying to make itself real-time, or
@@ -308,8 +304,7 @@ TEST(an_unprivileged_client_cannot_escape_its_grant) {
         reap(other);
         close(ready[0]);
         close(ready[1]);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         munmap(log, sizeof(*log));
         ASSERT_CMP(tries, >, 100);
         ASSERT_CMP(refused, >, tries / 2); /* 99 and -20 always; 98 without the flag always */

@@ -102,8 +102,7 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         reap_tree(client);
         reap(other);
         await_no_reservations(stack_socket);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 
         ASSERT_CMP(n, >=, 8u);
         /* Without the tree's children the grant would reach the shell
@@ -193,8 +192,7 @@ TEST(strict_mode_on_a_unified_host_holds_a_spinner_to_its_grant) {
         reap_tree(client);
         reap(other);
         await_no_reservations(stack_socket);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_EQ(pace_dirs_on_unified(NULL, 0), before);
         /* 40% of the time outside its slots: frozen in most samples (a
          * sample taken as the dispatcher flips it can miss). */
