@@ -183,22 +183,25 @@ static unsigned groups_left_by(const GroupNames *g, uint64_t deadline) {
  * dispatcher and both brokers stopped, and the dead instance's groups
  * removed. */
 static void stop_both_instances(Stack *s, Stack *s2, const GroupNames *mine) {
-        ASSERT_EQ(stack_stop_dispatcher(s2), 0);
-        ASSERT_EQ(broker_stop(&s2->broker), 0);
+        stack_stop(s2);
         ASSERT_EQ(broker_stop(&s->broker), 0);
         remove_groups(mine);
         alarm(0);
 }
 
-/* A stack and a spinning attacker reserved on it, in the pace groups it
- * names in mine (at least one): the attacker. */
-static pid_t start_grouped_client(Stack *s, GroupNames *mine) {
+/* The start of a case: its alarm armed, a stack and a spinning attacker
+ * reserved on it, in the pace groups it names in mine (at least one): the
+ * attacker, and the stack's dispatch process in *ret_child. */
+static pid_t start_grouped_client(Stack *s, GroupNames *mine, pid_t *ret_child) {
+        alarm(CASE_ALARM_S);
         pid_t client = start_attacker(s, spinning_attacker);
         sleep_ms(300);
         client_pace_groups(client, mine);
         printf("  the client is in %u pace group(s)%s%s\n", mine->n, mine->n ? ", e.g. " : "",
                mine->n ? mine->name[0] : "");
         ASSERT_CMP(mine->n, >=, 1);
+        *ret_child = dispatcher_child(s);
+        ASSERT_TRUE(*ret_child > 0);
         return client;
 }
 
@@ -209,10 +212,7 @@ TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
 
         if (skip() || !have_cpuacct())
                 TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
-        alarm(CASE_ALARM_S);
-        pid_t client = start_grouped_client(&s, &mine);
-        pid_t child = dispatcher_child(&s);
-        ASSERT_TRUE(child > 0);
+        pid_t child, client = start_grouped_client(&s, &mine, &child);
         int pidfd = (int) syscall(SYS_pidfd_open, child, 0);
         ASSERT_TRUE(pidfd >= 0);
 
@@ -249,10 +249,7 @@ TEST(the_next_instance_removes_what_a_dead_one_left) {
 
         if (skip() || !have_cpuacct())
                 TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
-        alarm(CASE_ALARM_S);
-        pid_t client = start_grouped_client(&s, &mine);
-        pid_t child = dispatcher_child(&s);
-        ASSERT_TRUE(child > 0);
+        pid_t child, client = start_grouped_client(&s, &mine, &child);
 
         /* Both at once: nothing of that instance can act any more. */
         kill(s.dispatcher, SIGKILL);
