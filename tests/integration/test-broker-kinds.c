@@ -59,6 +59,12 @@ static uint32_t table_flags_of(const PaceTableBuffer *t, uint64_t id) {
         return 0;
 }
 
+/* Reservation id's flags in b's table as it is now. */
+static uint32_t table_flags_now(const BrokerInstance *b, uint64_t id) {
+        read_table(b, &table_after);
+        return table_flags_of(&table_after, id);
+}
+
 static pace_kind status_kind_of(pace *p, uint64_t id) {
         pace_status_report *st = NULL;
         pace_kind kind = PACE_KIND_DEFAULT;
@@ -130,8 +136,7 @@ TEST(each_kind_is_granted_and_shown) {
         pace__response__free_unpacked(resp, NULL);
         close(fd);
         ASSERT_EQ(status_kind_of(p, old_client), PACE_KIND_SLOTS);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, old_client), 0u);
+        ASSERT_EQ(table_flags_now(&b, old_client), 0u);
 
         /* Status says each one's kind. */
         ASSERT_EQ(status_kind_of(p, slots.id), PACE_KIND_SLOTS);
@@ -224,23 +229,20 @@ TEST(modify_keeps_or_changes_the_kind) {
         ASSERT_EQ(m.kind, PACE_KIND_SERVER);
         ASSERT_EQ(m.budget_ns, 15 * NSEC_PER_MSEC);
         ASSERT_EQ(status_kind_of(p, g.id), PACE_KIND_SERVER);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, g.id), PACE_RES_SERVER);
+        ASSERT_EQ(table_flags_now(&b, g.id), PACE_RES_SERVER);
 
         /* Named: aligned now, its budget one block from its phase. */
         params.kind = PACE_KIND_ALIGNED;
         ASSERT_OK(pace_modify(p, g.id, &params, &m));
         ASSERT_EQ(m.kind, PACE_KIND_ALIGNED);
         ASSERT_EQ(status_kind_of(p, g.id), PACE_KIND_ALIGNED);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, g.id), PACE_RES_ALIGNED);
+        ASSERT_EQ(table_flags_now(&b, g.id), PACE_RES_ALIGNED);
 
         /* And back to slots. */
         params.kind = PACE_KIND_SLOTS;
         ASSERT_OK(pace_modify(p, g.id, &params, &m));
         ASSERT_EQ(m.kind, PACE_KIND_SLOTS);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, g.id), 0u);
+        ASSERT_EQ(table_flags_now(&b, g.id), 0u);
 
         reap_children(&k, 1);
         broker_stop_connected(&b, p);
