@@ -71,6 +71,14 @@ int dispatcher_log_line(const Stack *s, const char *needle, char *ret_line, size
 void stack_start_with(Stack *s, const char *json);
 /* The same with STACK_DEFAULT_CONFIG. */
 void stack_start(Stack *s);
+/* The start of most cases: skip the case (test.h's TEST_SKIP, which returns
+ * from it) where skip() says the host cannot run it, else stack_start(s). */
+#define STACK_START_OR_SKIP(s)                                                            \
+        do {                                                                              \
+                if (skip())                                                               \
+                        TEST_SKIP("needs root, 2 CPUs and the built daemons");            \
+                stack_start(s);                                                           \
+        } while (0)
 /* The dispatcher on s->broker's directory and configuration: waits for its
  * monitor to watch the dispatch process, then half a second. */
 void stack_start_dispatcher(Stack *s);

@@ -306,9 +306,7 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         pace_grant g;
         cpu_set_t set, before;
 
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
         pid_t kid = spawn_on(-1, sleeper_fn, NULL);
         /* Set here, not in the child: no race with the check below. */
         CPU_ZERO(&set);

@@ -35,9 +35,7 @@
 
 TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         Stack s = {};
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
 
         pid_t other = spawn(hog, NULL);
         pid_t client = spawn_reserved(&s, reserved_hog, "60%", 1);
@@ -200,9 +198,7 @@ static uint64_t median_response_us(const Stack *s, pace_kind kind, uint64_t *ret
 TEST(an_aligned_job_finishes_one_budget_after_its_release) {
         Stack s = {};
         uint64_t a_max, s_max;
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
         pid_t other = spawn(hog, NULL);
         uint64_t aligned = median_response_us(&s, PACE_KIND_ALIGNED, &a_max);
         await_no_reservations(s.broker.socket);
@@ -218,9 +214,7 @@ TEST(an_aligned_job_finishes_one_budget_after_its_release) {
 
 TEST(two_clients_are_isolated_from_each_other) {
         Stack s = {};
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
 
         pid_t a = spawn(reserved_hog, "30%");
         await_reservations(s.broker.socket, 1);

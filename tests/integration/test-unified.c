@@ -53,9 +53,7 @@ static uint64_t tree_cpu_ns(pid_t root, size_t *ret_n) {
 TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         Stack s = { .unified_only = true };
 
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
         char line[1024];
         /* Groups on the unified hierarchy: the dispatcher is in its root
          * cgroup here, and no manager owns it. */
