@@ -327,6 +327,29 @@ void assert_error_reply(Pace__Response *resp, Pace__ErrorCode code, const char *
         pace__response__free_unpacked(resp, NULL);
 }
 
+pace *broker_start_connected(BrokerInstance *b, const char *config_json) {
+        pace *p = NULL;
+
+        ASSERT_OK(broker_start(b, config_json));
+        ASSERT_OK(pace_connect(b->socket, &p));
+        return p;
+}
+
+void broker_stop_connected(BrokerInstance *b, pace *p) {
+        pace_close(p);
+        ASSERT_EQ(broker_stop(b), 0);
+}
+
+void raw_reserve_init(Pace__Request *req, Pace__ReserveRequest *res, uint64_t period_ns, uint32_t ppm) {
+        pace__request__init(req);
+        pace__reserve_request__init(res);
+        req->version = 1;
+        req->body_case = PACE__REQUEST__BODY_RESERVE;
+        req->reserve = res;
+        res->period_ns = period_ns;
+        res->utilization_ppm = ppm;
+}
+
 uint64_t status_generation(pace *p, size_t *ret_n) {
         pace_status_report *st = NULL;
         ASSERT_OK(pace_status(p, &st));
@@ -371,6 +394,21 @@ void *park(void *arg) {
         return NULL;
 }
 
+pthread_t park_thread(_Atomic pid_t *ret_tid) {
+        pthread_t thread;
+
+        *ret_tid = 0;
+        ASSERT_EQ(pthread_create(&thread, NULL, park, (void *) ret_tid), 0);
+        while (*ret_tid == 0)
+                sleep_ms(1);
+        return thread;
+}
+
+void unpark_thread(pthread_t thread) {
+        pthread_cancel(thread);
+        pthread_join(thread, NULL);
+}
+
 pid_t fork_paused(void) {
         pid_t pid = fork();
         ASSERT_OK(pid);
@@ -379,6 +417,35 @@ pid_t fork_paused(void) {
                 pause();
                 _exit(0);
         }
+        return pid;
+}
+
+pid_t fork_paused_after(int (*prepare)(void)) {
+        int ready[2];
+        char c;
+
+        ASSERT_OK(pipe2(ready, O_CLOEXEC));
+        pid_t pid = fork();
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                close(ready[0]);
+                int r = prepare();
+                if (r != 0)
+                        _exit(r);
+                if (write(ready[1], "x", 1) != 1)
+                        _exit(1);
+                pause();
+                _exit(0);
+        }
+        close(ready[1]);
+        /* A child that failed to prepare closes the pipe unwritten. */
+        if (read(ready[0], &c, 1) != 1) {
+                int status = 0;
+                waitpid(pid, &status, 0);
+                TEST_FAIL_("a child failed to prepare: exit status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        }
+        close(ready[0]);
         return pid;
 }
 

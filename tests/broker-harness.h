@@ -6,6 +6,7 @@
  * runs as root the broker runs as an unprivileged uid, which proves it needs
  * no privileges. */
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +84,17 @@ uint64_t status_generation(pace *p, size_t *ret_n);
  * many it lists at the end. */
 size_t await_reservation_count(pace *p, size_t want);
 
+/* broker_start() with config_json, which must succeed, and a libpace handle
+ * on its socket: the start of most protocol tests. A test that wants
+ * children of its own forks them first, so that none holds the handle's
+ * connection. */
+pace *broker_start_connected(BrokerInstance *b, const char *config_json);
+/* Closes p and stops b, which must exit 0: the end of those tests. */
+void broker_stop_connected(BrokerInstance *b, pace *p);
+/* A version-1 reserve request as a raw client sends it, req carrying res:
+ * period_ns and ppm set, everything else absent for the caller to fill. */
+void raw_reserve_init(Pace__Request *req, Pace__ReserveRequest *res, uint64_t period_ns, uint32_t ppm);
+
 /* Runs fn in a child that has dropped to HARNESS_OTHER_UID; returns its
  * exit code. */
 int as_other_user(int (*fn)(const char *socket, pid_t target, uint64_t id), const char *socket, pid_t target,
@@ -90,8 +102,15 @@ int as_other_user(int (*fn)(const char *socket, pid_t target, uint64_t id), cons
 /* A pthread body that stores its tid in *(_Atomic pid_t *) arg and waits
  * for a signal forever. */
 void *park(void *arg);
+/* A thread in park(), started once it has stored its tid in *ret_tid. */
+pthread_t park_thread(_Atomic pid_t *ret_tid);
+/* Cancels and joins a park_thread(). */
+void unpark_thread(pthread_t thread);
 /* A child that waits for a signal forever (and dies with its parent). */
 pid_t fork_paused(void);
+/* The same, once prepare (run in the child first) has returned 0; the
+ * child exits with prepare's value otherwise, which fails the test. */
+pid_t fork_paused_after(int (*prepare)(void));
 /* SIGKILL and waitpid() for each of n children. */
 void reap_children(const pid_t *pids, size_t n);
 /* A snapshot of broker b's shared table. */

@@ -62,6 +62,8 @@ typedef struct FakeBroker {
         unsigned max_outstanding; /* most requests seen queued at once on a connection */
         uint8_t last_request[PACE_MAX_MESSAGE_SIZE];
         size_t last_request_size;
+
+        Pace__Request *last_decoded; /* the test thread's, from fake_broker_last_request() */
 } FakeBroker;
 
 /* A broker on a new socket (b->path), answering in mode. */
@@ -81,8 +83,23 @@ void fake_broker_set_error(FakeBroker *b, uint32_t version, uint32_t code, const
 
 unsigned fake_broker_get(FakeBroker *b, const unsigned *counter);
 
-/* The last request as the broker decoded it; free with pace__request__free_unpacked. */
+/* The last request as the broker decoded it. It stays valid until the next
+ * call or fake_broker_stop(), which free it: a test reads one request after
+ * another without freeing each. */
 Pace__Request *fake_broker_last_request(FakeBroker *b);
+
+/* A case (test.h's TEST) run against a fake broker: its body gets the broker
+ * b, started in mode, and a libpace handle p on it, both closed after the
+ * body returns. */
+#define FAKE_BROKER_TEST(name, mode)                                                      \
+        static void fake_broker_test_##name(FakeBroker *b, pace *p);                      \
+        TEST(name) {                                                                      \
+                FakeBroker b_;                                                            \
+                pace *p_ = fake_broker_connect(&b_, mode);                                \
+                fake_broker_test_##name(&b_, p_);                                         \
+                fake_broker_disconnect(&b_, p_);                                          \
+        }                                                                                 \
+        static void fake_broker_test_##name(FakeBroker *b, pace *p)
 
 /* What most reserve tests ask for: 60% of a 50 ms period, on any CPU. */
 extern const pace_reserve_params default_params;

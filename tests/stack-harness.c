@@ -163,6 +163,11 @@ int stack_stop_dispatcher(Stack *s) {
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+void stack_stop(Stack *s) {
+        ASSERT_EQ(stack_stop_dispatcher(s), 0);
+        ASSERT_EQ(broker_stop(&s->broker), 0);
+}
+
 bool skip(void) {
         if (geteuid() != 0)
                 return true;

@@ -71,11 +71,22 @@ int dispatcher_log_line(const Stack *s, const char *needle, char *ret_line, size
 void stack_start_with(Stack *s, const char *json);
 /* The same with STACK_DEFAULT_CONFIG. */
 void stack_start(Stack *s);
+/* The start of most cases: skip the case (test.h's TEST_SKIP, which returns
+ * from it) where skip() says the host cannot run it, else stack_start(s). */
+#define STACK_START_OR_SKIP(s)                                                            \
+        do {                                                                              \
+                if (skip())                                                               \
+                        TEST_SKIP("needs root, 2 CPUs and the built daemons");            \
+                stack_start(s);                                                           \
+        } while (0)
 /* The dispatcher on s->broker's directory and configuration: waits for its
  * monitor to watch the dispatch process, then half a second. */
 void stack_start_dispatcher(Stack *s);
 /* SIGTERM and wait up to 5 s; the exit status, -1 if not an exit. */
 int stack_stop_dispatcher(Stack *s);
+/* stack_stop_dispatcher(), then broker_stop(): the end of a case, which
+ * fails unless both exit 0. */
+void stack_stop(Stack *s);
 /* The dispatch process (the monitor's only child), or 0. */
 pid_t dispatcher_child(const Stack *s);
 

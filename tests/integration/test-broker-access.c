@@ -91,16 +91,24 @@ static int try_user_limits(const char *socket, pid_t target, uint64_t id) {
         return rc;
 }
 
+/* Children of another user, for root to reserve: with its uid only, or
+ * with its gid and no supplementary groups too. */
+static int set_other_uid(void) {
+        return setuid(HARNESS_OTHER_UID) < 0 ? 1 : 0;
+}
+
+static int become_other_user(void) {
+        return setgroups(0, NULL) < 0 || setgid(HARNESS_OTHER_UID) < 0 || setuid(HARNESS_OTHER_UID) < 0 ? 2 : 0;
+}
+
 TEST(other_users_cannot_touch_what_is_not_theirs) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
         size_t n;
 
         if (skip_unless_root())
                 TEST_SKIP("needs root to act as a second user");
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .cpu = -1 };
         ASSERT_OK(pace_reserve(p, &params, &g));
         uint64_t gen = status_generation(p, &n);
@@ -121,24 +129,13 @@ TEST(other_users_cannot_touch_what_is_not_theirs) {
         ASSERT_EQ(n, 1);
 
         /* Root may reserve another user's process. */
-        pid_t kid = fork();
-        ASSERT_OK(kid);
-        if (kid == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (setuid(HARNESS_OTHER_UID) < 0)
-                        _exit(1);
-                pause();
-                _exit(0);
-        }
-        sleep_ms(50);
+        pid_t kid = fork_paused_after(set_other_uid);
         params.pid = kid;
         params.utilization_ppm = 100000;
         ASSERT_OK(pace_reserve(p, &params, &g));
         ASSERT_EQ(g.pid, kid);
-        kill(kid, SIGKILL);
-        waitpid(kid, NULL, 0);
-        pace_close(p);
-        ASSERT_EQ(broker_stop(&b), 0);
+        reap_children(&kid, 1);
+        broker_stop_connected(&b, p);
 }
 
 static int try_status_and_reserve_denied_by_group(const char *socket, pid_t target, uint64_t id) {
@@ -234,8 +231,7 @@ TEST(who_may_ask_and_how_often) {
         ASSERT_OK(pace_connect(b.socket, &p));
         for (int i = 0; i < 30; i++)
                 status_generation(p, &n);
-        pace_close(p);
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 /* A field of /proc/PID/status, e.g. "Uid:", as the rest of its line. */
@@ -302,42 +298,22 @@ TEST(a_broker_started_as_root_drops_to_an_unprivileged_user) {
  * The refusal names the key; an ordinary user's process is unaffected. */
 TEST(root_processes_need_reserve_root_processes) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
-        int pipefd[2];
 
         if (geteuid() != 0)
                 TEST_SKIP("needs root: the target must run as root, the other as another user");
-        ASSERT_OK(broker_start(&b, "{ \"reserve_root_processes\": false }"));
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, "{ \"reserve_root_processes\": false }");
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1 };
         ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_PERMISSION_DENIED);
         ASSERT_CONTAINS(pace_last_message(), "runs as root");
         ASSERT_CONTAINS(pace_last_message(), "\"reserve_root_processes\": true");
 
         /* A process of an ordinary user, reserved by root: fine. */
-        ASSERT_OK(pipe(pipefd));
-        pid_t kid = fork();
-        ASSERT_OK(kid);
-        if (kid == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (setgroups(0, NULL) < 0 || setgid(HARNESS_OTHER_UID) < 0 || setuid(HARNESS_OTHER_UID) < 0)
-                        _exit(2);
-                if (write(pipefd[1], "x", 1) != 1)
-                        _exit(1);
-                pause();
-                _exit(0);
-        }
-        char c;
-        ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+        pid_t kid = fork_paused_after(become_other_user);
         params.pid = kid;
         ASSERT_OK(pace_reserve(p, &params, &g));
-        pace_close(p);
-        kill(kid, SIGKILL);
-        waitpid(kid, NULL, 0);
-        close(pipefd[0]);
-        close(pipefd[1]);
-        ASSERT_EQ(broker_stop(&b), 0);
+        reap_children(&kid, 1);
+        broker_stop_connected(&b, p);
 }
 
 TEST_MAIN()

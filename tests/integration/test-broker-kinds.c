@@ -39,13 +39,9 @@ static const char *config_kinds =
 /* A reserve request as a client that predates kinds sends it, or with a
  * kind of any number. */
 static Pace__Response *raw_reserve(int fd, pid_t pid, int32_t cpu, uint32_t ppm, bool has_kind, int kind) {
-        Pace__Request req = PACE__REQUEST__INIT;
-        Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
-        req.version = 1;
-        req.body_case = PACE__REQUEST__BODY_RESERVE;
-        req.reserve = &res;
-        res.period_ns = 50 * NSEC_PER_MSEC;
-        res.utilization_ppm = ppm;
+        Pace__Request req;
+        Pace__ReserveRequest res;
+        raw_reserve_init(&req, &res, 50 * NSEC_PER_MSEC, ppm);
         res.has_pid = pid > 0;
         res.pid = pid;
         res.has_cpu = cpu >= 0;
@@ -61,6 +57,12 @@ static uint32_t table_flags_of(const PaceTableBuffer *t, uint64_t id) {
                         return t->reservations[i].flags;
         TEST_FAIL_("reservation %" PRIu64 " is not in the table", id);
         return 0;
+}
+
+/* Reservation id's flags in b's table as it is now. */
+static uint32_t table_flags_now(const BrokerInstance *b, uint64_t id) {
+        read_table(b, &table_after);
+        return table_flags_of(&table_after, id);
 }
 
 static pace_kind status_kind_of(pace *p, uint64_t id) {
@@ -79,12 +81,10 @@ static pace_kind status_kind_of(pace *p, uint64_t id) {
  * before kinds; a restarted broker keeps every kind. */
 TEST(each_kind_is_granted_and_shown) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant slots, server, aligned;
 
-        ASSERT_OK(broker_start(&b, config_kinds));
         pid_t k1 = fork_paused(), k2 = fork_paused(), k3 = fork_paused(), k4 = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, config_kinds);
         /* All on CPU 0, the block first: spread slots leave no stretch of
          * ten free slots for a block placed after them. */
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .pid = k3,
@@ -136,8 +136,7 @@ TEST(each_kind_is_granted_and_shown) {
         pace__response__free_unpacked(resp, NULL);
         close(fd);
         ASSERT_EQ(status_kind_of(p, old_client), PACE_KIND_SLOTS);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, old_client), 0u);
+        ASSERT_EQ(table_flags_now(&b, old_client), 0u);
 
         /* Status says each one's kind. */
         ASSERT_EQ(status_kind_of(p, slots.id), PACE_KIND_SLOTS);
@@ -153,23 +152,20 @@ TEST(each_kind_is_granted_and_shown) {
         ASSERT_EQ(status_kind_of(p, server.id), PACE_KIND_SERVER);
         ASSERT_EQ(status_kind_of(p, aligned.id), PACE_KIND_ALIGNED);
 
-        pace_close(p);
         pid_t kids[] = { k1, k2, k3, k4 };
         reap_children(kids, ELEMENTSOF(kids));
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 /* A kind the protocol does not define is refused, naming the field, and
  * changes nothing; in a reserve and in a modify. */
 TEST(a_bad_kind_is_refused_and_changes_nothing) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
         size_t n;
 
-        ASSERT_OK(broker_start(&b, config_kinds));
         pid_t k = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, config_kinds);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .pid = k,
                                        .cpu = -1, .kind = PACE_KIND_SERVER };
         ASSERT_OK(pace_reserve(p, &params, &g));
@@ -210,22 +206,18 @@ TEST(a_bad_kind_is_refused_and_changes_nothing) {
         read_table(&b, &table_after);
         ASSERT_EQ(memcmp(&table_before, &table_after, sizeof(table_before)), 0);
 
-        pace_close(p);
-        kill(k, SIGKILL);
-        waitpid(k, NULL, 0);
-        ASSERT_EQ(broker_stop(&b), 0);
+        reap_children(&k, 1);
+        broker_stop_connected(&b, p);
 }
 
 /* A change keeps the kind unless it names one; naming one changes it (and
  * the table's flags) in the same all-or-nothing swap. */
 TEST(modify_keeps_or_changes_the_kind) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g, m;
 
-        ASSERT_OK(broker_start(&b, config_kinds));
         pid_t k = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, config_kinds);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .pid = k,
                                        .cpu = -1, .kind = PACE_KIND_SERVER };
         ASSERT_OK(pace_reserve(p, &params, &g));
@@ -237,28 +229,23 @@ TEST(modify_keeps_or_changes_the_kind) {
         ASSERT_EQ(m.kind, PACE_KIND_SERVER);
         ASSERT_EQ(m.budget_ns, 15 * NSEC_PER_MSEC);
         ASSERT_EQ(status_kind_of(p, g.id), PACE_KIND_SERVER);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, g.id), PACE_RES_SERVER);
+        ASSERT_EQ(table_flags_now(&b, g.id), PACE_RES_SERVER);
 
         /* Named: aligned now, its budget one block from its phase. */
         params.kind = PACE_KIND_ALIGNED;
         ASSERT_OK(pace_modify(p, g.id, &params, &m));
         ASSERT_EQ(m.kind, PACE_KIND_ALIGNED);
         ASSERT_EQ(status_kind_of(p, g.id), PACE_KIND_ALIGNED);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, g.id), PACE_RES_ALIGNED);
+        ASSERT_EQ(table_flags_now(&b, g.id), PACE_RES_ALIGNED);
 
         /* And back to slots. */
         params.kind = PACE_KIND_SLOTS;
         ASSERT_OK(pace_modify(p, g.id, &params, &m));
         ASSERT_EQ(m.kind, PACE_KIND_SLOTS);
-        read_table(&b, &table_after);
-        ASSERT_EQ(table_flags_of(&table_after, g.id), 0u);
+        ASSERT_EQ(table_flags_now(&b, g.id), 0u);
 
-        pace_close(p);
-        kill(k, SIGKILL);
-        waitpid(k, NULL, 0);
-        ASSERT_EQ(broker_stop(&b), 0);
+        reap_children(&k, 1);
+        broker_stop_connected(&b, p);
 }
 
 TEST_MAIN()

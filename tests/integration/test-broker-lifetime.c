@@ -39,12 +39,10 @@ static PaceTableBuffer table_before, table_after; /* large: off the stack */
 TEST(reservation_dies_with_its_process_within_a_frame) {
         enum { ROUNDS = 5 };
         BrokerInstance b;
-        pace *p = NULL;
         size_t n;
         uint64_t took[ROUNDS];
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         for (int round = 0; round < ROUNDS; round++) {
                 int pipefd[2];
                 ASSERT_OK(pipe(pipefd));
@@ -90,8 +88,7 @@ TEST(reservation_dies_with_its_process_within_a_frame) {
         printf("  freed %.2f ms (median of %d; %.2f-%.2f) after the process was reaped\n", (double) took[ROUNDS / 2] / 1e6,
                ROUNDS, (double) took[0] / 1e6, (double) took[ROUNDS - 1] / 1e6);
         ASSERT_CMP(took[ROUNDS / 2], <, 50 * NSEC_PER_MSEC);
-        pace_close(p);
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 TEST(client_dying_mid_request_does_not_hurt_the_broker) {
@@ -104,15 +101,11 @@ TEST(client_dying_mid_request_does_not_hurt_the_broker) {
                 pid_t kid = fork();
                 ASSERT_OK(kid);
                 if (kid == 0) {
-                        Pace__Request req = PACE__REQUEST__INIT;
-                        Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
+                        Pace__Request req;
+                        Pace__ReserveRequest res;
                         uint8_t buf[128];
                         int fd = broker_raw_connect(b.socket);
-                        req.version = 1;
-                        req.body_case = PACE__REQUEST__BODY_RESERVE;
-                        req.reserve = &res;
-                        res.period_ns = 20 * NSEC_PER_MSEC;
-                        res.utilization_ppm = 100000;
+                        raw_reserve_init(&req, &res, 20 * NSEC_PER_MSEC, 100000);
                         size_t len = pace__request__pack(&req, buf);
                         /* Send and die at once, without reading the reply. */
                         if (send(fd, buf, len, 0) < 0)
@@ -129,14 +122,22 @@ TEST(client_dying_mid_request_does_not_hurt_the_broker) {
                 sleep_ms(5);
         }
         ASSERT_EQ(n, 0);
+        broker_stop_connected(&b, p);
+}
+
+/* A new client gets its status within 2 s. */
+static void assert_served_promptly(const BrokerInstance *b) {
+        pace *p = NULL;
+
+        ASSERT_OK(pace_connect(b->socket, &p));
+        uint64_t t0 = monotonic_ns();
+        status_generation(p, NULL);
+        ASSERT_CMP(monotonic_ns() - t0, <, 2000 * NSEC_PER_MSEC);
         pace_close(p);
-        ASSERT_EQ(broker_stop(&b), 0);
 }
 
 TEST(silent_and_flooding_clients_do_not_block_others) {
         BrokerInstance b;
-        pace *p = NULL;
-        size_t n;
         struct rlimit rl;
         enum { FLOOD = 1000 };
         static int fds[FLOOD];
@@ -151,11 +152,7 @@ TEST(silent_and_flooding_clients_do_not_block_others) {
         /* One client connects and says nothing. */
         int silent = broker_raw_connect(b.socket);
         ASSERT_OK(silent);
-        ASSERT_OK(pace_connect(b.socket, &p));
-        uint64_t t0 = monotonic_ns();
-        status_generation(p, &n);
-        ASSERT_CMP(monotonic_ns() - t0, <, 2000 * NSEC_PER_MSEC);
-        pace_close(p);
+        assert_served_promptly(&b);
 
         /* The silent one is dropped after client_timeout_ms (400 ms). */
         char c;
@@ -207,11 +204,7 @@ TEST(silent_and_flooding_clients_do_not_block_others) {
         for (size_t i = 0; i < opened; i++)
                 close(fds[i]);
         sleep_ms(100);
-        ASSERT_OK(pace_connect(b.socket, &p));
-        t0 = monotonic_ns();
-        status_generation(p, &n);
-        ASSERT_CMP(monotonic_ns() - t0, <, 2000 * NSEC_PER_MSEC);
-        pace_close(p);
+        assert_served_promptly(&b);
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
@@ -338,13 +331,11 @@ TEST(a_second_broker_does_not_take_a_live_ones_socket) {
  * dropped; the adopted ones still end with their process. */
 TEST(a_restarted_broker_adopts_the_reservations_in_force) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g1, g2, g3;
         pace_status_report *st = NULL;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
         pid_t keeper = fork_paused(), goner = fork_paused(), third = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000, .pid = keeper, .cpu = 1 };
         ASSERT_OK(pace_reserve(p, &params, &g1));
         params.pid = goner;
@@ -358,8 +349,7 @@ TEST(a_restarted_broker_adopts_the_reservations_in_force) {
         kill(b.pid, SIGKILL);
         waitpid(b.pid, NULL, 0);
         b.pid = 0;
-        kill(goner, SIGKILL);
-        waitpid(goner, NULL, 0);
+        reap_children(&goner, 1);
         uint64_t restarted = monotonic_ns();
         ASSERT_OK(broker_restart(&b, SIGKILL));
 
@@ -411,22 +401,19 @@ TEST(a_restarted_broker_adopts_the_reservations_in_force) {
         ASSERT_CMP(g3.id, >, g2.id);
 
         /* The adopted reservation still dies with its process. */
-        kill(keeper, SIGKILL);
-        waitpid(keeper, NULL, 0);
+        reap_children(&keeper, 1);
         size_t n = 2;
         for (int i = 0; i < 200 && n != 1; i++) {
                 status_generation(p, &n);
                 sleep_ms(5);
         }
         ASSERT_EQ(n, 1);
-        pace_close(p);
-        kill(third, SIGKILL);
-        waitpid(third, NULL, 0);
+        reap_children(&third, 1);
         char *log = broker_log(&b);
         ASSERT_CONTAINS(log, "not adopted: process");
         ASSERT_CONTAINS(log, "adopted 1 reservation(s)");
         free(log);
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 static int write_config(const BrokerInstance *b, const char *json) {
@@ -439,14 +426,12 @@ static int write_config(const BrokerInstance *b, const char *json) {
 
 TEST(reload_applies_a_valid_config_and_refuses_one_the_reservations_break) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
         pace_status_report *st = NULL;
         size_t n;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
         pid_t kid = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = kid, .cpu = 1 };
         ASSERT_OK(pace_reserve(p, &params, &g));
 
@@ -501,10 +486,8 @@ TEST(reload_applies_a_valid_config_and_refuses_one_the_reservations_break) {
         ASSERT_CONTAINS(pace_last_message(), "1 reservation(s) dropped");
         status_generation(p, &n);
         ASSERT_EQ(n, 0);
-        pace_close(p);
-        kill(kid, SIGKILL);
-        waitpid(kid, NULL, 0);
-        ASSERT_EQ(broker_stop(&b), 0);
+        reap_children(&kid, 1);
+        broker_stop_connected(&b, p);
 }
 
 TEST(socket_activation_is_used_when_offered) {

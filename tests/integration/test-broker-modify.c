@@ -43,13 +43,11 @@ static int try_modify(const char *socket, pid_t target, uint64_t id) {
 
 TEST(modify_is_a_new_admission_all_or_nothing) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant a, bb, g;
         pace_status_report *st = NULL;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
         pid_t ka = fork_paused(), kb = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = ka, .cpu = 1 };
         ASSERT_OK(pace_reserve(p, &params, &a));
 
@@ -94,12 +92,9 @@ TEST(modify_is_a_new_admission_all_or_nothing) {
                 ASSERT_EQ(as_other_user(try_modify, b.socket, 0, a.id), 0);
         ASSERT_EQ(status_generation(p, NULL), gen);
 
-        pace_close(p);
-        kill(ka, SIGKILL);
-        kill(kb, SIGKILL);
-        waitpid(ka, NULL, 0);
-        waitpid(kb, NULL, 0);
-        ASSERT_EQ(broker_stop(&b), 0);
+        pid_t kids[] = { ka, kb };
+        reap_children(kids, ELEMENTSOF(kids));
+        broker_stop_connected(&b, p);
 }
 
 /* A change is applied where the reservation is, at one frame boundary of
@@ -108,17 +103,13 @@ TEST(modify_is_a_new_admission_all_or_nothing) {
  * in force for up to a frame: paper 003's Defect 1). */
 TEST(a_change_stays_on_the_reservations_cpu) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant a, c0, c1, split, g;
         size_t n;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
-        if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
-                broker_stop(&b);
+        if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
                 TEST_SKIP("needs 2 CPUs");
-        }
         pid_t ka = fork_paused(), k0 = fork_paused(), k1 = fork_paused(), ks = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = ka, .cpu = 1 };
         ASSERT_OK(pace_reserve(p, &params, &a));
         uint64_t gen = status_generation(p, &n);
@@ -160,10 +151,9 @@ TEST(a_change_stays_on_the_reservations_cpu) {
         ASSERT_CONTAINS(pace_last_message(), "split over CPUs");
         ASSERT_EQ(status_generation(p, NULL), gen);
 
-        pace_close(p);
         pid_t kids[] = { ka, k0, k1, ks };
         reap_children(kids, ELEMENTSOF(kids));
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 /* A change of parameters never changes whom a reservation covers: two
@@ -172,17 +162,12 @@ TEST(a_change_stays_on_the_reservations_cpu) {
  * hold one process twice and be refused). */
 TEST(modify_keeps_the_scope_and_thread) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant a, t, g;
         pace_status_report *st = NULL;
-        pthread_t thread;
-        _Atomic pid_t tid = 0;
+        _Atomic pid_t tid;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
-        ASSERT_EQ(pthread_create(&thread, NULL, park, (void *) &tid), 0);
-        while (tid == 0)
-                sleep_ms(1);
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pthread_t thread = park_thread(&tid);
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1,
                                        .scope = PACE_SCOPE_THREAD, .tid = gettid() };
         ASSERT_OK(pace_reserve(p, &params, &a));
@@ -209,10 +194,8 @@ TEST(modify_keeps_the_scope_and_thread) {
         ASSERT_EQ(g.tid, gettid());
         ASSERT_EQ(status_generation(p, NULL), gen + 2);
 
-        pace_close(p);
-        pthread_cancel(thread);
-        pthread_join(thread, NULL);
-        ASSERT_EQ(broker_stop(&b), 0);
+        unpark_thread(thread);
+        broker_stop_connected(&b, p);
 }
 
 TEST_MAIN()

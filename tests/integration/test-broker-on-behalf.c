@@ -29,24 +29,28 @@ static const char *config_default =
         "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"max_reservations_per_user\": 4,"
         "  \"max_requests_per_second\": 1000 }";
 
-/* Every case needs callers of several uids. */
-#define SKIP_UNLESS_ROOT()                                                                \
-        do {                                                                              \
-                if (geteuid() != 0)                                                       \
-                        TEST_SKIP("needs root: callers of several uids");                 \
-        } while (0)
-
 static int raw_connect(const char *path) {
         int fd = broker_raw_connect(path);
         ASSERT_CMP(fd, >=, 0);
         return fd;
 }
 
-/* The end of a case: its connection closed, its broker stopped. */
-static void stop_broker(BrokerInstance *b, int fd) {
-        close(fd);
-        broker_stop(b);
-}
+/* A case (test.h's TEST) with callers of several uids, so as root only.
+ * Its body gets a broker started with config (b) and root's connection to
+ * it (fd: as root, the test is a delegate), both closed after the body. */
+#define ON_BEHALF_TEST(name, config)                                                      \
+        static void on_behalf_test_##name(BrokerInstance *b, int fd);                     \
+        TEST(name) {                                                                      \
+                BrokerInstance b_;                                                        \
+                if (geteuid() != 0)                                                       \
+                        TEST_SKIP("needs root: callers of several uids");                 \
+                ASSERT_OK(broker_start(&b_, config));                                     \
+                int fd_ = raw_connect(b_.socket);                                         \
+                on_behalf_test_##name(&b_, fd_);                                          \
+                close(fd_);                                                               \
+                broker_stop(&b_);                                                         \
+        }                                                                                 \
+        static void on_behalf_test_##name(BrokerInstance *b, int fd)
 
 static Pace__Response *exchange(int fd, Pace__Request *req) {
         static uint8_t reply[PACE_MAX_MESSAGE_SIZE];
@@ -236,18 +240,14 @@ static int exchange_as(uid_t uid, const char *socket_path, Pace__Request *req, c
         return atoi(out);
 }
 
-TEST(only_a_delegate_speaks_for_another) {
-        SKIP_UNLESS_ROOT();
-        BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+ON_BEHALF_TEST(only_a_delegate_speaks_for_another, config_default) {
         Child c = child_start(CALLER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         char msg[600];
 
         /* An ordinary user naming itself as the caller: still refused. */
         OnBehalf o;
         on_behalf_init(&o, CALLER_UID, c.pid, c.pid, c.tid);
-        ASSERT_EQ(exchange_as(CALLER_UID, b.socket, &o.req, msg, sizeof(msg)),
+        ASSERT_EQ(exchange_as(CALLER_UID, b->socket, &o.req, msg, sizeof(msg)),
                   PACE__ERROR_CODE__ERROR_PERMISSION_DENIED);
         ASSERT_CONTAINS(msg, "may not ask on behalf of another process");
         ASSERT_EQ(n_reservations(fd), 0);
@@ -279,16 +279,11 @@ TEST(only_a_delegate_speaks_for_another) {
         ASSERT_EQ(n_reservations(fd), 1);
 
         child_stop(&c);
-        stop_broker(&b, fd);
 }
 
-TEST(the_named_caller_must_be_who_the_delegate_says) {
-        SKIP_UNLESS_ROOT();
-        BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+ON_BEHALF_TEST(the_named_caller_must_be_who_the_delegate_says, config_default) {
         Child c = child_start(CALLER_UID, false, 0);
         Child other = child_start(OTHER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         /* Another start time: the pid now names another process. */
@@ -316,16 +311,11 @@ TEST(the_named_caller_must_be_who_the_delegate_says) {
 
         child_stop(&c);
         child_stop(&other);
-        stop_broker(&b, fd);
 }
 
-TEST(rate_limit_counts_each_caller) {
-        SKIP_UNLESS_ROOT();
-        BrokerInstance b;
-        ASSERT_OK(broker_start(&b, "{ \"max_requests_per_second\": 5 }"));
+ON_BEHALF_TEST(rate_limit_counts_each_caller, "{ \"max_requests_per_second\": 5 }") {
         Child c = child_start(CALLER_UID, false, 0);
         Child other = child_start(OTHER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
         int refused = 0;
 
@@ -350,18 +340,12 @@ TEST(rate_limit_counts_each_caller) {
         grant_id(exchange(fd, &o.req));
 
         child_stop(&c);
-
         child_stop(&other);
-        stop_broker(&b, fd);
 }
 
-TEST(nice_levels) {
-        SKIP_UNLESS_ROOT();
-        BrokerInstance b;
-        ASSERT_OK(broker_start(&b, "{ \"rtkit_min_nice_level\": -10 }"));
+ON_BEHALF_TEST(nice_levels, "{ \"rtkit_min_nice_level\": -10 }") {
         Child c = child_start(CALLER_UID, true, 0);
         Child other = child_start(OTHER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         on_behalf_init(&o, CALLER_UID, c.pid, c.pid, c.tid);
@@ -409,16 +393,11 @@ TEST(nice_levels) {
         ASSERT_EQ(left, 0);
 
         child_stop(&other);
-        stop_broker(&b, fd);
 }
 
-TEST(a_thread_reservation_ends_with_its_thread) {
-        SKIP_UNLESS_ROOT();
-        BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+ON_BEHALF_TEST(a_thread_reservation_ends_with_its_thread, config_default) {
         /* The thread lives 500 ms; its process lives on. */
         Child c = child_start(CALLER_UID, true, 500);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         on_behalf_init(&o, CALLER_UID, c.pid, c.pid, c.tid);
@@ -431,19 +410,14 @@ TEST(a_thread_reservation_ends_with_its_thread) {
         }
         ASSERT_EQ(n, 0);
         ASSERT_EQ(kill(c.pid, 0), 0); /* the process is still there */
-        assert_broker_log_contains(&b, "exited");
+        assert_broker_log_contains(b, "exited");
 
         child_stop(&c);
-        stop_broker(&b, fd);
 }
 
-TEST(reset_known_drops_only_what_was_asked_on_behalf) {
-        SKIP_UNLESS_ROOT();
-        BrokerInstance b;
-        ASSERT_OK(broker_start(&b, config_default));
+ON_BEHALF_TEST(reset_known_drops_only_what_was_asked_on_behalf, config_default) {
         Child c = child_start(CALLER_UID, true, 0);
         Child plain = child_start(CALLER_UID, false, 0);
-        int fd = raw_connect(b.socket);
         OnBehalf o;
 
         on_behalf_init(&o, CALLER_UID, c.pid, c.pid, c.tid);
@@ -470,7 +444,7 @@ TEST(reset_known_drops_only_what_was_asked_on_behalf) {
         req.body_case = PACE__REQUEST__BODY_RESET;
         req.reset = &reset;
         char msg[600];
-        ASSERT_EQ(exchange_as(CALLER_UID, b.socket, &req, msg, sizeof(msg)),
+        ASSERT_EQ(exchange_as(CALLER_UID, b->socket, &req, msg, sizeof(msg)),
                   PACE__ERROR_CODE__ERROR_PERMISSION_DENIED);
         ASSERT_EQ(n_reservations(fd), 2);
 
@@ -485,9 +459,7 @@ TEST(reset_known_drops_only_what_was_asked_on_behalf) {
         pace__response__free_unpacked(resp, NULL);
 
         child_stop(&c);
-
         child_stop(&plain);
-        stop_broker(&b, fd);
 }
 
 TEST_MAIN()

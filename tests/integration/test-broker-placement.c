@@ -39,25 +39,33 @@ static void set_online(const char *path, const char *cpus) {
         close(fd);
 }
 
-/* CPU hotplug, played with a stand-in for /sys/devices/system/cpu/online. */
-TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
-        BrokerInstance b;
-        pace *p = NULL;
-        pace_grant a, c, d, g;
-        pace_status_report *st = NULL;
-        char online[] = "/tmp/pace-online-XXXXXX";
+/* CPU hotplug, played with a stand-in for /sys/devices/system/cpu/online:
+ * a broker started with config that reads it from online (a template
+ * "/tmp/pace-online-XXXXXX", made a file that lists CPUs 0 and 1). */
+static pace *broker_start_with_online(BrokerInstance *b, const char *config, char *online) {
         int fd = mkstemp(online);
         ASSERT_OK(fd);
         ASSERT_EQ(write(fd, "0-1\n", 4), 4);
         close(fd);
         chmod(online, 0644);
         setenv("PACE_TEST_CPU_ONLINE", online, 1);
-        int r = broker_start(&b, HARNESS_PROTOCOL_CONFIG);
+        int r = broker_start(b, config);
         unsetenv("PACE_TEST_CPU_ONLINE");
         ASSERT_OK(r);
 
+        pace *p = NULL;
+        ASSERT_OK(pace_connect(b->socket, &p));
+        return p;
+}
+
+TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
+        BrokerInstance b;
+        pace_grant a, c, d, g;
+        pace_status_report *st = NULL;
+        char online[] = "/tmp/pace-online-XXXXXX";
+
         pid_t ka = fork_paused(), kc = fork_paused(), kd = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_with_online(&b, HARNESS_PROTOCOL_CONFIG, online);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000, .pid = ka, .cpu = 1 };
         ASSERT_OK(pace_reserve(p, &params, &a));
         params.pid = kc;
@@ -97,15 +105,10 @@ TEST(a_cpu_going_offline_moves_or_drops_its_reservations_loudly) {
         }
         ASSERT_EQ(g.cpu, 1);
 
-        pace_close(p);
-        kill(ka, SIGKILL);
-        kill(kc, SIGKILL);
-        kill(kd, SIGKILL);
-        waitpid(ka, NULL, 0);
-        waitpid(kc, NULL, 0);
-        waitpid(kd, NULL, 0);
+        pid_t kids[] = { ka, kc, kd };
+        reap_children(kids, ELEMENTSOF(kids));
         unlink(online);
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 /* The "hostile clients" issue: `taskset -c 1 pace-run ...` was reserved on
@@ -129,16 +132,14 @@ static bool skip_unless_two_cpus(void) {
 
 TEST(placement_stays_within_the_targets_affinity) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant f0, f1, g;
         char expect[256];
 
         if (skip_unless_two_cpus())
                 TEST_SKIP("needs CPUs 0 and 1");
-        ASSERT_OK(broker_start(&b, config_two_cpus));
-        /* CPU 1 fuller than CPU 0: worst fit alone would pick CPU 0. */
         pid_t k0 = fork_paused(), k1 = fork_paused(), kt = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, config_two_cpus);
+        /* CPU 1 fuller than CPU 0: worst fit alone would pick CPU 0. */
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = k0, .cpu = 0 };
         ASSERT_OK(pace_reserve(p, &params, &f0));
         params = (pace_reserve_params) { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000, .pid = k1, .cpu = 1 };
@@ -218,11 +219,8 @@ TEST(placement_stays_within_the_targets_affinity) {
         ASSERT_CONTAINS(pace_last_message(), "CPU 0 is outside its affinity");
 
         /* A thread-scope reservation follows the thread's own affinity. */
-        pthread_t thread;
-        _Atomic pid_t tid = 0;
-        ASSERT_EQ(pthread_create(&thread, NULL, park, (void *) &tid), 0);
-        while (tid == 0)
-                sleep_ms(1);
+        _Atomic pid_t tid;
+        pthread_t thread = park_thread(&tid);
         set_affinity(tid, 0x2);
         params = (pace_reserve_params) { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = -1,
                                          .scope = PACE_SCOPE_THREAD, .tid = tid };
@@ -232,12 +230,10 @@ TEST(placement_stays_within_the_targets_affinity) {
         ASSERT_OK(pace_reserve(p, &params, &g));
         ASSERT_EQ(g.cpu, 0);
 
-        pace_close(p);
-        pthread_cancel(thread);
-        pthread_join(thread, NULL);
+        unpark_thread(thread);
         pid_t kids[] = { k0, k1, kt };
         reap_children(kids, ELEMENTSOF(kids));
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 /* 25% taken on each of two CPUs leaves 50% free on each: 60% as slots is
@@ -245,15 +241,13 @@ TEST(placement_stays_within_the_targets_affinity) {
  * its refusal says so and what to ask instead, and changes nothing. */
 TEST(a_server_that_would_have_to_be_split_is_refused) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant c0, c1, g;
         size_t n;
 
         if (skip_unless_two_cpus())
                 TEST_SKIP("needs CPUs 0 and 1");
-        ASSERT_OK(broker_start(&b, config_two_cpus));
         pid_t k0 = fork_paused(), k1 = fork_paused(), ks = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, config_two_cpus);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 250000, .pid = k0,
                                        .cpu = 0 };
         ASSERT_OK(pace_reserve(p, &params, &c0));
@@ -285,10 +279,9 @@ TEST(a_server_that_would_have_to_be_split_is_refused) {
         ASSERT_EQ(g.split_cpus, 0x3);
         ASSERT_EQ(g.kind, PACE_KIND_SLOTS);
 
-        pace_close(p);
         pid_t kids[] = { k0, k1, ks };
         reap_children(kids, ELEMENTSOF(kids));
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 /* A reservation moved off a CPU that went offline stays within the affinity
@@ -296,25 +289,14 @@ TEST(a_server_that_would_have_to_be_split_is_refused) {
  * not moved onto a CPU its owner ruled out. */
 TEST(a_move_off_an_offline_cpu_stays_within_the_affinity) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant a, c;
         char online[] = "/tmp/pace-online-XXXXXX";
 
         if (skip_unless_two_cpus())
                 TEST_SKIP("needs CPUs 0 and 1");
-        int fd = mkstemp(online);
-        ASSERT_OK(fd);
-        ASSERT_EQ(write(fd, "0-1\n", 4), 4);
-        close(fd);
-        chmod(online, 0644);
-        setenv("PACE_TEST_CPU_ONLINE", online, 1);
-        int r = broker_start(&b, config_two_cpus);
-        unsetenv("PACE_TEST_CPU_ONLINE");
-        ASSERT_OK(r);
-
         pid_t ka = fork_paused(), kc = fork_paused();
         set_affinity(ka, 0x2);
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_with_online(&b, config_two_cpus, online);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = ka, .cpu = -1 };
         ASSERT_OK(pace_reserve(p, &params, &a));
         ASSERT_EQ(a.cpu, 1);
@@ -337,13 +319,10 @@ TEST(a_move_off_an_offline_cpu_stays_within_the_affinity) {
         ASSERT_CONTAINS(log, expect);
         free(log);
 
-        pace_close(p);
-        kill(ka, SIGKILL);
-        kill(kc, SIGKILL);
-        waitpid(ka, NULL, 0);
-        waitpid(kc, NULL, 0);
+        pid_t kids[] = { ka, kc };
+        reap_children(kids, ELEMENTSOF(kids));
         unlink(online);
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 TEST_MAIN()

@@ -33,12 +33,10 @@ static PaceTableBuffer table_before, table_after; /* large: off the stack */
 
 TEST(reserve_status_release_roundtrip) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
         pace_status_report *st = NULL;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1 };
         ASSERT_OK(pace_reserve(p, &params, &g));
         ASSERT_EQ(g.pid, getpid());
@@ -72,18 +70,15 @@ TEST(reserve_status_release_roundtrip) {
         ASSERT_EQ(n, 0);
         ASSERT_ERR(pace_release(p, g.id), PACE_E_NO_SUCH_RESERVATION);
         ASSERT_CONTAINS(pace_last_message(), "no reservation with id");
-        pace_close(p);
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 TEST(bad_requests_get_clear_errors_and_change_nothing) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
         size_t n;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params ok = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 300000, .cpu = -1 };
         ASSERT_OK(pace_reserve(p, &ok, &g));
         uint64_t gen = status_generation(p, &n);
@@ -96,14 +91,10 @@ TEST(bad_requests_get_clear_errors_and_change_nothing) {
         assert_error_reply(raw_exchange(fd, "\xff\xff\xff\xff garbage", 13), PACE__ERROR_CODE__ERROR_MALFORMED,
                            "not a valid pace.Request");
         {
-                Pace__Request req = PACE__REQUEST__INIT;
-                Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
+                Pace__Request req;
+                Pace__ReserveRequest res;
                 uint8_t buf[256];
-                req.version = 1;
-                req.body_case = PACE__REQUEST__BODY_RESERVE;
-                req.reserve = &res;
-                res.period_ns = 50 * NSEC_PER_MSEC;
-                res.utilization_ppm = 100000;
+                raw_reserve_init(&req, &res, 50 * NSEC_PER_MSEC, 100000);
                 size_t full = pace__request__pack(&req, buf);
                 assert_error_reply(raw_exchange(fd, buf, full - 2), PACE__ERROR_CODE__ERROR_MALFORMED,
                                    "not a valid pace.Request");
@@ -162,13 +153,9 @@ TEST(bad_requests_get_clear_errors_and_change_nothing) {
                 { 50 * NSEC_PER_MSEC, 100000, false, 0, false, 0, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT, "already holds" },
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
-                Pace__Request req = PACE__REQUEST__INIT;
-                Pace__ReserveRequest res = PACE__RESERVE_REQUEST__INIT;
-                req.version = 1;
-                req.body_case = PACE__REQUEST__BODY_RESERVE;
-                req.reserve = &res;
-                res.period_ns = bad[i].period_ns;
-                res.utilization_ppm = bad[i].ppm;
+                Pace__Request req;
+                Pace__ReserveRequest res;
+                raw_reserve_init(&req, &res, bad[i].period_ns, bad[i].ppm);
                 res.has_pid = bad[i].has_pid;
                 res.pid = bad[i].pid;
                 res.has_cpu = bad[i].has_cpu;
@@ -193,43 +180,33 @@ TEST(bad_requests_get_clear_errors_and_change_nothing) {
         ASSERT_EQ(status_generation(p, &n), gen);
         ASSERT_EQ(n, 1);
         close(fd);
-        pace_close(p);
         assert_broker_log_contains(&b, "refused");
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 TEST(a_thread_id_is_refused_as_not_a_process) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
-        pthread_t thread;
-        _Atomic pid_t tid = 0;
+        _Atomic pid_t tid;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
-        ASSERT_EQ(pthread_create(&thread, NULL, park, (void *) &tid), 0);
-        while (tid == 0)
-                sleep_ms(1);
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pthread_t thread = park_thread(&tid);
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = tid, .cpu = -1 };
         ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_INVALID_ARGUMENT);
         ASSERT_CONTAINS(pace_last_message(), "is a thread, not a process");
-        pace_close(p);
-        pthread_cancel(thread);
-        pthread_join(thread, NULL);
-        ASSERT_EQ(broker_stop(&b), 0);
+        unpark_thread(thread);
+        broker_stop_connected(&b, p);
 }
 
 /* Above what is free (not above the cap): refused, saying what is free,
  * and the table stays as it was. */
 TEST(a_request_above_what_is_free_is_refused_and_changes_nothing) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant a, g;
         size_t n;
 
-        ASSERT_OK(broker_start(&b, HARNESS_PROTOCOL_CONFIG));
         pid_t ka = fork_paused(), kb = fork_paused();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .pid = ka, .cpu = 1 };
         ASSERT_OK(pace_reserve(p, &params, &a));
         read_table(&b, &table_before);
@@ -248,12 +225,9 @@ TEST(a_request_above_what_is_free_is_refused_and_changes_nothing) {
         params.utilization_ppm = 100000;
         ASSERT_OK(pace_reserve(p, &params, &g));
 
-        pace_close(p);
-        kill(ka, SIGKILL);
-        kill(kb, SIGKILL);
-        waitpid(ka, NULL, 0);
-        waitpid(kb, NULL, 0);
-        ASSERT_EQ(broker_stop(&b), 0);
+        pid_t kids[] = { ka, kb };
+        reap_children(kids, ELEMENTSOF(kids));
+        broker_stop_connected(&b, p);
 }
 
 static void *park_forever(void *arg) {
@@ -261,29 +235,20 @@ static void *park_forever(void *arg) {
         return NULL;
 }
 
+static int start_seven_threads(void) {
+        pthread_t t;
+
+        for (int i = 0; i < 7; i++)
+                pthread_create(&t, NULL, park_forever, NULL);
+        return 0;
+}
+
 TEST(a_process_with_too_many_threads_is_refused) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
-        int pipefd[2];
 
-        ASSERT_OK(broker_start(&b, "{ \"max_threads_per_reservation\": 4 }"));
-        ASSERT_OK(pipe(pipefd));
-        pid_t kid = fork();
-        ASSERT_OK(kid);
-        if (kid == 0) {
-                pthread_t t;
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                for (int i = 0; i < 7; i++)
-                        pthread_create(&t, NULL, park_forever, NULL);
-                if (write(pipefd[1], "x", 1) != 1)
-                        _exit(1);
-                pause();
-                _exit(0);
-        }
-        char c;
-        ASSERT_EQ(read(pipefd[0], &c, 1), 1);
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pid_t kid = fork_paused_after(start_seven_threads);
+        pace *p = broker_start_connected(&b, "{ \"max_threads_per_reservation\": 4 }");
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = kid, .cpu = -1 };
         ASSERT_ERR(pace_reserve(p, &params, &g), PACE_E_LIMIT_EXCEEDED);
         ASSERT_CONTAINS(pace_last_message(), "has 8 threads");
@@ -291,24 +256,19 @@ TEST(a_process_with_too_many_threads_is_refused) {
         /* The caller itself, with its one or two threads, is fine. */
         params.pid = 0;
         ASSERT_OK(pace_reserve(p, &params, &g));
-        pace_close(p);
-        kill(kid, SIGKILL);
-        waitpid(kid, NULL, 0);
-        close(pipefd[0]);
-        close(pipefd[1]);
-        ASSERT_EQ(broker_stop(&b), 0);
+        reap_children(&kid, 1);
+        broker_stop_connected(&b, p);
 }
 
 TEST(broker_wide_limits_have_keys_and_clear_errors) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
         pid_t kids[3];
 
-        ASSERT_OK(broker_start(&b, "{ \"max_reservations\": 2, \"max_message_bytes\": 256 }"));
-        ASSERT_OK(pace_connect(b.socket, &p));
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 3; i++)
                 kids[i] = fork_paused();
+        pace *p = broker_start_connected(&b, "{ \"max_reservations\": 2, \"max_message_bytes\": 256 }");
+        for (int i = 0; i < 3; i++) {
                 pace_reserve_params params = { .period_ns = 100 * NSEC_PER_MSEC, .utilization_ppm = 50000, .pid = kids[i],
                                                .cpu = -1 };
                 int r = pace_reserve(p, &params, &g);
@@ -327,12 +287,8 @@ TEST(broker_wide_limits_have_keys_and_clear_errors) {
         assert_error_reply(raw_exchange(fd, big, sizeof(big)), PACE__ERROR_CODE__ERROR_MALFORMED, "max_message_bytes");
         ASSERT_EQ(status_generation(p, NULL), gen);
         close(fd);
-        pace_close(p);
-        for (int i = 0; i < 3; i++) {
-                kill(kids[i], SIGKILL);
-                waitpid(kids[i], NULL, 0);
-        }
-        ASSERT_EQ(broker_stop(&b), 0);
+        reap_children(kids, ELEMENTSOF(kids));
+        broker_stop_connected(&b, p);
 }
 
 TEST_MAIN()

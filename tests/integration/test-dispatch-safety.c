@@ -374,44 +374,37 @@ TEST(corrupted_table_refused) {
         ASSERT_CMP(share, <=, 62.0);
 }
 
-static bool is_restored(pid_t pid, int nice_value) {
+/* The first thread of pid that is not back to SCHED_OTHER at nice_value:
+ * 0 once none is, -1 if pid has no threads to read. */
+static pid_t thread_not_restored(pid_t pid, int nice_value) {
         char path[64];
-        DIR *dir;
         struct dirent *de;
-        bool ok = true;
+        pid_t found = 0;
 
         snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
-        dir = opendir(path);
+        DIR *dir = opendir(path);
         if (!dir)
-                return false;
-        while ((de = readdir(dir))) {
+                return -1;
+        while (found == 0 && (de = readdir(dir))) {
                 if (de->d_name[0] == '.')
                         continue;
                 pid_t tid = (pid_t) atoi(de->d_name);
+                errno = 0;
                 if (policy_of(tid) != SCHED_OTHER || getpriority(PRIO_PROCESS, (id_t) tid) != nice_value)
-                        ok = false;
+                        found = tid;
         }
         closedir(dir);
-        return ok;
+        return found;
 }
 
 static void assert_restored(pid_t pid, int nice_value) {
-        char path[64];
-        DIR *dir;
-        struct dirent *de;
+        pid_t tid = thread_not_restored(pid, nice_value);
 
-        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
-        dir = opendir(path);
-        ASSERT_TRUE(dir);
-        while ((de = readdir(dir))) {
-                if (de->d_name[0] == '.')
-                        continue;
-                pid_t tid = (pid_t) atoi(de->d_name);
-                ASSERT_EQ(policy_of(tid), SCHED_OTHER);
-                errno = 0;
-                ASSERT_EQ(getpriority(PRIO_PROCESS, (id_t) tid), nice_value);
-        }
-        closedir(dir);
+        if (tid < 0)
+                TEST_FAIL_("pid %d has no threads to read", (int) pid);
+        if (tid > 0)
+                TEST_FAIL_("thread %d of pid %d: policy %d, nice %d; expected SCHED_OTHER (%d) at nice %d", (int) tid,
+                           (int) pid, policy_of(tid), getpriority(PRIO_PROCESS, (id_t) tid), SCHED_OTHER, nice_value);
 }
 
 /* A table without the reservation: within one frame (50 ms) plus the time
@@ -428,7 +421,7 @@ TEST(reservation_removed_restores) {
         /* Polled from CPU 0: on CPU 1 the poller would wait behind the
          * client's FIFO slots. */
         pin_self(TEST_SYSTEM_CPU);
-        while (!is_restored(client, 5) && monotonic_ns() - t0 < 1000000000ULL)
+        while (thread_not_restored(client, 5) != 0 && monotonic_ns() - t0 < 1000000000ULL)
                 usleep(500);
         took = monotonic_ns() - t0;
         pin_self(TEST_CPU);

@@ -44,8 +44,12 @@ static bool have_v1_freezer(void) {
                         TEST_SKIP("no cgroup v1 freezer at /sys/fs/cgroup/freezer");      \
         } while (0)
 
-static void server_env_init(DispatchEnv *e) {
-        env_init(e, CONFIG_1MS_FREEZE);
+/* A dispatcher with config (CONFIG_1MS_FREEZE for the server cases), and
+ * its table created for the case to publish in. */
+static void start_with_table(DispatchEnv *e, const char *config) {
+        env_init(e, config);
+        env_start(e);
+        env_create_table(e);
 }
 
 /* 30% of 50 ms backed by 3 slots of every 10 (A), beside 30% (B) held by a
@@ -67,13 +71,19 @@ static pid_t spawn_sleeper(DispatchEnv *e) {
         return pid;
 }
 
-/* A server of 30% (A, flags) beside the idle B, as one table. */
+/* A server of 30% (A, flags) beside the idle B, as one table; returns once
+ * the dispatcher has it in force. */
 static void publish_beside_idle(DispatchEnv *e, pid_t client, uint32_t flags) {
         TestReservation res[] = {
                 { .pid = client, .period_slots = 50, .budget_slots = 15, .letter = 'A', .flags = flags },
                 { .pid = spawn_sleeper(e), .period_slots = 50, .budget_slots = 15, .letter = 'B' },
         };
         env_publish(e, 1000000, PATTERN_30_BESIDE_IDLE, res, 2);
+        if (!env_wait_log(e, "generation 1 in force", 2000)) {
+                env_dump_log(e);
+                env_cleanup(e);
+                TEST_FAIL_("table not adopted");
+        }
 }
 
 TEST(a_spinning_server_gets_its_budget_and_no_more) {
@@ -81,17 +91,10 @@ TEST(a_spinning_server_gets_its_budget_and_no_more) {
         double s[3];
 
         SERVER_REQUIRE();
-        server_env_init(&e);
-        env_start(&e);
-        env_create_table(&e);
+        start_with_table(&e, CONFIG_1MS_FREEZE);
         pid_t client = env_spawn_hog(&e, 0);
         pid_t hog = env_spawn_hog(&e, 0);
         publish_beside_idle(&e, client, PACE_RES_SERVER);
-        if (!env_wait_log(&e, "generation 1 in force", 2000)) {
-                env_dump_log(&e);
-                env_cleanup(&e);
-                TEST_FAIL_("table not adopted");
-        }
         test_sleep_ms(WARMUP_MS);
         share_measure(TEST_CPU, (pid_t[]) { client, hog, env_dispatcher_child(&e) }, 3, MEASURE_MS, s);
         printf("  server 30%% of 50 ms: spinner %.2f%%, hog %.2f%%, dispatcher %.2f%%\n", s[0], s[1], s[2]);
@@ -137,9 +140,7 @@ static void wake_latency(const char *config, uint32_t flags, uint64_t *ret_p50, 
         unsigned n = 0;
         int p[2];
 
-        env_init(&e, config);
-        env_start(&e);
-        env_create_table(&e);
+        start_with_table(&e, config);
         ASSERT_OK(pipe(p));
         pid_t hog = env_spawn_hog(&e, 0);
         (void) hog;
@@ -155,7 +156,6 @@ static void wake_latency(const char *config, uint32_t flags, uint64_t *ret_p50, 
         e.children[e.n_children++] = client;
         close(p[1]);
         publish_beside_idle(&e, client, flags);
-        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         FILE *f = fdopen(p[0], "r");
         ASSERT_TRUE(f);
         while (n < JOBS && fscanf(f, "%" SCNu64, &late[n]) == 1)
@@ -254,9 +254,7 @@ TEST(a_server_leaves_non_real_time_work_its_gap) {
         int fd;
 
         SERVER_REQUIRE();
-        server_env_init(&e);
-        env_start(&e);
-        env_create_table(&e);
+        start_with_table(&e, CONFIG_1MS_FREEZE);
         /* 60% of 50 ms: a 30 ms budget, which one piece would make a 30 ms
          * gap; the backing slots are two runs of 15. */
         pid_t client = env_spawn_hog(&e, 0);
@@ -318,9 +316,7 @@ static uint64_t job_gap(const char *config) {
         for (int i = 0; i < 100; i++)
                 pattern[i] = i % 10 < 4 ? 'A' : '.';
         pattern[100] = '\0';
-        env_init(&e, config);
-        env_start(&e);
-        env_create_table(&e);
+        start_with_table(&e, config);
         pid_t client = fork();
         ASSERT_TRUE(client >= 0);
         if (client == 0)
@@ -372,9 +368,7 @@ TEST(threads_that_exit_take_no_budget_with_them) {
         double s[2];
 
         SERVER_REQUIRE();
-        server_env_init(&e);
-        env_start(&e);
-        env_create_table(&e);
+        start_with_table(&e, CONFIG_1MS_FREEZE);
         pid_t hog = env_spawn_hog(&e, 0);
         pid_t client = fork();
         ASSERT_TRUE(client >= 0);
@@ -382,7 +376,6 @@ TEST(threads_that_exit_take_no_budget_with_them) {
                 churning_child();
         e.children[e.n_children++] = client;
         publish_beside_idle(&e, client, PACE_RES_SERVER);
-        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         test_sleep_ms(WARMUP_MS);
         share_measure(TEST_CPU, (pid_t[]) { client, hog }, 2, MEASURE_MS, s);
         printf("  server 30%% of 50 ms, a new thread every 3 ms: client %.2f%%, hog %.2f%%\n", s[0], s[1]);
@@ -400,12 +393,9 @@ TEST(a_killed_dispatcher_leaves_no_server_at_97) {
         struct sched_param sp;
 
         SERVER_REQUIRE();
-        server_env_init(&e);
-        env_start(&e);
-        env_create_table(&e);
+        start_with_table(&e, CONFIG_1MS_FREEZE);
         pid_t client = env_spawn_hog(&e, 0);
         publish_beside_idle(&e, client, PACE_RES_SERVER);
-        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         pid_t child = env_dispatcher_child(&e);
         ASSERT_TRUE(child > 0);
         pin_self(TEST_SYSTEM_CPU);
@@ -434,12 +424,9 @@ TEST(nothing_keeps_the_server_priority_after_the_dispatcher) {
         DispatchEnv e;
 
         SERVER_REQUIRE();
-        server_env_init(&e);
-        env_start(&e);
-        env_create_table(&e);
+        start_with_table(&e, CONFIG_1MS_FREEZE);
         pid_t client = env_spawn_hog(&e, 0);
         publish_beside_idle(&e, client, PACE_RES_SERVER);
-        ASSERT_TRUE(env_wait_log(&e, "generation 1 in force", 2000));
         /* It does get 97: in the free runs it may take. */
         unsigned seen[100] = {};
         sample_priorities(client, 2000, seen);

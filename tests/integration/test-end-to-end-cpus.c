@@ -194,8 +194,7 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
                 reap(sleepers[c]);
         }
         pace_close(p);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 
         double on_cpu[2] = { 0, 0 };
         for (int th = 0; th < 2; th++)
@@ -291,8 +290,7 @@ TEST(two_seventy_percent_reservations_land_on_different_cpus) {
                 reap(clients[k]);
                 reap(hogs[k]);
         }
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         for (int k = 0; k < 2; k++) {
                 ASSERT_CMP(sh[k][0], >=, 68.0);
                 ASSERT_CMP(sh[k][0], <=, 72.0);
@@ -308,9 +306,7 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         pace_grant g;
         cpu_set_t set, before;
 
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
         pid_t kid = spawn_on(-1, sleeper_fn, NULL);
         /* Set here, not in the child: no race with the check below. */
         CPU_ZERO(&set);
@@ -341,8 +337,7 @@ TEST(affinity_is_pinned_while_reserved_and_restored_after) {
         ASSERT_TRUE(restored);
         pace_close(p);
         reap(kid);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 TEST_MAIN()

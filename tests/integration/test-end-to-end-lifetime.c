@@ -43,9 +43,7 @@ static double share_over(const Stack *s, pid_t client, pid_t other, unsigned ms)
  * restarted broker adopts the reservation in its very slots. */
 TEST(a_broker_crash_does_not_interrupt_a_reservation) {
         Stack s = {};
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
 
         pid_t other = spawn(hog, NULL);
         pid_t client = spawn_reserved(&s, reserved_hog, "60%", 1);
@@ -70,15 +68,12 @@ TEST(a_broker_crash_does_not_interrupt_a_reservation) {
 
         reap(client);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 TEST(stopping_the_dispatcher_leaves_nothing_realtime) {
         Stack s = {};
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
 
         pid_t client = spawn(reserved_hog, "50%");
         pid_t other = spawn(hog, NULL);
@@ -177,9 +172,7 @@ TEST(churn_on_the_real_dispatcher_leaves_nothing_realtime) {
         Stack s = {};
         char base[320] = "";
 
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
         pid_t child = dispatcher_child(&s);
         ASSERT_TRUE(child > 0);
         size_t n_before = realtime_threads(before, MAX_RT);
@@ -227,8 +220,7 @@ TEST(churn_on_the_real_dispatcher_leaves_nothing_realtime) {
         ASSERT_EQ(kill(child, 0), 0);
         ASSERT_EQ(stray, 0);
         ASSERT_EQ(groups, 0);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 TEST_MAIN()

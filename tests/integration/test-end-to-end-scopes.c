@@ -155,8 +155,7 @@ TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_c
         reap(client);
         close(ready[0]);
         close(ready[1]);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_TRUE(logged);
         ASSERT_CMP(most_fifo, <=, 32);
         /* 32 threads x 2 calls x 10 switches per 50 ms is about 13,000
@@ -407,8 +406,7 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         reap(client);
         reap(other);
         await_no_reservations(s.broker.socket);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
         munmap(scope_shared, sizeof(*scope_shared));
 }
@@ -473,8 +471,7 @@ TEST(a_tree_scope_covers_the_children_of_a_pace_run_command) {
         for (unsigned i = 0; i < n; i++)
                 reap(kids[i]);
         await_no_reservations(s.broker.socket);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
 }
 
@@ -525,8 +522,7 @@ TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
         stack_start_dispatcher(&s);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
         assert_no_cpu_group_refusal(&s);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
 }
 

@@ -35,9 +35,7 @@
 
 TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         Stack s = {};
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
 
         pid_t other = spawn(hog, NULL);
         pid_t client = spawn_reserved(&s, reserved_hog, "60%", 1);
@@ -85,8 +83,7 @@ TEST(pace_run_gets_its_share_and_leaves_the_rest) {
         ASSERT_CMP(shares[0], >=, 90.0);
 
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 /* pace-run --kind server --period 50ms --util 30% --cpu 1 -- sh -c 'while :; do :; done' */
@@ -130,8 +127,7 @@ TEST(a_server_from_pace_run_runs_at_the_server_priority_within_its_budget) {
                at98, samples, shares[0], shares[1]);
         reap(client);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_CMP(at98, >, samples / 20);
         ASSERT_EQ(at97, 0u);
         ASSERT_CMP(shares[0], >=, 28.0);
@@ -202,9 +198,7 @@ static uint64_t median_response_us(const Stack *s, pace_kind kind, uint64_t *ret
 TEST(an_aligned_job_finishes_one_budget_after_its_release) {
         Stack s = {};
         uint64_t a_max, s_max;
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
         pid_t other = spawn(hog, NULL);
         uint64_t aligned = median_response_us(&s, PACE_KIND_ALIGNED, &a_max);
         await_no_reservations(s.broker.socket);
@@ -212,8 +206,7 @@ TEST(an_aligned_job_finishes_one_budget_after_its_release) {
         printf("  16 ms jobs at their allocation's start, 40%% of 50 ms: aligned p50 %.2f ms (max %.2f), "
                "slots p50 %.2f ms (max %.2f)\n", aligned / 1e3, a_max / 1e3, slots / 1e3, s_max / 1e3);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         /* 16 ms of work and the switches; 20 ms is the whole budget. */
         ASSERT_CMP(aligned, <=, 20000u);
         ASSERT_CMP(slots, >, 30000u);
@@ -221,9 +214,7 @@ TEST(an_aligned_job_finishes_one_budget_after_its_release) {
 
 TEST(two_clients_are_isolated_from_each_other) {
         Stack s = {};
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
 
         pid_t a = spawn(reserved_hog, "30%");
         await_reservations(s.broker.socket, 1);
@@ -244,8 +235,7 @@ TEST(two_clients_are_isolated_from_each_other) {
         reap(a);
         reap(b);
         reap(other);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 }
 
 /* An unprivileged client that keeps trying to make itself real-time, or
@@ -308,8 +298,7 @@ TEST(an_unprivileged_client_cannot_escape_its_grant) {
         reap(other);
         close(ready[0]);
         close(ready[1]);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         munmap(log, sizeof(*log));
         ASSERT_CMP(tries, >, 100);
         ASSERT_CMP(refused, >, tries / 2); /* 99 and -20 always; 98 without the flag always */

@@ -137,8 +137,7 @@ TEST(a_thread_that_lowers_its_own_priority_is_not_left_realtime_after_a_crash) {
         printf("  300 ms after its release: some thread real-time in %u of %u samples (lowered itself %" PRIu64
                " times)\n", rt, samples, (uint64_t) atomic_load(&sh->counter));
         reap(bad);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         alarm(0);
         ASSERT_EQ(rt, 0);
 }
@@ -217,8 +216,7 @@ TEST(a_thread_that_lowers_its_own_priority_is_swept_at_the_next_start) {
         rt = realtime_samples(bad, 200, &samples);
         printf("  1 s after a new dispatcher started: some thread real-time in %u of %u samples\n", rt, samples);
         reap(bad);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         alarm(0);
         ASSERT_TRUE(named);
         ASSERT_EQ(rt, 0);
@@ -335,8 +333,7 @@ static void run_tid_reuse(bool hide_groups) {
                hide_groups ? "without reservation groups" : "with reservation groups", (int) tid, samples, after,
                bad_policy, bad_nice, bad_affinity);
         reap(victim);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         alarm(0);
         ASSERT_EQ(bad_policy, 0);
         ASSERT_EQ(bad_nice, 0);

@@ -168,15 +168,40 @@ static bool pidfd_exited(int pidfd, unsigned ms) {
         return poll(&pfd, 1, (int) ms) == 1;
 }
 
-/* A stack and a spinning attacker reserved on it, in the pace groups it
- * names in mine (at least one): the attacker. */
-static pid_t start_grouped_client(Stack *s, GroupNames *mine) {
+/* How many of the groups are left once none is, or at deadline (monotonic
+ * ns), whichever comes first. */
+static unsigned groups_left_by(const GroupNames *g, uint64_t deadline) {
+        unsigned left = groups_present(g);
+        while (left > 0 && monotonic_ns() < deadline) {
+                sleep_ms(10);
+                left = groups_present(g);
+        }
+        return left;
+}
+
+/* The end of a case, before its assertions: the second instance's
+ * dispatcher and both brokers stopped, and the dead instance's groups
+ * removed. */
+static void stop_both_instances(Stack *s, Stack *s2, const GroupNames *mine) {
+        stack_stop(s2);
+        ASSERT_EQ(broker_stop(&s->broker), 0);
+        remove_groups(mine);
+        alarm(0);
+}
+
+/* The start of a case: its alarm armed, a stack and a spinning attacker
+ * reserved on it, in the pace groups it names in mine (at least one): the
+ * attacker, and the stack's dispatch process in *ret_child. */
+static pid_t start_grouped_client(Stack *s, GroupNames *mine, pid_t *ret_child) {
+        alarm(CASE_ALARM_S);
         pid_t client = start_attacker(s, spinning_attacker);
         sleep_ms(300);
         client_pace_groups(client, mine);
         printf("  the client is in %u pace group(s)%s%s\n", mine->n, mine->n ? ", e.g. " : "",
                mine->n ? mine->name[0] : "");
         ASSERT_CMP(mine->n, >=, 1);
+        *ret_child = dispatcher_child(s);
+        ASSERT_TRUE(*ret_child > 0);
         return client;
 }
 
@@ -187,10 +212,7 @@ TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
 
         if (skip() || !have_cpuacct())
                 TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
-        alarm(CASE_ALARM_S);
-        pid_t client = start_grouped_client(&s, &mine);
-        pid_t child = dispatcher_child(&s);
-        ASSERT_TRUE(child > 0);
+        pid_t child, client = start_grouped_client(&s, &mine, &child);
         int pidfd = (int) syscall(SYS_pidfd_open, child, 0);
         ASSERT_TRUE(pidfd >= 0);
 
@@ -200,11 +222,7 @@ TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
         uint64_t t0 = monotonic_ns();
         bool child_gone = pidfd_exited(pidfd, 3000);
         close(pidfd);
-        unsigned left = groups_present(&mine);
-        while (left > 0 && monotonic_ns() < t0 + 3 * NSEC_PER_SEC) {
-                sleep_ms(10);
-                left = groups_present(&mine);
-        }
+        unsigned left = groups_left_by(&mine, t0 + 3 * NSEC_PER_SEC);
         errno = 0;
         int pol = policy_of(client), nice_value = getpriority(PRIO_PROCESS, (id_t) client);
         printf("  monitor SIGKILLed: dispatch process %s; %u of its group directories left after %.0f ms; the client "
@@ -216,11 +234,7 @@ TEST(a_killed_monitor_leaves_no_groups_and_no_demoted_client) {
         bool refused = second_instance_refused_runtime(&s2, &sleeper);
         reap(client);
         reap(sleeper);
-        ASSERT_EQ(stack_stop_dispatcher(&s2), 0);
-        ASSERT_EQ(broker_stop(&s2.broker), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
-        remove_groups(&mine);
-        alarm(0);
+        stop_both_instances(&s, &s2, &mine);
         ASSERT_TRUE(child_gone);
         ASSERT_EQ(left, 0);
         ASSERT_EQ(pol, SCHED_OTHER);
@@ -235,10 +249,7 @@ TEST(the_next_instance_removes_what_a_dead_one_left) {
 
         if (skip() || !have_cpuacct())
                 TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
-        alarm(CASE_ALARM_S);
-        pid_t client = start_grouped_client(&s, &mine);
-        pid_t child = dispatcher_child(&s);
-        ASSERT_TRUE(child > 0);
+        pid_t child, client = start_grouped_client(&s, &mine, &child);
 
         /* Both at once: nothing of that instance can act any more. */
         kill(s.dispatcher, SIGKILL);
@@ -253,20 +264,12 @@ TEST(the_next_instance_removes_what_a_dead_one_left) {
          * the dead one's directories are gone (its runtime with them). */
         uint64_t t0 = monotonic_ns();
         stack_start(&s2);
-        unsigned left = groups_present(&mine);
-        while (left > 0 && monotonic_ns() < t0 + 2 * NSEC_PER_SEC) {
-                sleep_ms(10);
-                left = groups_present(&mine);
-        }
+        unsigned left = groups_left_by(&mine, t0 + 2 * NSEC_PER_SEC);
         bool refused = second_instance_refused_runtime(&s2, &sleeper);
         printf("  monitor and dispatch process SIGKILLed: %u group directories left at their death, %u 2 s after "
                "another instance started; it %s its runtime\n", at_death, left, refused ? "was REFUSED" : "got");
         reap(sleeper);
-        ASSERT_EQ(stack_stop_dispatcher(&s2), 0);
-        ASSERT_EQ(broker_stop(&s2.broker), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
-        remove_groups(&mine);
-        alarm(0);
+        stop_both_instances(&s, &s2, &mine);
         ASSERT_EQ(left, 0);
         ASSERT_FALSE(refused);
 }

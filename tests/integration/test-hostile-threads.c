@@ -165,8 +165,7 @@ static void run_cpu1_cost_attack(void (*fn)(void), const char *what, unsigned wa
                atomic_load(&sh->threads), rate, atomic_load(&sh->err), shares[0], rt_share, shares[1], shares[2]);
         reap(bad);
         reap(victim);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         alarm(0);
         /* What runs at FIFO 99 on the attacker's CPU; the rest of the
          * process (its main thread's group housekeeping, SCHED_OTHER,

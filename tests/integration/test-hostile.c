@@ -118,8 +118,7 @@ static void run_cpu0_attack(void (*fn)(void), int threads_promoted, const char *
                "CPUs) %.2f%%\n", what, promoted, (uint64_t) atomic_load(&sh->counter), shares[0], shares[1]);
         reap(bad);
         reap(victim);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         alarm(0);
         ASSERT_CMP(promoted, >=, threads_promoted);
         ASSERT_CMP(shares[0], >=, 90.0);

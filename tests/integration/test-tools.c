@@ -20,18 +20,25 @@
 
 static const char *config_json = "{ \"slot_us\": 1000, \"non_rt_share\": 0.25 }";
 
-/* Runs argv with PACE_SOCKET set; captures stdout and stderr; returns the
- * exit status (or 128 + signal). */
-static int run_tool(const char *socket, const char *const argv[], char **ret_out, char **ret_err) {
+/* What the last run_tool() printed on stdout and stderr, for the test to
+ * check; the next run frees it. */
+static char *out, *err;
+
+/* Runs argv with PACE_SOCKET set, its output captured in out and err;
+ * returns the exit status (or 128 + signal). */
+static int run_tool(const char *socket, const char *const argv[]) {
         char out_path[] = "/tmp/pace-tool-out-XXXXXX", err_path[] = "/tmp/pace-tool-err-XXXXXX";
-        int out = mkstemp(out_path), err = mkstemp(err_path), status;
-        ASSERT_OK(out);
-        ASSERT_OK(err);
+        int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path), status;
+        ASSERT_OK(out_fd);
+        ASSERT_OK(err_fd);
+        free(out);
+        free(err);
+        out = err = NULL;
         pid_t pid = fork();
         ASSERT_OK(pid);
         if (pid == 0) {
-                dup2(out, STDOUT_FILENO);
-                dup2(err, STDERR_FILENO);
+                dup2(out_fd, STDOUT_FILENO);
+                dup2(err_fd, STDERR_FILENO);
                 setenv("PACE_SOCKET", socket, 1);
                 execv(argv[0], (char *const *) argv);
                 _exit(127);
@@ -40,16 +47,12 @@ static int run_tool(const char *socket, const char *const argv[], char **ret_out
         ASSERT_EQ(waitpid(pid, &status, 0), pid);
         alarm(0);
         for (int i = 0; i < 2; i++) {
-                int fd = i == 0 ? out : err;
-                char **ret = i == 0 ? ret_out : ret_err;
+                int fd = i == 0 ? out_fd : err_fd;
                 off_t size = lseek(fd, 0, SEEK_END);
                 char *buf = calloc(1, (size_t) size + 1);
                 ASSERT_TRUE(buf);
                 ASSERT_EQ(pread(fd, buf, (size_t) size, 0), size);
-                if (ret)
-                        *ret = buf;
-                else
-                        free(buf);
+                *(i == 0 ? &out : &err) = buf;
                 close(fd);
         }
         unlink(out_path);
@@ -75,9 +78,8 @@ static void reap(pid_t pid) {
 /* A broker with config_json, a sleeping child, and a connection (in *ret_p)
  * that reserved the child with params (its pid filled in): the child. */
 static pid_t start_reserving_sleeper(BrokerInstance *b, pace **ret_p, pace_reserve_params *params, pace_grant *ret_g) {
-        ASSERT_OK(broker_start(b, config_json));
         pid_t sleeper = spawn_sleeper();
-        ASSERT_OK(pace_connect(b->socket, ret_p));
+        *ret_p = broker_start_connected(b, config_json);
         params->pid = sleeper;
         ASSERT_OK(pace_reserve(*ret_p, params, ret_g));
         return sleeper;
@@ -85,21 +87,17 @@ static pid_t start_reserving_sleeper(BrokerInstance *b, pace **ret_p, pace_reser
 
 /* What start_reserving_sleeper() started, stopped; the broker exits 0. */
 static void stop_reserving_sleeper(BrokerInstance *b, pace *p, pid_t sleeper) {
-        pace_close(p);
         reap(sleeper);
-        ASSERT_EQ(broker_stop(b), 0);
+        broker_stop_connected(b, p);
 }
 
 /* pacectl --json status on socket, parsed (free with cJSON_Delete()). */
 static cJSON *pacectl_json_status(const char *socket) {
         const char *pacectl = getenv("PACECTL");
-        char *out = NULL, *err = NULL;
 
-        ASSERT_EQ(run_tool(socket, (const char *[]) { pacectl, "--json", "status", NULL }, &out, &err), 0);
+        ASSERT_EQ(run_tool(socket, (const char *[]) { pacectl, "--json", "status", NULL }), 0);
         cJSON *root = cJSON_Parse(out);
         ASSERT_TRUE(root);
-        free(out);
-        free(err);
         return root;
 }
 
@@ -107,7 +105,6 @@ TEST(pacectl_status_text_and_json) {
         BrokerInstance b;
         pace *p = NULL;
         pace_grant g;
-        char *out = NULL, *err = NULL;
         const char *pacectl = getenv("PACECTL");
         ASSERT_TRUE(pacectl);
 
@@ -116,7 +113,7 @@ TEST(pacectl_status_text_and_json) {
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = 1 };
         pid_t sleeper = start_reserving_sleeper(&b, &p, &params, &g);
 
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }), 0);
         char pidstr[32];
         snprintf(pidstr, sizeof(pidstr), "%d", (int) sleeper);
         ASSERT_CONTAINS(out, pidstr);
@@ -124,8 +121,6 @@ TEST(pacectl_status_text_and_json) {
         ASSERT_CONTAINS(out, "50ms");
         ASSERT_CONTAINS(out, "30ms");
         ASSERT_CONTAINS(out, "Non-real-time share: 25%");
-        free(out);
-        free(err);
 
         cJSON *root = pacectl_json_status(b.socket);
         cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "reservations");
@@ -156,16 +151,14 @@ TEST(pacectl_status_text_and_json) {
 
         /* --socket wins over a wrong $PACE_SOCKET. */
         ASSERT_EQ(run_tool("/nonexistent/broker.sock",
-                           (const char *[]) { pacectl, "--socket", b.socket, "status", NULL }, &out, &err), 0);
+                           (const char *[]) { pacectl, "--socket", b.socket, "status", NULL }), 0);
         ASSERT_CONTAINS(out, pidstr);
         char uidstr[32];
         snprintf(uidstr, sizeof(uidstr), " %u ", (unsigned) getuid());
         ASSERT_CONTAINS(out, uidstr);
-        free(out);
-        free(err);
 
         /* The table as drawn: 30 of 50 slots are A. */
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "table", NULL }, &out, &err), 0);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "table", NULL }), 0);
         ASSERT_CONTAINS(out, "30 of every 50 slots");
         const char *drawn = strstr(out, "frame of 50 slots\n");
         ASSERT_TRUE(drawn);
@@ -176,43 +169,30 @@ TEST(pacectl_status_text_and_json) {
         }
         ASSERT_EQ(a, 30);
         ASSERT_EQ(dots, 20);
-        free(out);
-        free(err);
 
         /* Bad use is a usage error that says what is wrong. */
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "frobnicate", NULL }, &out, &err), 2);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "frobnicate", NULL }), 2);
         ASSERT_CONTAINS(err, "unknown command 'frobnicate'");
-        free(out);
-        free(err);
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", "12x", NULL }, &out, &err), 2);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", "12x", NULL }), 2);
         ASSERT_CONTAINS(err, "12x");
-        free(out);
-        free(err);
-        ASSERT_EQ(run_tool("/nonexistent/broker.sock", (const char *[]) { pacectl, "status", NULL }, &out, &err), 3);
+        ASSERT_EQ(run_tool("/nonexistent/broker.sock", (const char *[]) { pacectl, "status", NULL }), 3);
         ASSERT_CONTAINS(err, "/nonexistent/broker.sock");
-        free(out);
-        free(err);
 
         /* pacectl release ID ends it. */
         char idstr[32];
         snprintf(idstr, sizeof(idstr), "%" PRIu64, g.id);
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", idstr, NULL }, &out, &err), 0);
-        free(out);
-        free(err);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", idstr, NULL }), 0);
         ASSERT_OK(pace_status(p, &st));
         ASSERT_EQ(st->n_reservations, 0);
         pace_status_report_free(st);
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", idstr, NULL }, &out, &err), 1);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", idstr, NULL }), 1);
         ASSERT_CONTAINS(err, idstr);
-        free(out);
-        free(err);
 
         stop_reserving_sleeper(&b, p, sleeper);
 }
 
 TEST(pace_run_granted_runs_the_command_under_its_reservation) {
         BrokerInstance b;
-        char *out = NULL, *err = NULL;
         const char *pace_run = getenv("PACE_RUN");
         ASSERT_TRUE(pace_run);
 
@@ -222,13 +202,11 @@ TEST(pace_run_granted_runs_the_command_under_its_reservation) {
         char script[512];
         snprintf(script, sizeof(script), "%s --json status | grep -q \"\\\"pid\\\":[[:space:]]*$$\" && echo reserved-as-$$",
                  getenv("PACECTL"));
-        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "25%", "--", "/bin/sh", "-c", script, NULL },
-                          &out, &err);
+        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "25%", "--", "/bin/sh", "-c",
+                                                       script, NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "reserved-as-");
         ASSERT_CONTAINS(err, "40ms");
-        free(out);
-        free(err);
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
@@ -236,7 +214,7 @@ TEST(pace_run_granted_runs_the_command_under_its_reservation) {
  * one too. 25% held on each CPU leaves 50% on each: 60% fits only split. */
 TEST(tools_name_every_cpu_of_a_split_reservation) {
         BrokerInstance b;
-        char *out = NULL, *err = NULL, pid_text[3][16];
+        char pid_text[3][16];
         const char *pacectl = getenv("PACECTL"), *pace_run = getenv("PACE_RUN");
         pid_t kids[3];
         ASSERT_TRUE(pacectl && pace_run);
@@ -248,16 +226,13 @@ TEST(tools_name_every_cpu_of_a_split_reservation) {
         }
         for (int i = 0; i < 2; i++) {
                 ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "reserve", "--period", "50ms", "--util", "25%",
-                                                               "--pid", pid_text[i], "--cpu", i ? "1" : "0", NULL },
-                                   &out, &err), 0);
+                                                               "--pid", pid_text[i], "--cpu", i ? "1" : "0", NULL }),
+                          0);
                 ASSERT_CONTAINS(out, i ? "of CPU 1 for" : "of CPU 0 for");
-                free(out);
-                free(err);
         }
 
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "--json", "reserve", "--period", "50ms", "--util",
-                                                       "60%", "--pid", pid_text[2], NULL },
-                           &out, &err), 0);
+                                                       "60%", "--pid", pid_text[2], NULL }), 0);
         cJSON *j = cJSON_Parse(out);
         ASSERT_TRUE(j);
         const cJSON *cpus = cJSON_GetObjectItemCaseSensitive(j, "cpus");
@@ -268,32 +243,24 @@ TEST(tools_name_every_cpu_of_a_split_reservation) {
         char id[32];
         snprintf(id, sizeof(id), "%.0f", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "id")));
         cJSON_Delete(j);
-        free(out);
-        free(err);
         /* Released at once (a dead process's would be freed a moment after
          * its death), so pace-run finds the same room. */
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", id, NULL }, NULL, NULL), 0);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", id, NULL }), 0);
 
         /* Asked for a server, it is a server or nothing: none is split. */
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--kind", "server", "--period", "50ms", "--util", "60%",
-                                                       "--", "/bin/echo", "ran", NULL },
-                           &out, &err), 1);
+                                                       "--", "/bin/echo", "ran", NULL }), 1);
         ASSERT_CONTAINS(err, "never split over CPUs");
         ASSERT_STREQ(out, "");
-        free(out);
-        free(err);
 
         /* Asked for no kind, the default server does not fit on one CPU:
          * pace-run takes slots, split, and says why. */
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "60%", "--", "/bin/true",
-                                                       NULL },
-                           &out, &err), 0);
+                                                       NULL }), 0);
         ASSERT_CONTAINS(err, "reserved 60% of CPUs 0+1:");
         ASSERT_CONTAINS(err, "kind slots");
         ASSERT_CONTAINS(err, "no one CPU had room for it as a server");
         ASSERT_FALSE(strstr(err, "requested kind"));
-        free(out);
-        free(err);
 
         for (int i = 0; i < 3; i++)
                 reap(kids[i]);
@@ -302,7 +269,6 @@ TEST(tools_name_every_cpu_of_a_split_reservation) {
 
 TEST(pace_run_refused_says_why_and_does_not_run) {
         BrokerInstance b;
-        char *out = NULL, *err = NULL;
         const char *pace_run = getenv("PACE_RUN");
         char marker[] = "/tmp/pace-run-marker-XXXXXX";
 
@@ -313,45 +279,35 @@ TEST(pace_run_refused_says_why_and_does_not_run) {
         unlink(marker);
 
         /* 80% is more than 1 - non_rt_share on any CPU. */
-        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "80%", "--", "/usr/bin/touch", marker, NULL },
-                          &out, &err);
+        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "80%", "--",
+                                                       "/usr/bin/touch", marker, NULL });
         ASSERT_NE(rc, 0);
         ASSERT_CONTAINS(err, "non_rt_share");
         ASSERT_CONTAINS(err, "free");
         struct stat st;
         ASSERT_ERR(stat(marker, &st) < 0 ? -errno : 0, -ENOENT);
-        free(out);
-        free(err);
 
         /* --best-effort runs it anyway, unreserved, and says so. */
         rc = run_tool(b.socket, (const char *[]) { pace_run, "--best-effort", "--period", "50ms", "--util", "80%", "--",
-                                             "/usr/bin/touch", marker, NULL },
-                      &out, &err);
+                                             "/usr/bin/touch", marker, NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_OK(stat(marker, &st));
         unlink(marker);
-        free(out);
-        free(err);
 
         /* Bad values: usage error naming the option. */
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50", "--util", "60%", "--", "/bin/true", NULL }, &out, &err);
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50", "--util", "60%", "--", "/bin/true",
+                                                   NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--period");
-        free(out);
-        free(err);
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "160%", "--", "/bin/true", NULL }, &out, &err);
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "160%", "--", "/bin/true",
+                                                   NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--util");
         ASSERT_CONTAINS(err, "--scope thread"); /* how to ask for more than one CPU instead */
-        free(out);
-        free(err);
         /* --socket wins over $PACE_SOCKET, for pace-run too. */
         rc = run_tool("/nonexistent/broker.sock", (const char *[]) { pace_run, "--socket", b.socket, "--period", "50ms",
-                                                                   "--util", "10%", "--", "/bin/true", NULL },
-                      &out, &err);
+                                                                   "--util", "10%", "--", "/bin/true", NULL });
         ASSERT_EQ(rc, 0);
-        free(out);
-        free(err);
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
@@ -382,13 +338,12 @@ TEST(pacectl_status_new_columns) {
         BrokerInstance b;
         pace *p = NULL;
         pace_grant g;
-        char *out = NULL, *err = NULL;
         const char *pacectl = getenv("PACECTL");
 
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 600000, .cpu = -1 };
         pid_t sleeper = start_reserving_sleeper(&b, &p, &params, &g);
 
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }), 0);
         ASSERT_CONTAINS(out, "SCOPE");
         ASSERT_CONTAINS(out, "THREADS");
         ASSERT_CONTAINS(out, "REQUESTED");
@@ -409,8 +364,6 @@ TEST(pacectl_status_new_columns) {
                 ASSERT_CMP(len, <=, 120);
                 line += len + (end ? 1 : 0);
         }
-        free(out);
-        free(err);
 
         cJSON *root = pacectl_json_status(b.socket);
         cJSON *r0 = json_first_reservation(root);
@@ -432,7 +385,6 @@ TEST(pacectl_status_shows_scope_and_threads_from_broker) {
         BrokerInstance b;
         pace *p = NULL;
         pace_grant g;
-        char *out = NULL, *err = NULL;
         const char *pacectl = getenv("PACECTL");
 
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000,
@@ -442,10 +394,8 @@ TEST(pacectl_status_shows_scope_and_threads_from_broker) {
         ASSERT_EQ(g.threads, 1);
         ASSERT_CMP(g.phase_ns, <, g.period_ns);
 
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err), 0);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }), 0);
         ASSERT_CONTAINS(out, "tree");
-        free(out);
-        free(err);
 
         cJSON *root = pacectl_json_status(b.socket);
         cJSON *r0 = json_first_reservation(root);
@@ -460,7 +410,6 @@ TEST(pacectl_top_prints_frames) {
         BrokerInstance b;
         pace *p = NULL;
         pace_grant g;
-        char *out = NULL, *err = NULL;
         const char *pacectl = getenv("PACECTL");
         char row[64];
         double t;
@@ -471,7 +420,7 @@ TEST(pacectl_top_prints_frames) {
         /* Not a terminal: frames one after another, a blank line between,
          * no escape sequences; -n ends it; the interval is waited. */
         t = now_sec();
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "2", "-d", "0.3", NULL }, &out, &err), 0);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "2", "-d", "0.3", NULL }), 0);
         t = now_sec() - t;
         ASSERT_CMP(t, >=, 0.3);
         ASSERT_EQ(count_occurrences(out, "pacectl top - "), 2);
@@ -484,43 +433,30 @@ TEST(pacectl_top_prints_frames) {
         ASSERT_EQ(count_occurrences(out, "RESERVED"), 2);
         ASSERT_CONTAINS(out, "25%");
         ASSERT_STREQ(err, "");
-        free(out);
-        free(err);
 
         /* --interval with a unit, and one frame. */
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "--interval", "200ms", "--iterations", "1", NULL },
-                           &out, &err), 0);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "--interval", "200ms", "--iterations", "1",
+                                                       NULL }), 0);
         ASSERT_EQ(count_occurrences(out, "pacectl top - "), 1);
         ASSERT_CONTAINS(out, "every 200ms");
-        free(out);
-        free(err);
 
         /* Usage errors name the value. */
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-d", "soon", NULL }, &out, &err), 2);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-d", "soon", NULL }), 2);
         ASSERT_CONTAINS(err, "'soon'");
-        free(out);
-        free(err);
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "0", NULL }, &out, &err), 2);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "0", NULL }), 2);
         ASSERT_CONTAINS(err, "--iterations '0'");
-        free(out);
-        free(err);
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", "-n", "2", NULL }, &out, &err), 2);
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "status", "-n", "2", NULL }), 2);
         ASSERT_CONTAINS(err, "only applies to the top command");
-        free(out);
-        free(err);
 
         /* A broker that cannot be reached is reported like for status. */
-        ASSERT_EQ(run_tool("/nonexistent/broker.sock", (const char *[]) { pacectl, "top", "-n", "1", NULL }, &out, &err), 3);
+        ASSERT_EQ(run_tool("/nonexistent/broker.sock", (const char *[]) { pacectl, "top", "-n", "1", NULL }), 3);
         ASSERT_CONTAINS(err, "/nonexistent/broker.sock");
-        free(out);
-        free(err);
 
         stop_reserving_sleeper(&b, p, sleeper);
 }
 
 TEST(pace_run_scope_option) {
         BrokerInstance b;
-        char *out = NULL, *err = NULL;
         const char *pace_run = getenv("PACE_RUN");
         int rc;
 
@@ -528,39 +464,31 @@ TEST(pace_run_scope_option) {
 
         /* A bad scope is a usage error naming the value; nothing runs. */
         rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", "threads", "--period", "40ms", "--util", "10%", "--",
-                                             "/bin/echo", "ran", NULL }, &out, &err);
+                                             "/bin/echo", "ran", NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--scope 'threads'");
         ASSERT_CONTAINS(err, "thread, process or tree");
         ASSERT_STREQ(out, "");
-        free(out);
-        free(err);
 
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "10%", "--scope", NULL }, &out, &err);
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "10%", "--scope", NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--scope");
-        free(out);
-        free(err);
 
         /* Each scope is accepted, and the grant line says which one was had. */
         static const char *const scopes[] = { "process", "thread", "tree" };
         for (size_t i = 0; i < ELEMENTSOF(scopes); i++) {
                 rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", scopes[i], "--period", "40ms", "--util", "10%",
-                                                     "--", "/bin/echo", "ran", NULL }, &out, &err);
+                                                     "--", "/bin/echo", "ran", NULL });
                 ASSERT_EQ(rc, 0);
                 ASSERT_STREQ(out, "ran\n");
                 ASSERT_CONTAINS(err, "scope ");
-                free(out);
-                free(err);
         }
 
         /* --quiet says nothing about the grant. */
         rc = run_tool(b.socket, (const char *[]) { pace_run, "-q", "--scope", "process", "--period", "40ms", "--util", "10%",
-                                             "--", "/bin/true", NULL }, &out, &err);
+                                             "--", "/bin/true", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_STREQ(err, "");
-        free(out);
-        free(err);
 
         ASSERT_EQ(broker_stop(&b), 0);
 }
@@ -568,7 +496,6 @@ TEST(pace_run_scope_option) {
 /* Needs the broker to grant the scope asked for and count threads. */
 TEST(pace_run_scope_is_granted_as_asked) {
         BrokerInstance b;
-        char *out = NULL, *err = NULL;
         const char *pace_run = getenv("PACE_RUN");
         char script[512];
         int rc;
@@ -579,21 +506,17 @@ TEST(pace_run_scope_is_granted_as_asked) {
         snprintf(script, sizeof(script),
                  "%s --json status | grep -q '\"scope\":[[:space:]]*\"tree\"' && echo tree-as-$$", getenv("PACECTL"));
         rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "10%", "--", "/bin/sh", "-c",
-                                             script, NULL }, &out, &err);
+                                             script, NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "tree-as-");
         ASSERT_CONTAINS(err, "scope tree, 1 thread)");
         ASSERT_FALSE(strstr(err, "requested scope"));
-        free(out);
-        free(err);
 
         rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", "thread", "--period", "40ms", "--util", "10%", "--",
-                                             "/bin/true", NULL }, &out, &err);
+                                             "/bin/true", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(err, "scope thread");
         ASSERT_FALSE(strstr(err, "requested scope"));
-        free(out);
-        free(err);
 
         ASSERT_EQ(broker_stop(&b), 0);
 }
@@ -604,7 +527,6 @@ TEST(pace_run_scope_is_granted_as_asked) {
  * and in top, and modify keeps the kind unless --kind names another. */
 TEST(kinds_from_pace_run_and_pacectl) {
         BrokerInstance b;
-        char *out = NULL, *err = NULL;
         const char *pace_run = getenv("PACE_RUN"), *pacectl = getenv("PACECTL");
         char script[512];
         int rc;
@@ -612,14 +534,12 @@ TEST(kinds_from_pace_run_and_pacectl) {
         ASSERT_OK(broker_start(&b, config_json));
 
         rc = run_tool(b.socket, (const char *[]) { pace_run, "--kind", "deadline", "-p", "40ms", "-u", "10%", "--",
-                                             "/bin/echo", "ran", NULL }, &out, &err);
+                                             "/bin/echo", "ran", NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "invalid --kind 'deadline': expected slots");
         ASSERT_CONTAINS(err, "server");
         ASSERT_CONTAINS(err, "aligned");
         ASSERT_STREQ(out, "");
-        free(out);
-        free(err);
 
         /* The default, and each kind by its long and short option; the
          * command sees its own reservation listed with that kind. */
@@ -639,15 +559,13 @@ TEST(kinds_from_pace_run_and_pacectl) {
                                                NULL };
                 const char *argv_kind[] = { pace_run, runs[i].option, runs[i].value, "-p", "40ms", "-u", "10%", "--",
                                             "/bin/sh", "-c", script, NULL };
-                rc = run_tool(b.socket, runs[i].option ? argv_kind : argv_default, &out, &err);
+                rc = run_tool(b.socket, runs[i].option ? argv_kind : argv_default);
                 ASSERT_EQ(rc, 0);
                 ASSERT_STREQ(out, "listed\n");
                 char says[64];
                 snprintf(says, sizeof(says), "kind %s, scope tree", runs[i].shown);
                 ASSERT_CONTAINS(err, says);
                 ASSERT_FALSE(strstr(err, "requested kind"));
-                free(out);
-                free(err);
         }
 
         /* pacectl reserve --kind, top, and modify keeping or changing it. */
@@ -655,7 +573,7 @@ TEST(kinds_from_pace_run_and_pacectl) {
         char pid[16];
         snprintf(pid, sizeof(pid), "%d", (int) sleeper);
         rc = run_tool(b.socket, (const char *[]) { pacectl, "--json", "reserve", "--pid", pid, "-p", "50ms", "-u", "20%",
-                                             "--kind", "server", NULL }, &out, &err);
+                                             "--kind", "server", NULL });
         ASSERT_EQ(rc, 0);
         cJSON *root = cJSON_Parse(out);
         ASSERT_TRUE(root);
@@ -663,40 +581,28 @@ TEST(kinds_from_pace_run_and_pacectl) {
         char id[32];
         snprintf(id, sizeof(id), "%.0f", cJSON_GetObjectItemCaseSensitive(root, "id")->valuedouble);
         cJSON_Delete(root);
-        free(out);
-        free(err);
 
-        rc = run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "1", NULL }, &out, &err);
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "top", "-n", "1", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "KIND");
         ASSERT_CONTAINS(out, " server ");
-        free(out);
-        free(err);
 
-        rc = run_tool(b.socket, (const char *[]) { pacectl, "modify", id, "-p", "50ms", "-u", "30%", NULL }, &out, &err);
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "modify", id, "-p", "50ms", "-u", "30%", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "kind server");
-        free(out);
-        free(err);
         rc = run_tool(b.socket, (const char *[]) { pacectl, "modify", id, "-p", "50ms", "-u", "30%", "--kind", "aligned",
-                                             NULL }, &out, &err);
+                                             NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "kind aligned");
-        free(out);
-        free(err);
-        rc = run_tool(b.socket, (const char *[]) { pacectl, "status", NULL }, &out, &err);
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "status", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "KIND");
         ASSERT_CONTAINS(out, " aligned ");
-        free(out);
-        free(err);
 
         /* --kind is for reserve and modify only. */
-        rc = run_tool(b.socket, (const char *[]) { pacectl, "status", "--kind", "server", NULL }, &out, &err);
+        rc = run_tool(b.socket, (const char *[]) { pacectl, "status", "--kind", "server", NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--kind only applies to the reserve and modify commands");
-        free(out);
-        free(err);
 
         reap(sleeper);
         ASSERT_EQ(broker_stop(&b), 0);
@@ -707,9 +613,7 @@ TEST(kinds_from_pace_run_and_pacectl) {
  * CPU 1 is made fuller than CPU 0, so worst fit alone would pick CPU 0. */
 TEST(pace_run_under_taskset_stays_on_the_allowed_cpu) {
         BrokerInstance b;
-        pace *p = NULL;
         pace_grant g;
-        char *out = NULL, *err = NULL;
         const char *pace_run = getenv("PACE_RUN"), *pacectl = getenv("PACECTL"), *taskset = "/usr/bin/taskset";
         cpu_set_t set;
         ASSERT_TRUE(pace_run && pacectl);
@@ -718,9 +622,8 @@ TEST(pace_run_under_taskset_stays_on_the_allowed_cpu) {
                 TEST_SKIP("no %s", taskset);
         if (sched_getaffinity(0, sizeof(set), &set) < 0 || !CPU_ISSET(0, &set) || !CPU_ISSET(1, &set))
                 TEST_SKIP("needs CPUs 0 and 1");
-        ASSERT_OK(broker_start(&b, "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"cpus\": [0, 1] }"));
         pid_t k0 = spawn_sleeper(), k1 = spawn_sleeper();
-        ASSERT_OK(pace_connect(b.socket, &p));
+        pace *p = broker_start_connected(&b, "{ \"slot_us\": 1000, \"non_rt_share\": 0.25, \"cpus\": [0, 1] }");
         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = k0, .cpu = 0 };
         ASSERT_OK(pace_reserve(p, &params, &g));
         params = (pace_reserve_params) { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 200000, .pid = k1, .cpu = 1 };
@@ -730,8 +633,7 @@ TEST(pace_run_under_taskset_stays_on_the_allowed_cpu) {
         char script[512];
         snprintf(script, sizeof(script), "%s status && %s --json status", pacectl, pacectl);
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { taskset, "-c", "1", pace_run, "-p", "50ms", "-u", "30%", "--",
-                                                       "/bin/sh", "-c", script, NULL },
-                           &out, &err), 0);
+                                                       "/bin/sh", "-c", script, NULL }), 0);
         ASSERT_CONTAINS(err, "reserved 30% of CPU 1:");
         /* pacectl status: the text table has its row, the JSON its CPU. */
         char *json = strchr(out, '{');
@@ -767,23 +669,17 @@ TEST(pace_run_under_taskset_stays_on_the_allowed_cpu) {
         }
         ASSERT_EQ(found, 1);
         cJSON_Delete(root);
-        free(out);
-        free(err);
 
         /* Naming a CPU outside the affinity: refused, the command not run. */
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { taskset, "-c", "1", pace_run, "-p", "50ms", "-u", "30%",
-                                                       "--cpu", "0", "--", "/bin/echo", "ran", NULL },
-                           &out, &err), 1);
+                                                       "--cpu", "0", "--", "/bin/echo", "ran", NULL }), 1);
         ASSERT_CONTAINS(err, "reservation refused: CPU 0 is outside pid ");
         ASSERT_CONTAINS(err, "'s allowed CPUs (1); name one of them or change its affinity");
         ASSERT_TRUE(!strstr(out, "ran"));
-        free(out);
-        free(err);
 
-        pace_close(p);
         reap(k0);
         reap(k1);
-        ASSERT_EQ(broker_stop(&b), 0);
+        broker_stop_connected(&b, p);
 }
 
 TEST_MAIN()

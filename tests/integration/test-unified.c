@@ -53,9 +53,7 @@ static uint64_t tree_cpu_ns(pid_t root, size_t *ret_n) {
 TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         Stack s = { .unified_only = true };
 
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        stack_start(&s);
+        STACK_START_OR_SKIP(&s);
         char line[1024];
         /* Groups on the unified hierarchy: the dispatcher is in its root
          * cgroup here, and no manager owns it. */
@@ -102,8 +100,7 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
         reap_tree(client);
         reap(other);
         await_no_reservations(stack_socket);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
 
         ASSERT_CMP(n, >=, 8u);
         /* Without the tree's children the grant would reach the shell
@@ -193,8 +190,7 @@ TEST(strict_mode_on_a_unified_host_holds_a_spinner_to_its_grant) {
         reap_tree(client);
         reap(other);
         await_no_reservations(stack_socket);
-        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
-        ASSERT_EQ(broker_stop(&s.broker), 0);
+        stack_stop(&s);
         ASSERT_EQ(pace_dirs_on_unified(NULL, 0), before);
         /* 40% of the time outside its slots: frozen in most samples (a
          * sample taken as the dispatcher flips it can miss). */

@@ -44,6 +44,14 @@ static int parse_string(const char *json, PaceConfig *c, char **ret_error) {
                 ASSERT_TRUE(msg_ == NULL);                                                \
         } while (0)
 
+/* json parses, and sets field to value. */
+#define ASSERT_PARSES_TO(json, field, value)                                              \
+        do {                                                                              \
+                PaceConfig c_;                                                            \
+                ASSERT_PARSES(json, &c_);                                                 \
+                ASSERT_EQ(c_.field, value);                                               \
+        } while (0)
+
 static void assert_config_eq(const PaceConfig *a, const PaceConfig *b) {
         ASSERT_EQ(a->non_rt_share_ppm, b->non_rt_share_ppm);
         ASSERT_EQ(a->slot_ns, b->slot_ns);
@@ -163,85 +171,57 @@ TEST(shipped_config_is_defaults) {
 TEST(every_key_valid) {
         PaceConfig c;
 
-        ASSERT_PARSES("{\"non_rt_share\": 0.5}", &c);
-        ASSERT_EQ(c.non_rt_share_ppm, 500000);
-        ASSERT_PARSES("{\"non_rt_share\": 0.05}", &c);
-        ASSERT_EQ(c.non_rt_share_ppm, 50000);
-        ASSERT_PARSES("{\"non_rt_share\": 0.95}", &c);
-        ASSERT_EQ(c.non_rt_share_ppm, 950000);
-        ASSERT_PARSES("{\"non_rt_share\": 0.333333}", &c);
-        ASSERT_EQ(c.non_rt_share_ppm, 333333);
+        ASSERT_PARSES_TO("{\"non_rt_share\": 0.5}", non_rt_share_ppm, 500000);
+        ASSERT_PARSES_TO("{\"non_rt_share\": 0.05}", non_rt_share_ppm, 50000);
+        ASSERT_PARSES_TO("{\"non_rt_share\": 0.95}", non_rt_share_ppm, 950000);
+        ASSERT_PARSES_TO("{\"non_rt_share\": 0.333333}", non_rt_share_ppm, 333333);
 
-        ASSERT_PARSES("{\"slot_us\": 500}", &c);
-        ASSERT_EQ(c.slot_ns, 500000);
+        ASSERT_PARSES_TO("{\"slot_us\": 500}", slot_ns, 500000);
         ASSERT_PARSES("{\"slot_us\": 50, \"max_frame_ms\": 3, \"non_rt_max_gap_ms\": 1}", &c);
         ASSERT_EQ(c.slot_ns, 50000);
         ASSERT_EQ(pace_config_frame_slots(&c), 60);
-        ASSERT_PARSES("{\"slot_us\": 100000, \"non_rt_max_gap_ms\": 200}", &c);
-        ASSERT_EQ(c.slot_ns, 100000000);
-        ASSERT_PARSES("{\"slot_us\": 1e3}", &c);
-        ASSERT_EQ(c.slot_ns, 1000000);
-        ASSERT_PARSES("{\"slot_us\": 1000.0}", &c);
-        ASSERT_EQ(c.slot_ns, 1000000);
+        ASSERT_PARSES_TO("{\"slot_us\": 100000, \"non_rt_max_gap_ms\": 200}", slot_ns, 100000000);
+        ASSERT_PARSES_TO("{\"slot_us\": 1e3}", slot_ns, 1000000);
+        ASSERT_PARSES_TO("{\"slot_us\": 1000.0}", slot_ns, 1000000);
 
-        ASSERT_PARSES("{\"non_rt_max_gap_ms\": 2.5}", &c);
-        ASSERT_EQ(c.non_rt_max_gap_ns, 2500000);
-        ASSERT_PARSES("{\"non_rt_max_gap_ms\": 2}", &c);
-        ASSERT_EQ(c.non_rt_max_gap_ns, 2000000);
-        ASSERT_PARSES("{\"non_rt_max_gap_ms\": 0.1, \"slot_us\": 50}", &c);
-        ASSERT_EQ(c.non_rt_max_gap_ns, 100000);
+        ASSERT_PARSES_TO("{\"non_rt_max_gap_ms\": 2.5}", non_rt_max_gap_ns, 2500000);
+        ASSERT_PARSES_TO("{\"non_rt_max_gap_ms\": 2}", non_rt_max_gap_ns, 2000000);
+        ASSERT_PARSES_TO("{\"non_rt_max_gap_ms\": 0.1, \"slot_us\": 50}", non_rt_max_gap_ns, 100000);
 
-        ASSERT_PARSES("{\"policy\": \"rm\"}", &c);
-        ASSERT_EQ(c.policy, PACE_POLICY_RM);
-        ASSERT_PARSES("{\"policy\": \"edf\"}", &c);
-        ASSERT_EQ(c.policy, PACE_POLICY_EDF);
+        ASSERT_PARSES_TO("{\"policy\": \"rm\"}", policy, PACE_POLICY_RM);
+        ASSERT_PARSES_TO("{\"policy\": \"edf\"}", policy, PACE_POLICY_EDF);
 
         ASSERT_PARSES("{\"max_frame_ms\": 60000, \"slot_us\": 1000}", &c);
         ASSERT_EQ(c.max_frame_ns, 60000 * NSEC_PER_MSEC);
         ASSERT_EQ(pace_config_frame_slots(&c), 60000);
-        ASSERT_PARSES("{\"max_frame_ms\": 1, \"slot_us\": 100, \"non_rt_max_gap_ms\": 0.5}", &c);
-        ASSERT_EQ(c.max_frame_ns, NSEC_PER_MSEC);
+        ASSERT_PARSES_TO("{\"max_frame_ms\": 1, \"slot_us\": 100, \"non_rt_max_gap_ms\": 0.5}", max_frame_ns,
+                         NSEC_PER_MSEC);
         ASSERT_PARSES("{\"max_frame_ms\": 32768, \"slot_us\": 500}", &c);
         ASSERT_EQ(pace_config_frame_slots(&c), PACE_MAX_FRAME_SLOTS);
 
-        ASSERT_PARSES("{\"max_reservations_per_user\": 1}", &c);
-        ASSERT_EQ(c.max_reservations_per_user, 1);
-        ASSERT_PARSES("{\"max_reservations_per_user\": 1024}", &c);
-        ASSERT_EQ(c.max_reservations_per_user, PACE_MAX_RESERVATIONS);
+        ASSERT_PARSES_TO("{\"max_reservations_per_user\": 1}", max_reservations_per_user, 1);
+        ASSERT_PARSES_TO("{\"max_reservations_per_user\": 1024}", max_reservations_per_user, PACE_MAX_RESERVATIONS);
 
-        ASSERT_PARSES("{\"max_utilization_per_user\": 0.01}", &c);
-        ASSERT_EQ(c.max_utilization_per_user_ppm, 10000);
-        ASSERT_PARSES("{\"max_utilization_per_user\": 64}", &c);
-        ASSERT_EQ(c.max_utilization_per_user_ppm, 64000000);
-        ASSERT_PARSES("{\"max_utilization_per_user\": 2.5}", &c);
-        ASSERT_EQ(c.max_utilization_per_user_ppm, 2500000);
+        ASSERT_PARSES_TO("{\"max_utilization_per_user\": 0.01}", max_utilization_per_user_ppm, 10000);
+        ASSERT_PARSES_TO("{\"max_utilization_per_user\": 64}", max_utilization_per_user_ppm, 64000000);
+        ASSERT_PARSES_TO("{\"max_utilization_per_user\": 2.5}", max_utilization_per_user_ppm, 2500000);
 
-        ASSERT_PARSES("{\"max_connections\": 1}", &c);
-        ASSERT_EQ(c.max_connections, 1);
-        ASSERT_PARSES("{\"max_connections\": 65536}", &c);
-        ASSERT_EQ(c.max_connections, 65536);
+        ASSERT_PARSES_TO("{\"max_connections\": 1}", max_connections, 1);
+        ASSERT_PARSES_TO("{\"max_connections\": 65536}", max_connections, 65536);
 
-        ASSERT_PARSES("{\"client_timeout_ms\": 100}", &c);
-        ASSERT_EQ(c.client_timeout_ns, 100 * NSEC_PER_MSEC);
-        ASSERT_PARSES("{\"client_timeout_ms\": 3600000}", &c);
-        ASSERT_EQ(c.client_timeout_ns, 3600 * NSEC_PER_SEC);
+        ASSERT_PARSES_TO("{\"client_timeout_ms\": 100}", client_timeout_ns, 100 * NSEC_PER_MSEC);
+        ASSERT_PARSES_TO("{\"client_timeout_ms\": 3600000}", client_timeout_ns, 3600 * NSEC_PER_SEC);
 
-        ASSERT_PARSES("{\"switch_cost_us\": 0}", &c);
-        ASSERT_EQ(c.switch_cost_ns, 0);
-        ASSERT_PARSES("{\"switch_cost_us\": 1000}", &c);
-        ASSERT_EQ(c.switch_cost_ns, 1000000);
-        ASSERT_PARSES("{\"switch_cost_us\": 2.5}", &c);
-        ASSERT_EQ(c.switch_cost_ns, 2500);
+        ASSERT_PARSES_TO("{\"switch_cost_us\": 0}", switch_cost_ns, 0);
+        ASSERT_PARSES_TO("{\"switch_cost_us\": 1000}", switch_cost_ns, 1000000);
+        ASSERT_PARSES_TO("{\"switch_cost_us\": 2.5}", switch_cost_ns, 2500);
 
-        ASSERT_PARSES("{\"waiting\": \"freeze\"}", &c);
-        ASSERT_EQ(c.waiting, PACE_WAITING_FREEZE);
-        ASSERT_PARSES("{\"waiting\": \"nice\"}", &c);
-        ASSERT_EQ(c.waiting, PACE_WAITING_NICE);
+        ASSERT_PARSES_TO("{\"waiting\": \"freeze\"}", waiting, PACE_WAITING_FREEZE);
+        ASSERT_PARSES_TO("{\"waiting\": \"nice\"}", waiting, PACE_WAITING_NICE);
 
         ASSERT_PARSES("{\"$comment\": \"hello\"}", &c);
         ASSERT_PARSES("{\"$comment\": [1, {\"a\": null}]}", &c);
-        ASSERT_PARSES("{\"$comment\": null, \"policy\": \"rm\"}", &c);
-        ASSERT_EQ(c.policy, PACE_POLICY_RM);
+        ASSERT_PARSES_TO("{\"$comment\": null, \"policy\": \"rm\"}", policy, PACE_POLICY_RM);
 }
 
 TEST(all_keys_together) {

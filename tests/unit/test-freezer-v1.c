@@ -59,6 +59,9 @@ static void make_group(const char *parent, const char *name, const char *state) 
         write_file(path, "tasks", "");
 }
 
+/* The stand-in tree, in a new temporary directory. A test declares its Fake
+ * _cleanup_(fake_remove) and makes it first thing, so that it goes when the
+ * test returns. */
 static void fake_make(Fake *f) {
         char path[256], line[512];
 
@@ -94,9 +97,27 @@ static int open_dir(const char *path) {
         return fd;
 }
 
+/* A group of the instance's, under f->base (made first if it is not
+ * there): its path in ret_path. */
+static void make_instance_group(const Fake *f, const char *name, const char *state, char *ret_path, size_t size) {
+        if (access(f->base, F_OK) < 0)
+                ASSERT_OK(mkdir(f->base, 0755));
+        make_group(f->base, name, state);
+        snprintf(ret_path, size, "%s/%s", f->base, name);
+}
+
+/* freezer_v1_enter() for tid of the fake's process (pid 4242), through its
+ * /proc directory. */
+static int enter(FreezerV1 *fz, const Fake *f, uint64_t id, pid_t tid, bool thread, FreezerV1Group **ret) {
+        int procfd = open_dir(f->procdir);
+        int r = freezer_v1_enter(fz, id, procfd, tid, thread, ret);
+        close(procfd);
+        return r;
+}
+
 TEST(find_root_reads_the_freezer_mount_from_mountinfo) {
         char path[256], root[256];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         ASSERT_OK(freezer_v1_find_root(f.proc, root, sizeof(root)));
@@ -109,13 +130,12 @@ TEST(find_root_reads_the_freezer_mount_from_mountinfo) {
         write_file(path, "mountinfo", "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw\n");
         ASSERT_ERR(freezer_v1_find_root(f.proc, root, sizeof(root)), -EOPNOTSUPP);
         ASSERT_ERR(freezer_v1_find_root("/nonexistent", root, sizeof(root)), -ENOENT);
-        fake_remove(&f);
 }
 
 TEST(open_builds_the_instance_and_group_paths) {
         _cleanup_(freezer_v1_closep) FreezerV1 *fz = NULL;
         char path[512], want[512];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         ASSERT_OK(freezer_v1_open(f.proc, NAME, &fz));
@@ -130,42 +150,37 @@ TEST(open_builds_the_instance_and_group_paths) {
         fz = freezer_v1_close(fz);
         ASSERT_TRUE(access(f.base, F_OK) < 0);
         ASSERT_TRUE(freezer_v1_close(NULL) == NULL);
-        fake_remove(&f);
 }
 
 TEST(open_without_a_freezer_is_not_supported) {
         FreezerV1 *fz = NULL;
         char path[256];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         snprintf(path, sizeof(path), "%s/self", f.proc);
         write_file(path, "mountinfo", "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw\n");
         ASSERT_ERR(freezer_v1_open(f.proc, NAME, &fz), -EOPNOTSUPP);
         ASSERT_TRUE(fz == NULL);
-        fake_remove(&f);
 }
 
 TEST(anchor_is_frozen_until_close) {
         FreezerV1 *fz = NULL;
         char anchor[256];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
-        ASSERT_OK(mkdir(f.base, 0755));
-        make_group(f.base, "anchor", "THAWED");
-        snprintf(anchor, sizeof(anchor), "%s/anchor", f.base);
+        make_instance_group(&f, "anchor", "THAWED", anchor, sizeof(anchor));
         ASSERT_OK(freezer_v1_open(f.proc, NAME, &fz));
         ASSERT_OK(freezer_v1_anchor(fz));
         assert_file(anchor, "freezer.state", "FROZEN");
         fz = freezer_v1_close(fz);
         assert_file(anchor, "freezer.state", "THAWED");
-        fake_remove(&f);
 }
 
 TEST(anchor_says_why_it_cannot_be_made) {
         FreezerV1 *fz = NULL;
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         ASSERT_OK(freezer_v1_open(f.proc, NAME, &fz));
@@ -174,14 +189,13 @@ TEST(anchor_says_why_it_cannot_be_made) {
         fz = freezer_v1_close(fz);
         /* What the attempt made is removed again. */
         ASSERT_TRUE(access(f.base, F_OK) < 0);
-        fake_remove(&f);
 }
 
 TEST(enter_freeze_leave_a_process) {
         _cleanup_(freezer_v1_closep) FreezerV1 *fz = NULL;
         FreezerV1Group *g = NULL;
         char group[256], orig[256];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         write_file(f.procdir, "cgroup", "9:name=systemd:/user.slice\n6:freezer:/user/a\n0::/unified\n");
@@ -189,14 +203,10 @@ TEST(enter_freeze_leave_a_process) {
         ASSERT_OK(mkdir(orig, 0755));
         make_group(orig, "a", "THAWED");
         snprintf(orig, sizeof(orig), "%s/user/a", f.mount);
-        ASSERT_OK(mkdir(f.base, 0755));
-        make_group(f.base, "res-7", "THAWED");
-        snprintf(group, sizeof(group), "%s/res-7", f.base);
+        make_instance_group(&f, "res-7", "THAWED", group, sizeof(group));
 
         ASSERT_OK(freezer_v1_open(f.proc, NAME, &fz));
-        int procfd = open_dir(f.procdir);
-        ASSERT_OK(freezer_v1_enter(fz, 7, procfd, 4242, false, &g));
-        close(procfd);
+        ASSERT_OK(enter(fz, &f, 7, 4242, false, &g));
         /* The whole thread group, through cgroup.procs. */
         assert_file(group, "cgroup.procs", "4242");
         assert_file(group, "tasks", "");
@@ -213,25 +223,20 @@ TEST(enter_freeze_leave_a_process) {
         assert_file(orig, "cgroup.procs", "4242");
         assert_file(f.mount, "cgroup.procs", "");
         ASSERT_TRUE(freezer_v1_leave(NULL) == NULL);
-        fake_remove(&f);
 }
 
 TEST(enter_a_thread_and_leave_to_the_root_when_its_group_is_gone) {
         _cleanup_(freezer_v1_closep) FreezerV1 *fz = NULL;
         FreezerV1Group *g = NULL;
         char group[256];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         write_file(f.procdir, "cgroup", "6:freezer:/gone\n");
-        ASSERT_OK(mkdir(f.base, 0755));
-        make_group(f.base, "res-8", "THAWED");
-        snprintf(group, sizeof(group), "%s/res-8", f.base);
+        make_instance_group(&f, "res-8", "THAWED", group, sizeof(group));
 
         ASSERT_OK(freezer_v1_open(f.proc, NAME, &fz));
-        int procfd = open_dir(f.procdir);
-        ASSERT_OK(freezer_v1_enter(fz, 8, procfd, 4243, true, &g));
-        close(procfd);
+        ASSERT_OK(enter(fz, &f, 8, 4243, true, &g));
         /* One thread: tasks, not cgroup.procs. */
         assert_file(group, "tasks", "4243");
         assert_file(group, "cgroup.procs", "");
@@ -240,42 +245,38 @@ TEST(enter_a_thread_and_leave_to_the_root_when_its_group_is_gone) {
         write_file(group, "cgroup.procs", "4242\n");
         g = freezer_v1_leave(g);
         assert_file(f.mount, "cgroup.procs", "4242");
-        fake_remove(&f);
 }
 
 TEST(enter_fails_whole) {
         _cleanup_(freezer_v1_closep) FreezerV1 *fz = NULL;
         FreezerV1Group *g = NULL;
         char group[256];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         ASSERT_OK(freezer_v1_open(f.proc, NAME, &fz));
-        int procfd = open_dir(f.procdir);
 
         /* Exited: no cgroup file. */
-        ASSERT_ERR(freezer_v1_enter(fz, 9, procfd, 4242, false, &g), -ESRCH);
+        ASSERT_ERR(enter(fz, &f, 9, 4242, false, &g), -ESRCH);
         /* No freezer line: the process is in no v1 freezer group. */
         write_file(f.procdir, "cgroup", "0::/unified\n");
-        ASSERT_ERR(freezer_v1_enter(fz, 9, procfd, 4242, false, &g), -EOPNOTSUPP);
+        ASSERT_ERR(enter(fz, &f, 9, 4242, false, &g), -EOPNOTSUPP);
         /* Made, but it cannot be used (here: no freezer.state): removed. */
         write_file(f.procdir, "cgroup", "6:freezer:/\n");
-        ASSERT_ERR(freezer_v1_enter(fz, 9, procfd, 4242, false, &g), -ENOENT);
+        ASSERT_ERR(enter(fz, &f, 9, 4242, false, &g), -ENOENT);
         snprintf(group, sizeof(group), "%s/res-9", f.base);
         ASSERT_TRUE(access(group, F_OK) < 0);
         ASSERT_TRUE(g == NULL);
         /* One that was there already (another piece's) is left alone. */
         make_dir(f.base, "res-9");
-        ASSERT_ERR(freezer_v1_enter(fz, 9, procfd, 4242, false, &g), -ENOENT);
+        ASSERT_ERR(enter(fz, &f, 9, 4242, false, &g), -ENOENT);
         ASSERT_OK(access(group, F_OK));
-        close(procfd);
-        fake_remove(&f);
 }
 
 TEST(sweep_thaws_a_dead_instances_groups_and_then_removes_them) {
         _cleanup_(freezer_v1_closep) FreezerV1 *fz = NULL;
         char group[256], anchor[256];
-        Fake f;
+        _cleanup_(fake_remove) Fake f;
 
         fake_make(&f);
         ASSERT_EQ(freezer_v1_sweep(NULL, true), 0u);
@@ -283,11 +284,8 @@ TEST(sweep_thaws_a_dead_instances_groups_and_then_removes_them) {
         /* No directory yet: nothing to do. */
         ASSERT_EQ(freezer_v1_sweep(fz, true), 0u);
 
-        ASSERT_OK(mkdir(f.base, 0755));
-        make_group(f.base, "anchor", "FROZEN");
-        make_group(f.base, "res-1", "FROZEN");
-        snprintf(group, sizeof(group), "%s/res-1", f.base);
-        snprintf(anchor, sizeof(anchor), "%s/anchor", f.base);
+        make_instance_group(&f, "anchor", "FROZEN", anchor, sizeof(anchor));
+        make_instance_group(&f, "res-1", "FROZEN", group, sizeof(group));
         write_file(group, "cgroup.procs", "4242\n");
 
         /* The monitor's first sweep: thawed at once, nothing moved. */
@@ -302,7 +300,6 @@ TEST(sweep_thaws_a_dead_instances_groups_and_then_removes_them) {
         ASSERT_EQ(freezer_v1_sweep(fz, true), 1u);
         assert_file(f.mount, "cgroup.procs", "4242");
         assert_file(anchor, "freezer.state", "FROZEN");
-        fake_remove(&f);
 }
 
 TEST_MAIN()

@@ -27,16 +27,25 @@ static double now_sec(void) {
         return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
-TEST(error_codes_map_to_pace_errors) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+/* Once the broker answers again, so does the handle: over the connection it
+ * had, or after reconnecting (connections is how many the broker accepted
+ * in all). */
+static void assert_answered_again(FakeBroker *b, pace *p, unsigned connections) {
+        pace_grant g;
+
+        fake_broker_set_mode(b, MODE_ECHO);
+        ASSERT_OK(pace_reserve(p, &default_params, &g));
+        ASSERT_EQ(fake_broker_get(b, &b->n_accepted), connections);
+}
+
+FAKE_BROKER_TEST(error_codes_map_to_pace_errors, MODE_ECHO) {
         pace_grant g;
         pace_status_report *s = NULL;
         char message[64];
 
         for (uint32_t code = PACE__ERROR_CODE__ERROR_MALFORMED; code <= PACE__ERROR_CODE__ERROR_BUSY; code++) {
                 snprintf(message, sizeof(message), "refusal number %" PRIu32, code);
-                fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, code, message);
+                fake_broker_set_error(b, PACE_PROTOCOL_VERSION, code, message);
 
                 ASSERT_ERR(pace_reserve(p, &default_params, &g), -(PACE_E_BASE + (int) code));
                 ASSERT_STREQ(pace_last_message(), message);
@@ -47,47 +56,39 @@ TEST(error_codes_map_to_pace_errors) {
         }
 
         /* The named constants agree with the proto's enum. */
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_NO_CAPACITY, "full");
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_NO_CAPACITY, "full");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_NO_CAPACITY);
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_BUSY, "busy");
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_BUSY, "busy");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_BUSY);
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED, "no");
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED, "no");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PERMISSION_DENIED);
 
         /* The next successful call forgets the last refusal. */
-        fake_broker_set_mode(&b, MODE_ECHO);
+        fake_broker_set_mode(b, MODE_ECHO);
         ASSERT_OK(pace_reserve(p, &default_params, &g));
         ASSERT_TRUE(pace_last_message() == NULL);
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(unknown_error_codes) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+FAKE_BROKER_TEST(unknown_error_codes, MODE_ECHO) {
         pace_grant g;
 
         /* A newer broker's refusal is still a refusal, with its words. */
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, 42, "something new");
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION, 42, "something new");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), -(PACE_E_BASE + 42));
         ASSERT_STREQ(pace_last_message(), "something new");
         ASSERT_TRUE(strlen(pace_strerror(-(PACE_E_BASE + 42))) > 0);
 
         /* "Unspecified" is no answer at all. */
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_UNSPECIFIED, "what");
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_UNSPECIFIED, "what");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(last_message_is_sanitised_and_bounded) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+FAKE_BROKER_TEST(last_message_is_sanitised_and_bounded, MODE_ECHO) {
         pace_grant g;
         char long_message[4000];
         const char *m;
 
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_NO_CAPACITY,
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_NO_CAPACITY,
                               "bad \x1b[2Jterminal\r\nline two\tend \xc2\x9b" "31m \xc3\xa9t\xc3\xa9 \x7f");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_NO_CAPACITY);
         ASSERT_STREQ(pace_last_message(), "bad ?[2Jterminal?\nline two\tend ?31m \xc3\xa9t\xc3\xa9 ?");
@@ -99,7 +100,7 @@ TEST(last_message_is_sanitised_and_bounded) {
                 long_message[i + 1] = (char) 0xA9;
         }
         long_message[sizeof(long_message) - 1] = '\0';
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_NO_CAPACITY, long_message);
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION, PACE__ERROR_CODE__ERROR_NO_CAPACITY, long_message);
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_NO_CAPACITY);
         m = pace_last_message();
         ASSERT_TRUE(m);
@@ -107,13 +108,9 @@ TEST(last_message_is_sanitised_and_bounded) {
         ASSERT_CMP(strlen(m), >, 1000);
         ASSERT_TRUE(strncmp(m, long_message, strlen(m)) == 0);
         ASSERT_EQ((unsigned char) m[strlen(m) - 1], 0xA9);
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(mismatched_body_is_protocol_error) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_WRONG_BODY);
+FAKE_BROKER_TEST(mismatched_body_is_protocol_error, MODE_WRONG_BODY) {
         pace_grant g;
         pace_status_report *s = NULL;
 
@@ -123,53 +120,39 @@ TEST(mismatched_body_is_protocol_error) {
         ASSERT_TRUE(s == NULL);
         ASSERT_TRUE(pace_last_message() == NULL);
 
-        fake_broker_set_mode(&b, MODE_NO_BODY);
+        fake_broker_set_mode(b, MODE_NO_BODY);
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(version_is_checked) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_WRONG_VERSION);
+FAKE_BROKER_TEST(version_is_checked, MODE_WRONG_VERSION) {
         pace_grant g;
 
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
 
         /* A grant in another version cannot be trusted to mean the same. */
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION + 1, PACE__ERROR_CODE__ERROR_NO_CAPACITY, "full");
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION + 1, PACE__ERROR_CODE__ERROR_NO_CAPACITY, "full");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
-        fake_broker_set_error(&b, 0, PACE__ERROR_CODE__ERROR_INTERNAL, "x");
+        fake_broker_set_error(b, 0, PACE__ERROR_CODE__ERROR_INTERNAL, "x");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
 
         /* ...but "I do not speak your version" is understood in any version. */
-        fake_broker_set_error(&b, PACE_PROTOCOL_VERSION + 1, PACE__ERROR_CODE__ERROR_UNSUPPORTED_VERSION,
+        fake_broker_set_error(b, PACE_PROTOCOL_VERSION + 1, PACE__ERROR_CODE__ERROR_UNSUPPORTED_VERSION,
                               "speak version 2");
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_UNSUPPORTED_VERSION);
         ASSERT_STREQ(pace_last_message(), "speak version 2");
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(garbage_reply_is_protocol_error) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_GARBAGE);
+FAKE_BROKER_TEST(garbage_reply_is_protocol_error, MODE_GARBAGE) {
         pace_grant g;
 
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
         ASSERT_TRUE(pace_last_message() == NULL);
 
         /* One bad datagram does not desynchronise the connection. */
-        fake_broker_set_mode(&b, MODE_ECHO);
-        ASSERT_OK(pace_reserve(p, &default_params, &g));
-        ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 1);
-
-        fake_broker_disconnect(&b, p);
+        assert_answered_again(b, p, 1);
 }
 
-TEST(oversized_reply_is_protocol_error) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_OVERSIZED);
+FAKE_BROKER_TEST(oversized_reply_is_protocol_error, MODE_OVERSIZED) {
         pace_grant g;
         const char *m;
 
@@ -177,22 +160,16 @@ TEST(oversized_reply_is_protocol_error) {
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_PROTOCOL);
 
         /* The largest legal reply is read whole. */
-        fake_broker_set_mode(&b, MODE_MAX_SIZE);
+        fake_broker_set_mode(b, MODE_MAX_SIZE);
         ASSERT_ERR(pace_reserve(p, &default_params, &g), PACE_E_INTERNAL);
         m = pace_last_message();
         ASSERT_TRUE(m);
         ASSERT_EQ(m[0], 'x');
 
-        fake_broker_set_mode(&b, MODE_ECHO);
-        ASSERT_OK(pace_reserve(p, &default_params, &g));
-        ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 1);
-
-        fake_broker_disconnect(&b, p);
+        assert_answered_again(b, p, 1);
 }
 
-TEST(broker_closing_without_reply_is_an_error) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_CLOSE);
+FAKE_BROKER_TEST(broker_closing_without_reply_is_an_error, MODE_CLOSE) {
         pace_grant g;
         double t;
         int r;
@@ -203,11 +180,7 @@ TEST(broker_closing_without_reply_is_an_error) {
         ASSERT_CMP(now_sec() - t, <, 5);
 
         /* The handle reconnects on its next call. */
-        fake_broker_set_mode(&b, MODE_ECHO);
-        ASSERT_OK(pace_reserve(p, &default_params, &g));
-        ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 2);
-
-        fake_broker_disconnect(&b, p);
+        assert_answered_again(b, p, 2);
 }
 
 TEST(send_to_closed_broker_does_not_raise_sigpipe) {
@@ -235,9 +208,7 @@ TEST(send_to_closed_broker_does_not_raise_sigpipe) {
         fake_broker_disconnect(&b, p);
 }
 
-TEST(silent_broker_times_out) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_SILENT);
+FAKE_BROKER_TEST(silent_broker_times_out, MODE_SILENT) {
         pace_grant g;
         double t;
 
@@ -247,16 +218,10 @@ TEST(silent_broker_times_out) {
         ASSERT_CMP(t, >, 9);
         ASSERT_CMP(t, <, 20);
 
-        fake_broker_set_mode(&b, MODE_ECHO);
-        ASSERT_OK(pace_reserve(p, &default_params, &g));
-        ASSERT_EQ(fake_broker_get(&b, &b.n_accepted), 2);
-
-        fake_broker_disconnect(&b, p);
+        assert_answered_again(b, p, 2);
 }
 
-TEST(arguments_are_validated_before_sending) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+FAKE_BROKER_TEST(arguments_are_validated_before_sending, MODE_ECHO) {
         pace_grant g;
         pace_status_report *s = NULL;
         pace_reserve_params params;
@@ -291,7 +256,7 @@ TEST(arguments_are_validated_before_sending) {
         ASSERT_ERR(pace_status(NULL, &s), -EINVAL);
         ASSERT_ERR(pace_status(p, NULL), -EINVAL);
 
-        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 0);
+        ASSERT_EQ(fake_broker_get(b, &b->n_requests), 0);
 
         /* The edges of the valid ranges do go out. */
         params = default_params;
@@ -299,14 +264,10 @@ TEST(arguments_are_validated_before_sending) {
         ASSERT_OK(pace_reserve(p, &params, &g));
         params.utilization_ppm = PPM;
         ASSERT_OK(pace_reserve(p, &params, &g));
-        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 2);
-
-        fake_broker_disconnect(&b, p);
+        ASSERT_EQ(fake_broker_get(b, &b->n_requests), 2);
 }
 
-TEST(scope_arguments_are_validated_before_sending) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+FAKE_BROKER_TEST(scope_arguments_are_validated_before_sending, MODE_ECHO) {
         pace_grant g;
         pace_reserve_params params;
 
@@ -334,7 +295,7 @@ TEST(scope_arguments_are_validated_before_sending) {
         params.tid = -1;
         ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
 
-        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 0);
+        ASSERT_EQ(fake_broker_get(b, &b->n_requests), 0);
 
         /* Modify never changes what a reservation covers, so it does not
          * look at scope and tid at all. */
@@ -344,9 +305,7 @@ TEST(scope_arguments_are_validated_before_sending) {
         params.pid = 3;
         ASSERT_OK(pace_modify(p, 12, &params, &g));
         ASSERT_EQ(g.id, 12);
-        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 1);
-
-        fake_broker_disconnect(&b, p);
+        ASSERT_EQ(fake_broker_get(b, &b->n_requests), 1);
 }
 
 TEST(strerror_covers_every_code) {

@@ -20,17 +20,22 @@
 #include "pace/pace.h"
 #include "test.h"
 
-TEST(reserve_request_carries_fields) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+/* call, which must succeed, then the request it put on the wire as the broker
+ * decoded it. A macro, so that a failure names the call and its line. */
+#define ASSERT_SENT(b, call)                                                              \
+        ({                                                                                \
+                ASSERT_OK(call);                                                          \
+                fake_broker_last_request(b);                                              \
+        })
+
+FAKE_BROKER_TEST(reserve_request_carries_fields, MODE_ECHO) {
         pace_grant g;
         Pace__Request *req;
         pace_reserve_params params = default_params;
 
         /* pid 0 and cpu -1 must leave the fields absent, not zero. */
-        ASSERT_OK(pace_reserve(p, &params, &g));
+        req = ASSERT_SENT(b, pace_reserve(p, &params, &g));
         ASSERT_TRUE(pace_last_message() == NULL);
-        req = fake_broker_last_request(&b);
         ASSERT_EQ(req->version, PACE_PROTOCOL_VERSION);
         ASSERT_EQ(req->body_case, PACE__REQUEST__BODY_RESERVE);
         ASSERT_EQ(req->reserve->period_ns, 50000000);
@@ -40,7 +45,6 @@ TEST(reserve_request_carries_fields) {
         ASSERT_FALSE(req->reserve->has_scope);
         ASSERT_FALSE(req->reserve->has_tid);
         ASSERT_FALSE(req->reserve->has_kind);
-        pace__request__free_unpacked(req, NULL);
         ASSERT_EQ(g.pid, 4242);
         ASSERT_EQ(g.scope, PACE_SCOPE_PROCESS);
         /* The echo had no kind, as from a broker that predates kinds. */
@@ -48,8 +52,7 @@ TEST(reserve_request_carries_fields) {
         ASSERT_EQ(g.cpu, 1);
 
         params = (pace_reserve_params) { .period_ns = 1, .utilization_ppm = PPM, .pid = 42, .cpu = 0 };
-        ASSERT_OK(pace_reserve(p, &params, &g));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_reserve(p, &params, &g));
         ASSERT_EQ(req->version, PACE_PROTOCOL_VERSION);
         ASSERT_EQ(req->reserve->period_ns, 1);
         ASSERT_EQ(req->reserve->utilization_ppm, PPM);
@@ -57,17 +60,13 @@ TEST(reserve_request_carries_fields) {
         ASSERT_EQ(req->reserve->pid, 42);
         ASSERT_TRUE(req->reserve->has_cpu);
         ASSERT_EQ(req->reserve->cpu, 0);
-        pace__request__free_unpacked(req, NULL);
         ASSERT_EQ(g.pid, 42);
         ASSERT_EQ(g.cpu, 0);
 
-        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 2);
-        fake_broker_disconnect(&b, p);
+        ASSERT_EQ(fake_broker_get(b, &b->n_requests), 2);
 }
 
-TEST(grant_decoding) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_FIXED_GRANT);
+FAKE_BROKER_TEST(grant_decoding, MODE_FIXED_GRANT) {
         pace_grant g;
 
         ASSERT_OK(pace_reserve(p, &default_params, &g));
@@ -88,41 +87,29 @@ TEST(grant_decoding) {
         ASSERT_EQ(g.kind, PACE_KIND_ALIGNED);
         /* A grant carries no accounting: it is for status reports. */
         ASSERT_EQ(g.accounting.valid, 0);
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(release_request_and_reply) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+FAKE_BROKER_TEST(release_request_and_reply, MODE_ECHO) {
         Pace__Request *req;
 
-        ASSERT_OK(pace_release(p, UINT64_C(0x123456789abc)));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_release(p, UINT64_C(0x123456789abc)));
         ASSERT_EQ(req->version, PACE_PROTOCOL_VERSION);
         ASSERT_EQ(req->body_case, PACE__REQUEST__BODY_RELEASE);
         ASSERT_TRUE(req->release->id == UINT64_C(0x123456789abc));
-        pace__request__free_unpacked(req, NULL);
 
         /* A confirmation for some other reservation is not a confirmation. */
-        fake_broker_set_mode(&b, MODE_WRONG_RELEASE);
+        fake_broker_set_mode(b, MODE_WRONG_RELEASE);
         ASSERT_ERR(pace_release(p, 5), PACE_E_PROTOCOL);
         ASSERT_TRUE(pace_last_message() == NULL);
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(status_request_and_decoding) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+FAKE_BROKER_TEST(status_request_and_decoding, MODE_ECHO) {
         pace_status_report *s = NULL;
         Pace__Request *req;
 
-        ASSERT_OK(pace_status(p, &s));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_status(p, &s));
         ASSERT_EQ(req->version, PACE_PROTOCOL_VERSION);
         ASSERT_EQ(req->body_case, PACE__REQUEST__BODY_STATUS);
-        pace__request__free_unpacked(req, NULL);
 
         ASSERT_EQ(s->non_rt_share_ppm, 100000);
         ASSERT_TRUE(s->generation == UINT64_C(1) << 40);
@@ -176,24 +163,19 @@ TEST(status_request_and_decoding) {
         ASSERT_EQ(s->cpus[1].frame_ns, 20000000);
         pace_status_report_free(s);
 
-        fake_broker_set_mode(&b, MODE_STATUS_EMPTY);
+        fake_broker_set_mode(b, MODE_STATUS_EMPTY);
         ASSERT_OK(pace_status(p, &s));
         ASSERT_EQ(s->n_reservations, 0);
         ASSERT_EQ(s->n_cpus, 0);
         ASSERT_EQ(s->non_rt_share_ppm, 100000);
         pace_status_report_free(s);
-
-        fake_broker_disconnect(&b, p);
 }
 
-TEST(status_beyond_limits_is_refused) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_STATUS_TOO_MANY);
+FAKE_BROKER_TEST(status_beyond_limits_is_refused, MODE_STATUS_TOO_MANY) {
         pace_status_report *s = NULL;
 
         ASSERT_ERR(pace_status(p, &s), PACE_E_PROTOCOL);
         ASSERT_TRUE(s == NULL);
-        fake_broker_disconnect(&b, p);
 }
 
 typedef struct ThreadReserve {
@@ -212,37 +194,29 @@ static void *reserve_thread(void *userdata) {
         return NULL;
 }
 
-TEST(reserve_request_carries_scope_and_tid) {
-        FakeBroker b;
-        pace *p = NULL;
+FAKE_BROKER_TEST(reserve_request_carries_scope_and_tid, MODE_ECHO) {
         pace_grant g;
         Pace__Request *req;
         pace_reserve_params params = default_params;
         ThreadReserve t;
         pthread_t thread;
 
-        p = fake_broker_connect(&b, MODE_ECHO);
-
         /* Tree and process scope name no thread; the pid stays the
          * broker's to take from the connection. */
         params.scope = PACE_SCOPE_TREE;
-        ASSERT_OK(pace_reserve(p, &params, &g));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_reserve(p, &params, &g));
         ASSERT_TRUE(req->reserve->has_scope);
         ASSERT_EQ(req->reserve->scope, PACE__SCOPE__SCOPE_TREE);
         ASSERT_FALSE(req->reserve->has_tid);
         ASSERT_FALSE(req->reserve->has_pid);
-        pace__request__free_unpacked(req, NULL);
         ASSERT_EQ(g.scope, PACE_SCOPE_TREE);
 
         params.scope = PACE_SCOPE_PROCESS;
         params.pid = 42;
-        ASSERT_OK(pace_reserve(p, &params, &g));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_reserve(p, &params, &g));
         ASSERT_FALSE(req->reserve->has_scope && req->reserve->scope != PACE__SCOPE__SCOPE_PROCESS);
         ASSERT_FALSE(req->reserve->has_tid);
         ASSERT_EQ(req->reserve->pid, 42);
-        pace__request__free_unpacked(req, NULL);
 
         /* Thread scope, pid 0 and tid 0: the calling thread, which only the
          * client can name. Called from a second thread, so that its tid is
@@ -253,14 +227,13 @@ TEST(reserve_request_carries_scope_and_tid) {
         ASSERT_EQ(pthread_join(thread, NULL), 0);
         ASSERT_OK(t.r);
         ASSERT_NE(t.tid, getpid());
-        req = fake_broker_last_request(&b);
+        req = fake_broker_last_request(b);
         ASSERT_TRUE(req->reserve->has_scope);
         ASSERT_EQ(req->reserve->scope, PACE__SCOPE__SCOPE_THREAD);
         ASSERT_TRUE(req->reserve->has_tid);
         ASSERT_EQ(req->reserve->tid, t.tid);
         ASSERT_TRUE(req->reserve->has_pid);
         ASSERT_EQ(req->reserve->pid, getpid());
-        pace__request__free_unpacked(req, NULL);
         ASSERT_EQ(t.g.scope, PACE_SCOPE_THREAD);
         ASSERT_EQ(t.g.tid, t.tid);
 
@@ -268,33 +241,26 @@ TEST(reserve_request_carries_scope_and_tid) {
         params = default_params;
         params.scope = PACE_SCOPE_THREAD;
         params.tid = 31337;
-        ASSERT_OK(pace_reserve(p, &params, &g));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_reserve(p, &params, &g));
         ASSERT_EQ(req->reserve->tid, 31337);
         ASSERT_EQ(req->reserve->pid, getpid());
-        pace__request__free_unpacked(req, NULL);
 
         /* A named thread of a named process: both go as given. */
         params.pid = 4000;
         params.tid = 4001;
-        ASSERT_OK(pace_reserve(p, &params, &g));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_reserve(p, &params, &g));
         ASSERT_EQ(req->reserve->scope, PACE__SCOPE__SCOPE_THREAD);
         ASSERT_EQ(req->reserve->pid, 4000);
         ASSERT_EQ(req->reserve->tid, 4001);
-        pace__request__free_unpacked(req, NULL);
         ASSERT_EQ(g.tid, 4001);
 
-        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), 5);
-        fake_broker_disconnect(&b, p);
+        ASSERT_EQ(fake_broker_get(b, &b->n_requests), 5);
 }
 
 /* A chosen kind goes on the wire as it is; the default goes as no field at
  * all (slots to a broker, as before kinds; "keep it" on a change); a kind
  * outside the enum is refused before anything is sent, with a message. */
-TEST(kind_travels_and_is_validated) {
-        FakeBroker b;
-        pace *p = fake_broker_connect(&b, MODE_ECHO);
+FAKE_BROKER_TEST(kind_travels_and_is_validated, MODE_ECHO) {
         pace_grant g;
         Pace__Request *req;
         pace_reserve_params params = default_params;
@@ -302,25 +268,19 @@ TEST(kind_travels_and_is_validated) {
         static const pace_kind kinds[] = { PACE_KIND_SLOTS, PACE_KIND_SERVER, PACE_KIND_ALIGNED };
         for (size_t i = 0; i < ELEMENTSOF(kinds); i++) {
                 params.kind = kinds[i];
-                ASSERT_OK(pace_reserve(p, &params, &g));
-                req = fake_broker_last_request(&b);
+                req = ASSERT_SENT(b, pace_reserve(p, &params, &g));
                 ASSERT_TRUE(req->reserve->has_kind);
                 ASSERT_EQ((int) req->reserve->kind, (int) kinds[i]);
-                pace__request__free_unpacked(req, NULL);
-                ASSERT_EQ(g.kind, kinds[i]);
+                        ASSERT_EQ(g.kind, kinds[i]);
 
-                ASSERT_OK(pace_modify(p, 5, &params, &g));
-                req = fake_broker_last_request(&b);
+                req = ASSERT_SENT(b, pace_modify(p, 5, &params, &g));
                 ASSERT_TRUE(req->modify->has_kind);
                 ASSERT_EQ((int) req->modify->kind, (int) kinds[i]);
-                pace__request__free_unpacked(req, NULL);
-        }
+                }
         params.kind = PACE_KIND_DEFAULT;
-        ASSERT_OK(pace_modify(p, 5, &params, &g));
-        req = fake_broker_last_request(&b);
+        req = ASSERT_SENT(b, pace_modify(p, 5, &params, &g));
         ASSERT_FALSE(req->modify->has_kind);
-        pace__request__free_unpacked(req, NULL);
-        unsigned sent = fake_broker_get(&b, &b.n_requests);
+        unsigned sent = fake_broker_get(b, &b->n_requests);
 
         params.kind = (pace_kind) 4;
         ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
@@ -330,9 +290,7 @@ TEST(kind_travels_and_is_validated) {
         ASSERT_ERR(pace_reserve(p, &params, &g), -EINVAL);
         ASSERT_ERR(pace_modify(p, 5, &params, &g), -EINVAL);
         ASSERT_CONTAINS(pace_last_message(), "kind -1 does not exist");
-        ASSERT_EQ(fake_broker_get(&b, &b.n_requests), sent);
-
-        fake_broker_disconnect(&b, p);
+        ASSERT_EQ(fake_broker_get(b, &b->n_requests), sent);
 }
 
 /* Programs built against libpace 0.1's header pass and receive these: the

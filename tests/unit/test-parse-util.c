@@ -10,37 +10,33 @@
 #include "proc-util.h"
 #include "test.h"
 
-#define ASSERT_DURATION(s, expected)                                                      \
+/* parse(s, &v), for v of type, gives expected (v holds another value
+ * before, so that one left unwritten is caught). */
+#define ASSERT_PARSED(parse, type, s, expected)                                           \
         do {                                                                              \
-                uint64_t ns_ = 0;                                                         \
-                ASSERT_OK(parse_duration_ns((s), &ns_));                                  \
-                if (ns_ != (uint64_t) (expected))                                         \
-                        TEST_FAIL_("parse_duration_ns(\"%s\") = %" PRIu64 ", expected %" PRIu64, \
-                                   (s), ns_, (uint64_t) (expected));                      \
+                type v_ = (type) ~(type) (expected);                                      \
+                ASSERT_OK(parse((s), &v_));                                               \
+                if (v_ != (type) (expected))                                              \
+                        TEST_FAIL_("%s(\"%s\") = %llu, expected %llu", #parse, (s),         \
+                                   (unsigned long long) v_, (unsigned long long) (type) (expected)); \
         } while (0)
 
-#define ASSERT_DURATION_FAILS(s, err)                                                     \
+/* parse(s, &v) fails with err, and v keeps the value it had (untouched). */
+#define ASSERT_PARSE_FAILS(parse, type, s, err, untouched)                                \
         do {                                                                              \
-                uint64_t ns_ = 12345;                                                     \
-                ASSERT_ERR(parse_duration_ns((s), &ns_), (err));                          \
-                ASSERT_EQ(ns_, 12345);                                                    \
+                type v_ = (untouched);                                                    \
+                ASSERT_ERR(parse((s), &v_), (err));                                       \
+                ASSERT_EQ(v_, (untouched));                                               \
         } while (0)
 
-#define ASSERT_PPM(s, expected)                                                           \
-        do {                                                                              \
-                uint32_t ppm_ = 0;                                                        \
-                ASSERT_OK(parse_utilization_ppm((s), &ppm_));                             \
-                if (ppm_ != (uint32_t) (expected))                                        \
-                        TEST_FAIL_("parse_utilization_ppm(\"%s\") = %" PRIu32 ", expected %" PRIu32, \
-                                   (s), ppm_, (uint32_t) (expected));                     \
-        } while (0)
-
-#define ASSERT_PPM_FAILS(s, err)                                                          \
-        do {                                                                              \
-                uint32_t ppm_ = 777;                                                      \
-                ASSERT_ERR(parse_utilization_ppm((s), &ppm_), (err));                     \
-                ASSERT_EQ(ppm_, 777);                                                     \
-        } while (0)
+#define ASSERT_DURATION(s, expected) ASSERT_PARSED(parse_duration_ns, uint64_t, s, expected)
+#define ASSERT_DURATION_FAILS(s, err) ASSERT_PARSE_FAILS(parse_duration_ns, uint64_t, s, err, 12345)
+#define ASSERT_PPM(s, expected) ASSERT_PARSED(parse_utilization_ppm, uint32_t, s, expected)
+#define ASSERT_PPM_FAILS(s, err) ASSERT_PARSE_FAILS(parse_utilization_ppm, uint32_t, s, err, 777)
+#define ASSERT_PID(s, expected) ASSERT_PARSED(parse_pid, pid_t, s, expected)
+#define ASSERT_PID_FAILS(s, err) ASSERT_PARSE_FAILS(parse_pid, pid_t, s, err, 99)
+#define ASSERT_UINT32(s, expected) ASSERT_PARSED(parse_uint32, uint32_t, s, expected)
+#define ASSERT_UINT32_FAILS(s, err) ASSERT_PARSE_FAILS(parse_uint32, uint32_t, s, err, 5)
 
 TEST(duration_good) {
         ASSERT_DURATION("1ns", 1);
@@ -171,57 +167,47 @@ TEST(utilization_bad) {
 }
 
 TEST(pid) {
-        pid_t pid = 0;
+        pid_t pid = 99;
 
-        ASSERT_OK(parse_pid("1", &pid));
-        ASSERT_EQ(pid, 1);
-        ASSERT_OK(parse_pid("4242", &pid));
-        ASSERT_EQ(pid, 4242);
-        ASSERT_OK(parse_pid("2147483647", &pid));
-        ASSERT_EQ(pid, INT32_MAX);
-        ASSERT_OK(parse_pid("0012", &pid));
-        ASSERT_EQ(pid, 12);
+        ASSERT_PID("1", 1);
+        ASSERT_PID("4242", 4242);
+        ASSERT_PID("2147483647", INT32_MAX);
+        ASSERT_PID("0012", 12);
 
-        pid = 99;
-        ASSERT_ERR(parse_pid("0", &pid), -ERANGE);
-        ASSERT_ERR(parse_pid("2147483648", &pid), -ERANGE);
-        ASSERT_ERR(parse_pid("4294967297", &pid), -ERANGE);
-        ASSERT_ERR(parse_pid("99999999999999999999999", &pid), -ERANGE);
-        ASSERT_ERR(parse_pid("", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid("-1", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid("+1", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid(" 1", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid("1 ", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid("0x10", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid("12a", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid("1.0", &pid), -EINVAL);
-        ASSERT_ERR(parse_pid("99999999999999999999999x", &pid), -EINVAL);
+        ASSERT_PID_FAILS("0", -ERANGE);
+        ASSERT_PID_FAILS("2147483648", -ERANGE);
+        ASSERT_PID_FAILS("4294967297", -ERANGE);
+        ASSERT_PID_FAILS("99999999999999999999999", -ERANGE);
+        ASSERT_PID_FAILS("", -EINVAL);
+        ASSERT_PID_FAILS("-1", -EINVAL);
+        ASSERT_PID_FAILS("+1", -EINVAL);
+        ASSERT_PID_FAILS(" 1", -EINVAL);
+        ASSERT_PID_FAILS("1 ", -EINVAL);
+        ASSERT_PID_FAILS("0x10", -EINVAL);
+        ASSERT_PID_FAILS("12a", -EINVAL);
+        ASSERT_PID_FAILS("1.0", -EINVAL);
+        ASSERT_PID_FAILS("99999999999999999999999x", -EINVAL);
         ASSERT_ERR(parse_pid(NULL, &pid), -EINVAL);
         ASSERT_EQ(pid, 99);
 }
 
 TEST(uint32) {
-        uint32_t v = 0;
+        uint32_t v = 5;
 
-        ASSERT_OK(parse_uint32("0", &v));
-        ASSERT_EQ(v, 0);
-        ASSERT_OK(parse_uint32("63", &v));
-        ASSERT_EQ(v, 63);
-        ASSERT_OK(parse_uint32("4294967295", &v));
-        ASSERT_EQ(v, UINT32_MAX);
-        ASSERT_OK(parse_uint32("000", &v));
-        ASSERT_EQ(v, 0);
+        ASSERT_UINT32("0", 0);
+        ASSERT_UINT32("63", 63);
+        ASSERT_UINT32("4294967295", UINT32_MAX);
+        ASSERT_UINT32("000", 0);
 
-        v = 5;
-        ASSERT_ERR(parse_uint32("4294967296", &v), -ERANGE);
-        ASSERT_ERR(parse_uint32("18446744073709551616", &v), -ERANGE);
-        ASSERT_ERR(parse_uint32("", &v), -EINVAL);
-        ASSERT_ERR(parse_uint32("-0", &v), -EINVAL);
-        ASSERT_ERR(parse_uint32("-1", &v), -EINVAL);
-        ASSERT_ERR(parse_uint32("1\n", &v), -EINVAL);
-        ASSERT_ERR(parse_uint32("\t1", &v), -EINVAL);
-        ASSERT_ERR(parse_uint32("1e3", &v), -EINVAL);
-        ASSERT_ERR(parse_uint32("0x1", &v), -EINVAL);
+        ASSERT_UINT32_FAILS("4294967296", -ERANGE);
+        ASSERT_UINT32_FAILS("18446744073709551616", -ERANGE);
+        ASSERT_UINT32_FAILS("", -EINVAL);
+        ASSERT_UINT32_FAILS("-0", -EINVAL);
+        ASSERT_UINT32_FAILS("-1", -EINVAL);
+        ASSERT_UINT32_FAILS("1\n", -EINVAL);
+        ASSERT_UINT32_FAILS("\t1", -EINVAL);
+        ASSERT_UINT32_FAILS("1e3", -EINVAL);
+        ASSERT_UINT32_FAILS("0x1", -EINVAL);
         ASSERT_ERR(parse_uint32(NULL, &v), -EINVAL);
         ASSERT_EQ(v, 5);
 }
