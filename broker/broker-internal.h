@@ -93,7 +93,7 @@ int adopt_previous_table(Broker *b, int dir_fd);
  * own. */
 typedef struct Refusal {
         Pace__ErrorCode code;
-        char message[512];
+        char message[1024];
 } Refusal;
 _printf_(3, 4) int refuse(Refusal *ret, Pace__ErrorCode code, const char *fmt, ...);
 /* pace.proto's ErrorCode for a plan_admit()/plan_validate() refusal. */

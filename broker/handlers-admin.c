@@ -11,7 +11,7 @@
 int handle_admin(Broker *b, const BrokerPeer *peer, const Pace__Request *req, uint8_t **reply, size_t *reply_size,
                  Refusal *ret_refusal) {
         int body = req->body_case;
-        char message[512];
+        char message[1024];
 
         /* ResetKnown: what was granted on others' behalf, which a delegate
          * (pace-rtkit, for root's call) may drop as well as root. */

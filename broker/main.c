@@ -67,7 +67,6 @@ static void help(void) {
 
 /* Reads and checks the configuration; on failure a sentence in why. */
 static int read_config(PaceConfig *config, char *why, size_t why_size) {
-        _cleanup_free_ char *error = NULL;
         int r;
 
         r = daemon_read_config(arg.config, config, why, why_size);
@@ -75,12 +74,10 @@ static int read_config(PaceConfig *config, char *why, size_t why_size) {
                 return r;
         if (r > 0)
                 log_line(PROGRAM, LOG_INFO, DAEMON_DEFAULTS_NOTE);
-        r = config_resolve_cpus(config, "/sys/devices/system/cpu/online", &error);
-        if (r < 0) {
-                snprintf(why, why_size, "%s", error ?: strerror(-r));
-                return r;
-        }
-        return 0;
+        r = config_resolve_cpus(config, "/sys/devices/system/cpu/online", why, why_size);
+        if (r < 0 && !why[0])
+                snprintf(why, why_size, "%s", strerror(-r));
+        return r;
 }
 
 static int load_config(PaceConfig *config) {

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <grp.h>
 
 #include "config.h"
+#include "explain.h"
 #include "macro.h"
 
 /* A config file is a few hundred bytes; anything near this is a mistake (or an
@@ -161,25 +161,8 @@ void pace_config_init(PaceConfig *config) {
         };
 }
 
-/* Sets *ret_error (if wanted) and returns -EINVAL, or -ENOMEM if the message
- * itself could not be allocated: the caller can always just return this. */
-_printf_(2, 3) static int config_error(char **ret_error, const char *format, ...) {
-        va_list ap;
-        char *m;
-        int r;
-
-        if (!ret_error)
-                return -EINVAL;
-
-        va_start(ap, format);
-        r = vasprintf(&m, format, ap);
-        va_end(ap);
-        if (r < 0)
-                return -ENOMEM;
-
-        *ret_error = m;
-        return -EINVAL;
-}
+/* A refusal of the document: the explanation in why (if wanted), -EINVAL. */
+#define config_error(why, why_size, ...) (explain((why), (why_size), __VA_ARGS__), -EINVAL)
 
 /* JSON-style quoting, non-ASCII and control bytes as \xNN, long strings cut:
  * messages end up in the journal and on terminals. */
@@ -303,7 +286,7 @@ static const char *describe_allowed(char *buf, size_t size, const KeyDef *def) {
         return buf;
 }
 
-static int error_wrong_type(char **ret_error, const KeyDef *def, const char *expected, const cJSON *item) {
+static int error_wrong_type(char *why, size_t why_size, const KeyDef *def, const char *expected, const cJSON *item) {
         char value[QUOTE_MAX * 4 + 32], allowed[128];
 
         /* A number with a fraction where an integer belongs reads better as just the number. */
@@ -312,14 +295,14 @@ static int error_wrong_type(char **ret_error, const KeyDef *def, const char *exp
         else
                 describe_value(value, sizeof(value), item);
 
-        return config_error(ret_error, "\"%s\": expected %s, got %s; allowed: %s", def->name, expected, value,
+        return config_error(why, why_size, "\"%s\": expected %s, got %s; allowed: %s", def->name, expected, value,
                             describe_allowed(allowed, sizeof(allowed), def));
 }
 
-static int error_out_of_range(char **ret_error, const KeyDef *def, double v) {
+static int error_out_of_range(char *why, size_t why_size, const KeyDef *def, double v) {
         char value[32], allowed[128];
 
-        return config_error(ret_error, "\"%s\": %s is out of range; allowed: %s", def->name,
+        return config_error(why, why_size, "\"%s\": %s is out of range; allowed: %s", def->name,
                             format_number(value, sizeof(value), v), describe_allowed(allowed, sizeof(allowed), def));
 }
 
@@ -349,7 +332,7 @@ static unsigned edit_distance(const char *a, const char *b) {
         return row[lb];
 }
 
-static int error_unknown_key(char **ret_error, const char *key) {
+static int error_unknown_key(char *why, size_t why_size, const char *key) {
         char q[QUOTE_MAX * 4 + 16], known[1024], hint[96] = "";
         unsigned best = 3; /* more than two edits away is not a typo */
         size_t n = 0;
@@ -367,66 +350,66 @@ static int error_unknown_key(char **ret_error, const char *key) {
                 }
         }
 
-        return config_error(ret_error, "unknown key %s (known keys: %s)%s", quote(q, sizeof(q), key), known, hint);
+        return config_error(why, why_size, "unknown key %s (known keys: %s)%s", quote(q, sizeof(q), key), known, hint);
 }
 
 /* Reads an integer-valued key, refusing fractions and out-of-range values. */
-static int get_integer(const cJSON *item, const KeyDef *def, int64_t *ret, char **ret_error) {
+static int get_integer(const cJSON *item, const KeyDef *def, int64_t *ret, char *why, size_t why_size) {
         double v;
 
         if (!cJSON_IsNumber(item))
-                return error_wrong_type(ret_error, def, "an integer", item);
+                return error_wrong_type(why, why_size, def, "an integer", item);
         v = item->valuedouble;
         /* The bound keeps the cast defined; every integer key has a far smaller range. */
         if (!(v > -1e15 && v < 1e15) || v != (double) (int64_t) v) {
                 if (v > -1e15 && v < 1e15)
-                        return error_wrong_type(ret_error, def, "an integer", item);
-                return error_out_of_range(ret_error, def, v);
+                        return error_wrong_type(why, why_size, def, "an integer", item);
+                return error_out_of_range(why, why_size, def, v);
         }
         if (v < def->min || v > def->max)
-                return error_out_of_range(ret_error, def, v);
+                return error_out_of_range(why, why_size, def, v);
 
         *ret = (int64_t) v;
         return 0;
 }
 
-static int get_number(const cJSON *item, const KeyDef *def, double *ret, char **ret_error) {
+static int get_number(const cJSON *item, const KeyDef *def, double *ret, char *why, size_t why_size) {
         double v;
 
         if (!cJSON_IsNumber(item))
-                return error_wrong_type(ret_error, def, "a number", item);
+                return error_wrong_type(why, why_size, def, "a number", item);
         v = item->valuedouble;
         /* Written so that NaN (which JSON cannot express, but still) fails too. */
         if (!(def->min_exclusive ? v > def->min : v >= def->min) || !(v <= def->max))
-                return error_out_of_range(ret_error, def, v);
+                return error_out_of_range(why, why_size, def, v);
 
         *ret = v;
         return 0;
 }
 
-static int get_choice(const cJSON *item, const KeyDef *def, int *ret, char **ret_error) {
+static int get_choice(const cJSON *item, const KeyDef *def, int *ret, char *why, size_t why_size) {
         char q[QUOTE_MAX * 4 + 16], allowed[128];
 
         if (!cJSON_IsString(item))
-                return error_wrong_type(ret_error, def, "a string", item);
+                return error_wrong_type(why, why_size, def, "a string", item);
         for (int i = 0; def->choices[i]; i++)
                 if (strcmp(item->valuestring, def->choices[i]) == 0) {
                         *ret = i;
                         return 0;
                 }
 
-        return config_error(ret_error, "\"%s\": %s is not allowed; allowed: %s", def->name,
+        return config_error(why, why_size, "\"%s\": %s is not allowed; allowed: %s", def->name,
                             quote(q, sizeof(q), item->valuestring), describe_allowed(allowed, sizeof(allowed), def));
 }
 
-static int get_bool(const cJSON *item, const KeyDef *def, bool *ret, char **ret_error) {
+static int get_bool(const cJSON *item, const KeyDef *def, bool *ret, char *why, size_t why_size) {
         if (!cJSON_IsBool(item))
-                return error_wrong_type(ret_error, def, "true or false", item);
+                return error_wrong_type(why, why_size, def, "true or false", item);
         *ret = cJSON_IsTrue(item);
         return 0;
 }
 
-static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char **ret_error) {
+static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char *why, size_t why_size) {
         char allowed[128], value[QUOTE_MAX * 4 + 32];
         uint64_t mask = 0;
         const cJSON *e;
@@ -435,9 +418,9 @@ static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char **
         _Static_assert(PACE_MAX_CPUS <= 64, "the CPU set is kept in a 64-bit mask");
 
         if (!cJSON_IsArray(item))
-                return error_wrong_type(ret_error, def, "an array", item);
+                return error_wrong_type(why, why_size, def, "an array", item);
         if (!item->child)
-                return config_error(ret_error, "\"%s\": [] is empty; allowed: %s (leave the key out to use all online CPUs)",
+                return config_error(why, why_size, "\"%s\": [] is empty; allowed: %s (leave the key out to use all online CPUs)",
                                     def->name, describe_allowed(allowed, sizeof(allowed), def));
 
         cJSON_ArrayForEach(e, item) {
@@ -445,20 +428,20 @@ static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char **
 
                 if (!cJSON_IsNumber(e) || (e->valuedouble > -1e15 && e->valuedouble < 1e15 &&
                                            e->valuedouble != (double) (int64_t) e->valuedouble))
-                        return config_error(ret_error, "\"%s\"[%d]: expected an integer, got %s; allowed: %s",
+                        return config_error(why, why_size, "\"%s\"[%d]: expected an integer, got %s; allowed: %s",
                                             def->name, index,
                                             cJSON_IsNumber(e) ? format_number(value, sizeof(value), e->valuedouble)
                                                               : describe_value(value, sizeof(value), e),
                                             describe_allowed(allowed, sizeof(allowed), def));
                 v = e->valuedouble;
                 if (!(v >= 0 && v <= def->max))
-                        return config_error(ret_error, "\"%s\"[%d]: %s is out of range; allowed: %s", def->name,
+                        return config_error(why, why_size, "\"%s\"[%d]: %s is out of range; allowed: %s", def->name,
                                             index, format_number(value, sizeof(value), v),
                                             describe_allowed(allowed, sizeof(allowed), def));
                 /* Distinct values in 0..63 cannot exceed 64 entries, so a duplicate
                  * is found before any count limit could matter. */
                 if (mask & (UINT64_C(1) << (unsigned) v))
-                        return config_error(ret_error, "\"%s\": CPU %u is listed twice; allowed: %s", def->name,
+                        return config_error(why, why_size, "\"%s\": CPU %u is listed twice; allowed: %s", def->name,
                                             (unsigned) v, describe_allowed(allowed, sizeof(allowed), def));
                 mask |= UINT64_C(1) << (unsigned) v;
                 index++;
@@ -474,28 +457,28 @@ static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char **
 
 /* Group names are resolved once, here: a name that does not exist is a
  * mistake worth refusing to start over, not a silent "nobody may ask". */
-static int get_groups(const cJSON *item, const KeyDef *def, PaceConfig *c, char **ret_error) {
+static int get_groups(const cJSON *item, const KeyDef *def, PaceConfig *c, char *why, size_t why_size) {
         char allowed[128], value[QUOTE_MAX * 4 + 32];
         const cJSON *e;
         uint32_t n = 0;
         int index = 0;
 
         if (!cJSON_IsArray(item))
-                return error_wrong_type(ret_error, def, "an array", item);
+                return error_wrong_type(why, why_size, def, "an array", item);
         if (!item->child)
-                return config_error(ret_error, "\"%s\": [] would let only root ask; allowed: %s (leave the key out "
+                return config_error(why, why_size, "\"%s\": [] would let only root ask; allowed: %s (leave the key out "
                                     "to let every local user ask)", def->name,
                                     describe_allowed(allowed, sizeof(allowed), def));
         cJSON_ArrayForEach(e, item) {
                 uint32_t gid;
 
                 if (n >= PACE_MAX_ALLOWED_GROUPS)
-                        return config_error(ret_error, "\"%s\": more than %u groups; allowed: %s", def->name,
+                        return config_error(why, why_size, "\"%s\": more than %u groups; allowed: %s", def->name,
                                             PACE_MAX_ALLOWED_GROUPS, describe_allowed(allowed, sizeof(allowed), def));
                 if (cJSON_IsString(e)) {
                         struct group *g = getgrnam(e->valuestring);
                         if (!g)
-                                return config_error(ret_error, "\"%s\"[%d]: group %s does not exist; allowed: %s",
+                                return config_error(why, why_size, "\"%s\"[%d]: group %s does not exist; allowed: %s",
                                                     def->name, index, quote(value, sizeof(value), e->valuestring),
                                                     describe_allowed(allowed, sizeof(allowed), def));
                         gid = (uint32_t) g->gr_gid;
@@ -503,7 +486,7 @@ static int get_groups(const cJSON *item, const KeyDef *def, PaceConfig *c, char 
                            e->valuedouble == (double) (uint32_t) e->valuedouble) {
                         gid = (uint32_t) e->valuedouble;
                 } else
-                        return config_error(ret_error, "\"%s\"[%d]: expected a group name or gid, got %s; allowed: %s",
+                        return config_error(why, why_size, "\"%s\"[%d]: expected a group name or gid, got %s; allowed: %s",
                                             def->name, index,
                                             cJSON_IsNumber(e) ? format_number(value, sizeof(value), e->valuedouble)
                                                               : describe_value(value, sizeof(value), e),
@@ -521,7 +504,7 @@ static uint64_t round_u64(double v) {
         return (uint64_t) (v + 0.5);
 }
 
-static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, char **ret_error) {
+static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, char *why, size_t why_size) {
         const KeyDef *def = &keys[id];
         int64_t i = 0;
         double d = 0;
@@ -531,24 +514,24 @@ static int parse_key(KeyId id, const cJSON *item, PaceConfig *c, double *raw, ch
         case KIND_ANY:
                 return 0;
         case KIND_INTEGER:
-                r = get_integer(item, def, &i, ret_error);
+                r = get_integer(item, def, &i, why, why_size);
                 d = (double) i;
                 break;
         case KIND_NUMBER:
-                r = get_number(item, def, &d, ret_error);
+                r = get_number(item, def, &d, why, why_size);
                 break;
         case KIND_CHOICE:
-                r = get_choice(item, def, &choice, ret_error);
+                r = get_choice(item, def, &choice, why, why_size);
                 break;
         case KIND_CPUS:
-                return get_cpus(item, def, c, ret_error);
+                return get_cpus(item, def, c, why, why_size);
         case KIND_GROUPS:
-                return get_groups(item, def, c, ret_error);
+                return get_groups(item, def, c, why, why_size);
         case KIND_BOOL:
                 if (id == KEY_RESERVE_ROOT_PROCESSES)
-                        return get_bool(item, def, &c->reserve_root_processes, ret_error);
+                        return get_bool(item, def, &c->reserve_root_processes, why, why_size);
                 if (id == KEY_RTKIT)
-                        return get_bool(item, def, &c->rtkit, ret_error);
+                        return get_bool(item, def, &c->rtkit, why, why_size);
                 return -EINVAL;
         default:
                 return -EINVAL;
@@ -659,7 +642,7 @@ static const char *format_ns_as_ms(char *buf, size_t size, uint64_t ns) {
 /* Rules that tie keys together, checked once every key has its final value.
  * given[] marks values that came from the file, so a message can say when the
  * other side of a conflict is a default the administrator never wrote down. */
-static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *given, char **ret_error) {
+static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *given, char *why, size_t why_size) {
         char a[32], b[32], x[64], y[32];
         uint64_t frame_us = c->max_frame_ns / NSEC_PER_USEC, slot_us = c->slot_ns / NSEC_PER_USEC;
         const char *frame_default = given[KEY_MAX_FRAME_MS] ? "" : " (default)";
@@ -675,7 +658,7 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
                         snprintf(x, sizeof(x), "%" PRIu64 " or %" PRIu64, lower / 1000, upper / 1000);
                 else
                         snprintf(x, sizeof(x), "%" PRIu64, upper / 1000);
-                return config_error(ret_error,
+                return config_error(why, why_size,
                                     "\"max_frame_ms\": %s%s is not a whole multiple of \"slot_us\": %s%s; "
                                     "allowed: a frame that is a whole number of slots, e.g. %s",
                                     format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
@@ -683,7 +666,7 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
         }
 
         if (frame_us / slot_us > PACE_MAX_FRAME_SLOTS)
-                return config_error(ret_error,
+                return config_error(why, why_size,
                                     "\"max_frame_ms\": %s%s with \"slot_us\": %s%s makes %" PRIu64 " slots per frame; "
                                     "allowed: at most %u slots per frame (raise slot_us or lower max_frame_ms)",
                                     format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
@@ -693,7 +676,7 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
         /* One free slot in every gap is all the dispatcher can promise; a gap of a
          * single slot would leave no room for any reservation between free slots. */
         if (c->non_rt_max_gap_ns < 2 * c->slot_ns)
-                return config_error(ret_error,
+                return config_error(why, why_size,
                                     "\"non_rt_max_gap_ms\": %s%s is shorter than two slots of \"slot_us\": %s%s; "
                                     "allowed: at least %s (milliseconds)",
                                     format_number(a, sizeof(a), raw[KEY_NON_RT_MAX_GAP_MS]), gap_default,
@@ -703,7 +686,7 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
         /* Only max_connections lowered: the default per-user cap follows it
          * (pace_config_parse clamps); one written down must fit. */
         if (c->max_connections_per_user > c->max_connections && given[KEY_MAX_CONNECTIONS_PER_USER])
-                return config_error(ret_error,
+                return config_error(why, why_size,
                                     "\"max_connections_per_user\": %s is more than \"max_connections\": %s%s; "
                                     "allowed: at most max_connections",
                                     format_number(a, sizeof(a), raw[KEY_MAX_CONNECTIONS_PER_USER]),
@@ -713,14 +696,14 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
         /* A grant rounds the period down to whole slots: one shorter than a
          * slot would be refused at every call. */
         if (c->rtkit_period_ns < c->slot_ns && given[KEY_RTKIT_PERIOD_US])
-                return config_error(ret_error,
+                return config_error(why, why_size,
                                     "\"rtkit_period_us\": %s%s is shorter than \"slot_us\": %s%s; "
                                     "allowed: at least one slot",
                                     format_number(a, sizeof(a), raw[KEY_RTKIT_PERIOD_US]), "",
                                     format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default);
 
         if (c->max_frame_ns < c->non_rt_max_gap_ns)
-                return config_error(ret_error,
+                return config_error(why, why_size,
                                     "\"max_frame_ms\": %s%s is shorter than \"non_rt_max_gap_ms\": %s%s; "
                                     "allowed: a frame at least as long as the gap",
                                     format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
@@ -827,7 +810,7 @@ static void cjson_deletep(cJSON **p) {
         cJSON_Delete(*p);
 }
 
-int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **ret_error) {
+int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *why, size_t why_size) {
         _cleanup_(cjson_deletep) cJSON *root = NULL;
         _cleanup_free_ char *copy = NULL;
         double raw[_KEY_MAX] = {
@@ -844,21 +827,21 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
         size_t i;
         int r;
 
-        if (ret_error)
-                *ret_error = NULL;
+        if (why && why_size > 0)
+                why[0] = '\0';
         if (!text && size > 0)
                 return -EINVAL;
 
         for (i = 0; i < size && is_json_space(text[i]); i++)
                 ;
         if (i == size)
-                return config_error(ret_error, "the document is empty; allowed: a JSON object such as {}");
+                return config_error(why, why_size, "the document is empty; allowed: a JSON object such as {}");
 
         /* JSON has no place for NUL, and cJSON's strings would silently end there. */
         nul = memchr(text, '\0', size);
         if (nul) {
                 line_column(text, (size_t) (nul - text), &line, &column);
-                return config_error(ret_error, "syntax error at line %u, column %u: NUL byte in the document",
+                return config_error(why, why_size, "syntax error at line %u, column %u: NUL byte in the document",
                                     line, column);
         }
 
@@ -880,7 +863,7 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
 
                 at = syntax_error_offset(copy, size, end && end >= copy ? (size_t) (end - copy) : 0, &what);
                 line_column(copy, at, &line, &column);
-                return config_error(ret_error, "syntax error at line %u, column %u%s%s", line, column,
+                return config_error(why, why_size, "syntax error at line %u, column %u%s%s", line, column,
                                     what ? ": " : "", what ?: "");
         }
 
@@ -890,13 +873,13 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
                 i++;
         if (i < size) {
                 line_column(copy, i, &line, &column);
-                return config_error(ret_error,
+                return config_error(why, why_size,
                                     "syntax error at line %u, column %u: unexpected text after the top-level object",
                                     line, column);
         }
 
         if (!cJSON_IsObject(root))
-                return config_error(ret_error, "the top level must be a JSON object, got %s; allowed: {\"key\": value, ...}",
+                return config_error(why, why_size, "the top level must be a JSON object, got %s; allowed: {\"key\": value, ...}",
                                     json_type_name(root));
 
         pace_config_init(&c);
@@ -909,16 +892,16 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
                         if (strcmp(item->string, keys[id].name) == 0)
                                 break;
                 if (id == _KEY_MAX)
-                        return error_unknown_key(ret_error, item->string);
+                        return error_unknown_key(why, why_size, item->string);
 
                 /* cJSON keeps both copies of a repeated key; which one counts would be
                  * a guess, so neither does. */
                 if (given[id])
-                        return config_error(ret_error, "duplicate key %s; allowed: each key at most once",
+                        return config_error(why, why_size, "duplicate key %s; allowed: each key at most once",
                                             quote(q, sizeof(q), item->string));
                 given[id] = true;
 
-                r = parse_key(id, item, &c, raw, ret_error);
+                r = parse_key(id, item, &c, raw, why, why_size);
                 if (r < 0)
                         return r;
         }
@@ -926,7 +909,7 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
         /* The default RealtimeKit1 period follows long slots up. */
         if (!given[KEY_RTKIT_PERIOD_US] && c.rtkit_period_ns < c.slot_ns)
                 c.rtkit_period_ns = c.slot_ns;
-        r = check_cross_keys(&c, raw, given, ret_error);
+        r = check_cross_keys(&c, raw, given, why, why_size);
         if (r >= 0 && c.max_connections_per_user > c.max_connections)
                 c.max_connections_per_user = c.max_connections;
         if (r < 0)
@@ -936,21 +919,20 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **
         return 0;
 }
 
-/* Prefixes *error with the path. Out of memory, the message without the path
+/* Prefixes why with the path. Out of memory, the message without the path
  * is still better than none, so r is returned either way. */
-static int prefix_error(char **error, const char *path, int r) {
-        char *m;
+static int prefix_why(char *why, size_t why_size, const char *path, int r) {
+        _cleanup_free_ char *m = NULL;
 
-        if (!error || !*error)
+        if (!why || why_size == 0 || !why[0])
                 return r;
-        if (asprintf(&m, "%s: %s", path, *error) < 0)
-                return r;
-        free(*error);
-        *error = m;
+        m = strdup(why);
+        if (m)
+                explain(why, why_size, "%s: %s", path, m);
         return r;
 }
 
-static int read_file(int fd, const char *path, char **ret_text, size_t *ret_size, char **ret_error) {
+static int read_file(int fd, const char *path, char **ret_text, size_t *ret_size, char *why, size_t why_size) {
         _cleanup_free_ char *buf = NULL;
         size_t size = 0, allocated = 0;
         struct stat st;
@@ -962,11 +944,8 @@ static int read_file(int fd, const char *path, char **ret_text, size_t *ret_size
         /* st_size is only a hint (0 for /proc files and pipes): the read loop
          * below enforces the limit too. */
         if (S_ISREG(st.st_mode) && (uint64_t) st.st_size > CONFIG_MAX_SIZE) {
-                if (ret_error && asprintf(ret_error, "%s: file is %" PRIu64 " bytes; allowed: at most %u bytes (1 MiB)",
-                                          path, (uint64_t) st.st_size, CONFIG_MAX_SIZE) < 0) {
-                        *ret_error = NULL;
-                        return -ENOMEM;
-                }
+                explain(why, why_size, "%s: file is %" PRIu64 " bytes; allowed: at most %u bytes (1 MiB)", path,
+                        (uint64_t) st.st_size, CONFIG_MAX_SIZE);
                 return -EFBIG;
         }
 
@@ -980,11 +959,8 @@ static int read_file(int fd, const char *path, char **ret_text, size_t *ret_size
                         /* One byte over the limit is enough to know the file is too big. */
                         want = MIN(want, (size_t) CONFIG_MAX_SIZE + 1);
                         if (want == allocated) {
-                                if (ret_error && asprintf(ret_error, "%s: file is larger than %u bytes; allowed: at most %u bytes (1 MiB)",
-                                                          path, CONFIG_MAX_SIZE, CONFIG_MAX_SIZE) < 0) {
-                                        *ret_error = NULL;
-                                        return -ENOMEM;
-                                }
+                                explain(why, why_size, "%s: file is larger than %u bytes; allowed: at most %u bytes "
+                                        "(1 MiB)", path, CONFIG_MAX_SIZE, CONFIG_MAX_SIZE);
                                 return -EFBIG;
                         }
                         p = realloc(buf, want);
@@ -1010,14 +986,14 @@ static int read_file(int fd, const char *path, char **ret_text, size_t *ret_size
         return 0;
 }
 
-int pace_config_load(const char *path, PaceConfig *config, char **ret_error) {
+int pace_config_load(const char *path, PaceConfig *config, char *why, size_t why_size) {
         _cleanup_free_ char *text = NULL;
         _cleanup_close_ int fd = -EBADF;
         size_t size = 0;
         int r;
 
-        if (ret_error)
-                *ret_error = NULL;
+        if (why && why_size > 0)
+                why[0] = '\0';
         if (!path)
                 return -EINVAL;
 
@@ -1025,12 +1001,12 @@ int pace_config_load(const char *path, PaceConfig *config, char **ret_error) {
         if (fd < 0)
                 return negative_errno();
 
-        r = read_file(fd, path, &text, &size, ret_error);
+        r = read_file(fd, path, &text, &size, why, why_size);
         if (r < 0)
                 return r;
 
-        r = pace_config_parse(text, size, config, ret_error);
+        r = pace_config_parse(text, size, config, why, why_size);
         if (r == -EINVAL)
-                return prefix_error(ret_error, path, r);
+                return prefix_why(why, why_size, path, r);
         return r;
 }

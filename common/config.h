@@ -75,21 +75,22 @@ typedef struct PaceConfig {
 
 void pace_config_init(PaceConfig *config);
 
-/* Parses a JSON document. On failure returns -EINVAL and, if ret_error is not
- * NULL, a malloc'ed message naming the key, the value, and what is allowed
+/* Parses a JSON document. On failure returns -EINVAL and, in why (if not
+ * NULL), a sentence naming the key, the value, and what is allowed
  * (with line and column for syntax errors). *config is written only on success. */
 /* Keys the document leaves out take their defaults (pace_config_init()), not
  * whatever *config held before. size is exact: the text need not be
- * NUL-terminated, and a NUL byte inside it is a syntax error. *ret_error is set
- * to NULL on entry, so it can always be freed. -ENOMEM if out of memory. */
-int pace_config_parse(const char *text, size_t size, PaceConfig *config, char **ret_error);
+ * NUL-terminated, and a NUL byte inside it is a syntax error. why (if wanted;
+ * 1024 bytes hold every message) is emptied on entry. -ENOMEM if out of
+ * memory. */
+int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *why, size_t why_size);
 
 /* Reads and parses a file. -ENOENT if it does not exist (callers decide whether
  * defaults are acceptable), other negative errno for I/O errors; -EINVAL on bad
- * content, with ret_error as above (prefixed with the path). */
-/* Files over 1 MiB are refused with -EFBIG, also with a message in ret_error;
- * for other I/O errors *ret_error stays NULL (use strerror). */
-int pace_config_load(const char *path, PaceConfig *config, char **ret_error);
+ * content, with why as above (prefixed with the path). */
+/* Files over 1 MiB are refused with -EFBIG, also with a message in why; for
+ * other I/O errors why stays empty (use strerror). */
+int pace_config_load(const char *path, PaceConfig *config, char *why, size_t why_size);
 
 /* Slots in the longest frame the config allows. */
 static inline uint32_t pace_config_frame_slots(const PaceConfig *config) {

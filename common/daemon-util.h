@@ -89,21 +89,15 @@ static inline int daemon_parse_argv(int argc, char **argv, const char *program, 
  * Returns 0, 1 when the built-in defaults were used (worth a log line, in
  * the daemon's own style), or a negative errno with a sentence in why. */
 static inline int daemon_read_config(const char *path, PaceConfig *config, char *why, size_t why_size) {
-        _cleanup_free_ char *error = NULL;
         int r;
 
         pace_config_init(config);
-        r = pace_config_load(path ?: PACE_DEFAULT_CONFIG, config, &error);
+        r = pace_config_load(path ?: PACE_DEFAULT_CONFIG, config, why, why_size);
         if (r == -ENOENT && !path)
                 return 1;
-        if (r < 0) {
-                if (error)
-                        snprintf(why, why_size, "%s", error);
-                else
-                        snprintf(why, why_size, "cannot read %s: %s", path ?: PACE_DEFAULT_CONFIG, strerror(-r));
-                return r;
-        }
-        return 0;
+        if (r < 0 && !why[0])
+                snprintf(why, why_size, "cannot read %s: %s", path ?: PACE_DEFAULT_CONFIG, strerror(-r));
+        return r < 0 ? r : 0;
 }
 
 #define DAEMON_DEFAULTS_NOTE PACE_DEFAULT_CONFIG " does not exist; using built-in defaults"

@@ -13,7 +13,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-        _cleanup_free_ char *error = NULL;
+        char error[1024] = "";
         _cleanup_free_ char *copy = NULL;
         PaceConfig config, before;
         int r;
@@ -28,10 +28,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memset(&config, 0x5a, sizeof(config));
         before = config;
 
-        r = pace_config_parse(copy, size, &config, &error);
+        r = pace_config_parse(copy, size, &config, error, sizeof(error));
         if (r == 0) {
                 /* What the parser accepts must hold the invariants the daemons rely on. */
-                if (error || config.slot_ns == 0 || config.max_frame_ns % config.slot_ns != 0 ||
+                if (error[0] || config.slot_ns == 0 || config.max_frame_ns % config.slot_ns != 0 ||
                     pace_config_frame_slots(&config) > PACE_MAX_FRAME_SLOTS ||
                     config.non_rt_max_gap_ns < 2 * config.slot_ns || config.max_frame_ns < config.non_rt_max_gap_ns ||
                     config.non_rt_share_ppm < 50000 || config.non_rt_share_ppm > 950000 ||
@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 abort();
         } else {
                 /* Failure: one message (unless out of memory) and nothing written. */
-                if ((r == -EINVAL && (!error || !error[0])) || memcmp(&config, &before, sizeof(config)) != 0)
+                if ((r == -EINVAL && !error[0]) || memcmp(&config, &before, sizeof(config)) != 0)
                         abort();
         }
 

@@ -14,7 +14,7 @@
 typedef void (*LogSink)(void *userdata, int priority, const char *message);
 
 /* Longest line a sink is handed; longer ones are cut. */
-#define LOG_SINK_LINE_MAX 512
+#define LOG_SINK_LINE_MAX 1024
 
 /* Formats one line and hands it to sink; a NULL sink drops it. */
 _printf_(4, 5) static inline void log_sinkf(LogSink sink, void *userdata, int priority, const char *fmt, ...) {

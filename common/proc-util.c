@@ -14,6 +14,7 @@
 
 #include "macro.h"
 #include "config.h"
+#include "explain.h"
 #include "proc-util.h"
 
 #define PF_KTHREAD 0x00200000UL
@@ -434,7 +435,7 @@ int proc_cpus_allowed(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret
         return r < 0 ? -EBADMSG : 0;
 }
 
-int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char **ret_error) {
+int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char *why, size_t why_size) {
         int32_t online[PACE_MAX_CPUS];
         uint32_t n_online = 0;
         char buf[1024];
@@ -444,9 +445,8 @@ int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char **ret
         if (r == 0)
                 r = cpu_list_parse(buf, online, PACE_MAX_CPUS, &n_online);
         if (r < 0 || n_online == 0) {
-                if (ret_error && asprintf(ret_error, "cannot read the online CPUs from %s: %s", sysfs_online,
-                                          strerror(r < 0 ? -r : EINVAL)) < 0)
-                        *ret_error = NULL;
+                explain(why, why_size, "cannot read the online CPUs from %s: %s", sysfs_online,
+                        strerror(r < 0 ? -r : EINVAL));
                 return r < 0 ? r : -EINVAL;
         }
 
@@ -460,9 +460,8 @@ int config_resolve_cpus(PaceConfig *config, const char *sysfs_online, char **ret
                 for (uint32_t j = 0; j < n_online; j++)
                         found |= online[j] == config->cpus[i];
                 if (!found) {
-                        if (ret_error && asprintf(ret_error, "\"cpus\": CPU %" PRIi32 " is not online (online: %s)",
-                                                  config->cpus[i], strtok(buf, "\n")) < 0)
-                                *ret_error = NULL;
+                        explain(why, why_size, "\"cpus\": CPU %" PRIi32 " is not online (online: %s)",
+                                config->cpus[i], strtok(buf, "\n"));
                         return -ENODEV;
                 }
         }

@@ -82,7 +82,7 @@ int proc_cpus_allowed(const char *proc_root, pid_t pid, pid_t tid, uint64_t *ret
  * checks that every configured CPU is online. sysfs_online is normally
  * "/sys/devices/system/cpu/online". On failure, a malloc'ed message. */
 struct PaceConfig;
-int config_resolve_cpus(struct PaceConfig *config, const char *sysfs_online, char **ret_error);
+int config_resolve_cpus(struct PaceConfig *config, const char *sysfs_online, char *why, size_t why_size);
 
 /* Thread tid of process pid: its start time (field 22 of its stat), which
  * with the tid names one thread even after the tid is reused. -ESRCH if the

@@ -442,7 +442,7 @@ static bool same_cpus(const PaceConfig *a, const PaceConfig *b) {
 static void reload(Dispatcher *d, const DispatcherRunOptions *o) {
         PaceConfig next;
         uint64_t gen = 0;
-        char why[512] = "";
+        char why[1024] = "";
         int r;
 
         if (!o->load_config) {

@@ -195,7 +195,7 @@ TEST(sixty_four_clients_ten_thousand_cycles) {
         w.config.slot_ns = NSEC_PER_MSEC;
         w.config.max_connections = 256;
         w.config.max_connections_per_user = 256;
-        ASSERT_OK(config_resolve_cpus(&w.config, "/sys/devices/system/cpu/online", NULL));
+        ASSERT_OK(config_resolve_cpus(&w.config, "/sys/devices/system/cpu/online", NULL, 0));
         w.table_path = table_path;
         w.sh = sh;
 

@@ -12,8 +12,12 @@
 #include "macro.h"
 #include "test.h"
 
-static int parse_string(const char *json, PaceConfig *c, char **ret_error) {
-        return pace_config_parse(json, strlen(json), c, ret_error);
+/* Room for any of the parser's sentences. */
+#define WHY_SIZE 1024
+
+/* why: NULL, or WHY_SIZE bytes. */
+static int parse_string(const char *json, PaceConfig *c, char *why) {
+        return pace_config_parse(json, strlen(json), c, why, why ? WHY_SIZE : 0);
 }
 
 /* Parses json, which must fail with -EINVAL and a message containing every
@@ -21,27 +25,26 @@ static int parse_string(const char *json, PaceConfig *c, char **ret_error) {
 #define ASSERT_PARSE_FAILS(json, ...)                                                     \
         do {                                                                              \
                 const char *needles_[] = { __VA_ARGS__ };                                 \
-                char *msg_ = NULL;                                                        \
+                char msg_[WHY_SIZE] = "";                                                 \
                 PaceConfig before_, after_;                                               \
                 memset(&before_, 0xa5, sizeof(before_));                                  \
                 memcpy(&after_, &before_, sizeof(before_));                               \
-                ASSERT_ERR(parse_string((json), &after_, &msg_), -EINVAL);                \
-                ASSERT_TRUE(msg_ != NULL);                                                \
+                ASSERT_ERR(parse_string((json), &after_, msg_), -EINVAL);                 \
+                ASSERT_TRUE(msg_[0] != '\0');                                             \
                 printf("  %s\n    -> %s\n", (json), msg_);                                \
                 for (size_t k_ = 0; k_ < ELEMENTSOF(needles_); k_++)                      \
                         ASSERT_CONTAINS(msg_, needles_[k_]);                              \
                 ASSERT_TRUE(memcmp(&before_, &after_, sizeof(before_)) == 0);             \
-                free(msg_);                                                               \
         } while (0)
 
 #define ASSERT_PARSES(json, c)                                                            \
         do {                                                                              \
-                char *msg_ = NULL;                                                        \
-                int r_ = parse_string((json), (c), &msg_);                                \
+                char msg_[WHY_SIZE] = "garbage";                                          \
+                int r_ = parse_string((json), (c), msg_);                                 \
                 if (r_ < 0)                                                               \
                         TEST_FAIL_("parsing %s failed: %d: %s", (json), r_,               \
-                                   msg_ ? msg_ : "(no message)");                         \
-                ASSERT_TRUE(msg_ == NULL);                                                \
+                                   msg_[0] ? msg_ : "(no message)");                      \
+                ASSERT_TRUE(msg_[0] == '\0');                                             \
         } while (0)
 
 /* json parses, and sets field to value. */
@@ -154,7 +157,7 @@ TEST(parse_starts_from_defaults) {
 }
 
 TEST(shipped_config_is_defaults) {
-        _cleanup_free_ char *error = NULL;
+        char error[WHY_SIZE] = "";
         char buf[PATH_MAX];
         const char *path = shipped_config_path(buf, sizeof(buf));
         PaceConfig c, d;
@@ -163,8 +166,8 @@ TEST(shipped_config_is_defaults) {
                 TEST_SKIP("config/pace.json not found (set PACE_SHIPPED_CONFIG)");
         pace_config_init(&d);
         memset(&c, 0x5a, sizeof(c));
-        ASSERT_OK(pace_config_load(path, &c, &error));
-        ASSERT_TRUE(error == NULL);
+        ASSERT_OK(pace_config_load(path, &c, error, sizeof(error)));
+        ASSERT_TRUE(error[0] == '\0');
         assert_config_eq(&c, &d);
 }
 
@@ -403,13 +406,13 @@ TEST(unknown_key) {
         /* Long keys are cut short in the message. */
         {
                 char json[4096], key[2001];
-                _cleanup_free_ char *error = NULL;
+                char error[WHY_SIZE] = "";
                 PaceConfig c;
 
                 memset(key, 'k', sizeof(key) - 1);
                 key[sizeof(key) - 1] = '\0';
                 snprintf(json, sizeof(json), "{\"%s\": 1}", key);
-                ASSERT_ERR(parse_string(json, &c, &error), -EINVAL);
+                ASSERT_ERR(parse_string(json, &c, error), -EINVAL);
                 ASSERT_CONTAINS(error, "unknown key \"kkkk");
                 ASSERT_CONTAINS(error, "\"...");
                 ASSERT_CMP(strlen(error), <, 600);
@@ -495,12 +498,12 @@ TEST(trailing_garbage) {
 }
 
 TEST(empty_and_top_level) {
-        _cleanup_free_ char *error = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c;
 
         ASSERT_PARSE_FAILS("", "empty");
         ASSERT_PARSE_FAILS("  \n\t\r\n", "empty");
-        ASSERT_ERR(pace_config_parse(NULL, 0, &c, &error), -EINVAL);
+        ASSERT_ERR(pace_config_parse(NULL, 0, &c, error, sizeof(error)), -EINVAL);
         ASSERT_CONTAINS(error, "empty");
 
         ASSERT_PARSE_FAILS("[]", "the top level must be a JSON object, got an array");
@@ -514,31 +517,27 @@ TEST(empty_and_top_level) {
 TEST(nul_bytes) {
         static const char with_nul[] = "{\"policy\": \"rm\0\", \"slot_us\": 500}";
         static const char trailing_nul[] = "{}\n";  /* sizeof includes the terminator */
-        _cleanup_free_ char *error = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c, before;
 
         memset(&c, 0x33, sizeof(c));
         before = c;
-        ASSERT_ERR(pace_config_parse(with_nul, sizeof(with_nul) - 1, &c, &error), -EINVAL);
+        ASSERT_ERR(pace_config_parse(with_nul, sizeof(with_nul) - 1, &c, error, sizeof(error)), -EINVAL);
         ASSERT_CONTAINS(error, "syntax error at line 1, column 15: NUL byte");
         ASSERT_TRUE(memcmp(&c, &before, sizeof(c)) == 0);
-        free(error);
-        error = NULL;
 
-        ASSERT_ERR(pace_config_parse(trailing_nul, sizeof(trailing_nul), &c, &error), -EINVAL);
+        ASSERT_ERR(pace_config_parse(trailing_nul, sizeof(trailing_nul), &c, error, sizeof(error)), -EINVAL);
         ASSERT_CONTAINS(error, "syntax error at line 2, column 1: NUL byte");
-        free(error);
-        error = NULL;
 
         /* size is what counts: a NUL after it is not looked at. */
-        ASSERT_OK(pace_config_parse(trailing_nul, sizeof(trailing_nul) - 1, &c, &error));
-        ASSERT_TRUE(error == NULL);
+        ASSERT_OK(pace_config_parse(trailing_nul, sizeof(trailing_nul) - 1, &c, error, sizeof(error)));
+        ASSERT_TRUE(error[0] == '\0');
 }
 
 TEST(not_nul_terminated) {
         static const char json[] = "{\"policy\": \"rm\", \"slot_us\": 500}";
         size_t n = sizeof(json) - 1;
-        _cleanup_free_ char *error = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c;
 
         /* Exactly sized heap copies: ASan reports any read past the end. */
@@ -548,22 +547,20 @@ TEST(not_nul_terminated) {
 
                 ASSERT_TRUE(buf);
                 memcpy(buf, json, len);
-                r = pace_config_parse(buf, len, &c, &error);
+                r = pace_config_parse(buf, len, &c, error, sizeof(error));
                 if (len == n) {
                         ASSERT_OK(r);
                         ASSERT_EQ(c.policy, PACE_POLICY_RM);
                         ASSERT_EQ(c.slot_ns, 500000);
                 } else {
                         ASSERT_ERR(r, -EINVAL);
-                        ASSERT_TRUE(error != NULL);
+                        ASSERT_TRUE(error[0] != '\0');
                 }
-                free(error);
-                error = NULL;
                 free(buf);
         }
 
         /* A number cut off by size must not pick up digits beyond it. */
-        ASSERT_OK(pace_config_parse("{\"slot_us\": 500}0", strlen("{\"slot_us\": 500}"), &c, NULL));
+        ASSERT_OK(pace_config_parse("{\"slot_us\": 500}0", strlen("{\"slot_us\": 500}"), &c, NULL, 0));
         ASSERT_EQ(c.slot_ns, 500000);
 }
 
@@ -593,18 +590,18 @@ TEST(no_error_pointer) {
 }
 
 TEST(error_cleared_on_success) {
-        char *error = (char *) "garbage";
+        char error[WHY_SIZE] = "garbage";
         PaceConfig c;
 
-        ASSERT_OK(parse_string("{}", &c, &error));
-        ASSERT_TRUE(error == NULL);
+        ASSERT_OK(parse_string("{}", &c, error));
+        ASSERT_TRUE(error[0] == '\0');
 }
 
 TEST(deep_nesting) {
         /* cJSON limits nesting; what matters is a clean refusal, not a crash. */
         size_t depth = 100000;
         char *json = malloc(2 * depth + 32);
-        _cleanup_free_ char *error = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c;
         size_t n = 0;
 
@@ -615,17 +612,17 @@ TEST(deep_nesting) {
         for (size_t i = 0; i < depth; i++)
                 json[n++] = ']';
         json[n++] = '}';
-        ASSERT_ERR(pace_config_parse(json, n, &c, &error), -EINVAL);
+        ASSERT_ERR(pace_config_parse(json, n, &c, error, sizeof(error)), -EINVAL);
         ASSERT_CONTAINS(error, "syntax error");
         free(json);
 }
 
 TEST(load_missing) {
-        _cleanup_free_ char *error = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c;
 
-        ASSERT_ERR(pace_config_load("/nonexistent/pace/pace.json", &c, &error), -ENOENT);
-        ASSERT_TRUE(error == NULL);
+        ASSERT_ERR(pace_config_load("/nonexistent/pace/pace.json", &c, error, sizeof(error)), -ENOENT);
+        ASSERT_TRUE(error[0] == '\0');
 }
 
 TEST(load_good_and_bad) {
@@ -635,29 +632,26 @@ TEST(load_good_and_bad) {
         _cleanup_free_ char *good = write_temp(good_json, strlen(good_json));
         _cleanup_free_ char *bad = write_temp(bad_json, strlen(bad_json));
         _cleanup_free_ char *broken = write_temp(broken_json, strlen(broken_json));
-        _cleanup_free_ char *error = NULL, *prefix = NULL;
+        _cleanup_free_ char *prefix = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c, before;
 
-        ASSERT_OK(pace_config_load(good, &c, &error));
-        ASSERT_TRUE(error == NULL);
+        ASSERT_OK(pace_config_load(good, &c, error, sizeof(error)));
+        ASSERT_TRUE(error[0] == '\0');
         ASSERT_EQ(c.policy, PACE_POLICY_RM);
 
         before = c;
-        ASSERT_ERR(pace_config_load(bad, &c, &error), -EINVAL);
+        ASSERT_ERR(pace_config_load(bad, &c, error, sizeof(error)), -EINVAL);
         printf("    -> %s\n", error);
         ASSERT_TRUE(asprintf(&prefix, "%s: \"non_rt_share\": 0.01 is out of range", bad) > 0);
         ASSERT_TRUE(strncmp(error, prefix, strlen(prefix)) == 0);
         ASSERT_CONTAINS(error, "allowed: a number from 0.05 to 0.95");
         ASSERT_TRUE(memcmp(&c, &before, sizeof(c)) == 0);
-        free(error);
-        error = NULL;
 
-        ASSERT_ERR(pace_config_load(broken, &c, &error), -EINVAL);
+        ASSERT_ERR(pace_config_load(broken, &c, error, sizeof(error)), -EINVAL);
         printf("    -> %s\n", error);
         ASSERT_TRUE(strncmp(error, broken, strlen(broken)) == 0);
         ASSERT_CONTAINS(error, ": syntax error at line 3, column 3");
-        free(error);
-        error = NULL;
 
         ASSERT_OK(unlink(good));
         ASSERT_OK(unlink(bad));
@@ -667,7 +661,8 @@ TEST(load_good_and_bad) {
 TEST(load_too_large) {
         size_t size = 1024 * 1024 + 1;
         _cleanup_free_ char *content = malloc(size);
-        _cleanup_free_ char *path = NULL, *error = NULL;
+        _cleanup_free_ char *path = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c;
 
         ASSERT_TRUE(content);
@@ -676,19 +671,17 @@ TEST(load_too_large) {
         content[0] = '{';
         content[size - 1] = '}';
         path = write_temp(content, size);
-        ASSERT_ERR(pace_config_load(path, &c, &error), -EFBIG);
+        ASSERT_ERR(pace_config_load(path, &c, error, sizeof(error)), -EFBIG);
         printf("    -> %s\n", error);
         ASSERT_TRUE(strncmp(error, path, strlen(path)) == 0);
         ASSERT_CONTAINS(error, "at most 1048576 bytes (1 MiB)");
         ASSERT_OK(unlink(path));
         free(path);
-        free(error);
-        error = NULL;
 
         /* Exactly 1 MiB is fine. */
         content[size - 2] = '}';
         path = write_temp(content, size - 1);
-        ASSERT_OK(pace_config_load(path, &c, &error));
+        ASSERT_OK(pace_config_load(path, &c, error, sizeof(error)));
         ASSERT_OK(unlink(path));
 }
 
@@ -796,11 +789,11 @@ TEST(rtkit_keys) {
 }
 
 TEST(load_not_a_file) {
-        _cleanup_free_ char *error = NULL;
+        char error[WHY_SIZE] = "";
         PaceConfig c;
 
-        ASSERT_ERR(pace_config_load("/tmp", &c, &error), -EISDIR);
-        ASSERT_ERR(pace_config_load("/dev/null", &c, &error), -EINVAL);
+        ASSERT_ERR(pace_config_load("/tmp", &c, error, sizeof(error)), -EISDIR);
+        ASSERT_ERR(pace_config_load("/dev/null", &c, error, sizeof(error)), -EINVAL);
         ASSERT_CONTAINS(error, "/dev/null: the document is empty");
 }
 
