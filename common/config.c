@@ -810,27 +810,15 @@ static void cjson_deletep(cJSON **p) {
         cJSON_Delete(*p);
 }
 
-int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *why, size_t why_size) {
-        _cleanup_(cjson_deletep) cJSON *root = NULL;
-        _cleanup_free_ char *copy = NULL;
-        double raw[_KEY_MAX] = {
-                [KEY_SLOT_US] = 1000,
-                [KEY_NON_RT_MAX_GAP_MS] = 20,
-                [KEY_MAX_FRAME_MS] = 1200,
-                [KEY_RTKIT_PERIOD_US] = 10000,
-        };
-        bool given[_KEY_MAX] = {};
+/* The document as a cJSON object, or a refusal that says where its syntax
+ * fails. *ret_copy is the terminated copy cJSON parsed (the caller frees
+ * both). */
+static int parse_json_object(const char *text, size_t size, cJSON **ret_root, char **ret_copy, char *why,
+                             size_t why_size) {
         const char *end = NULL, *nul;
         unsigned line, column;
-        const cJSON *item;
-        PaceConfig c;
+        char *copy;
         size_t i;
-        int r;
-
-        if (why && why_size > 0)
-                why[0] = '\0';
-        if (!text && size > 0)
-                return -EINVAL;
 
         for (i = 0; i < size && is_json_space(text[i]); i++)
                 ;
@@ -848,7 +836,7 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *w
         /* cJSON gets a terminated copy whose length includes the NUL, so it can
          * never read past the caller's buffer and stops on the NUL at the end:
          * an error there means the input ended early. */
-        copy = malloc(size + 1);
+        copy = *ret_copy = malloc(size + 1);
         if (!copy)
                 return -ENOMEM;
         memcpy(copy, text, size);
@@ -856,8 +844,8 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *w
 
         /* cJSON cannot tell us when it ran out of memory; that case is reported
          * as a syntax error, which is wrong but harmless. */
-        root = cJSON_ParseWithLengthOpts(copy, size + 1, &end, false);
-        if (!root) {
+        *ret_root = cJSON_ParseWithLengthOpts(copy, size + 1, &end, false);
+        if (!*ret_root) {
                 const char *what = NULL;
                 size_t at;
 
@@ -878,11 +866,17 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *w
                                     line, column);
         }
 
-        if (!cJSON_IsObject(root))
+        if (!cJSON_IsObject(*ret_root))
                 return config_error(why, why_size, "the top level must be a JSON object, got %s; allowed: {\"key\": value, ...}",
-                                    json_type_name(root));
+                                    json_type_name(*ret_root));
+        return 0;
+}
 
-        pace_config_init(&c);
+/* Each key of the object into c (raw: the numbers as written, given: which
+ * keys were), refusing unknown and repeated keys. */
+static int parse_keys(const cJSON *root, PaceConfig *c, double *raw, bool *given, char *why, size_t why_size) {
+        const cJSON *item;
+        int r;
 
         cJSON_ArrayForEach(item, root) {
                 char q[QUOTE_MAX * 4 + 16];
@@ -901,19 +895,46 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *w
                                             quote(q, sizeof(q), item->string));
                 given[id] = true;
 
-                r = parse_key(id, item, &c, raw, why, why_size);
+                r = parse_key(id, item, c, raw, why, why_size);
                 if (r < 0)
                         return r;
         }
+        return 0;
+}
 
+int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *why, size_t why_size) {
+        _cleanup_(cjson_deletep) cJSON *root = NULL;
+        _cleanup_free_ char *copy = NULL;
+        double raw[_KEY_MAX] = {
+                [KEY_SLOT_US] = 1000,
+                [KEY_NON_RT_MAX_GAP_MS] = 20,
+                [KEY_MAX_FRAME_MS] = 1200,
+                [KEY_RTKIT_PERIOD_US] = 10000,
+        };
+        bool given[_KEY_MAX] = {};
+        PaceConfig c;
+        int r;
+
+        if (why && why_size > 0)
+                why[0] = '\0';
+        if (!text && size > 0)
+                return -EINVAL;
+        r = parse_json_object(text, size, &root, &copy, why, why_size);
+        if (r < 0)
+                return r;
+
+        pace_config_init(&c);
+        r = parse_keys(root, &c, raw, given, why, why_size);
+        if (r < 0)
+                return r;
         /* The default RealtimeKit1 period follows long slots up. */
         if (!given[KEY_RTKIT_PERIOD_US] && c.rtkit_period_ns < c.slot_ns)
                 c.rtkit_period_ns = c.slot_ns;
         r = check_cross_keys(&c, raw, given, why, why_size);
-        if (r >= 0 && c.max_connections_per_user > c.max_connections)
-                c.max_connections_per_user = c.max_connections;
         if (r < 0)
                 return r;
+        if (c.max_connections_per_user > c.max_connections)
+                c.max_connections_per_user = c.max_connections;
 
         *config = c;
         return 0;
