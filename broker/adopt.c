@@ -75,14 +75,13 @@ static void find_live(Broker *b, const PaceTableBuffer *old, bool *keep, int *pi
         }
 }
 
-/* The plan rebuilt from what is kept, and checked as the dispatcher will
- * check the table it makes: 0, or -EBADMSG with why, or a negative errno. */
-static int restore_plan(Broker *b, const PaceTableBuffer *old, const bool *keep, char *why, size_t why_size) {
-        _cleanup_free_ PaceTableBuffer *check = malloc(sizeof(PaceTableBuffer));
+/* The plan rebuilt from what is kept, and checked (in check) as the
+ * dispatcher will check the table it makes: 0, or -EBADMSG with why, or a
+ * negative errno. */
+static int restore_plan(Broker *b, const PaceTableBuffer *old, const bool *keep, PaceTableBuffer *check, char *why,
+                        size_t why_size) {
         int r;
 
-        if (!check)
-                return -ENOMEM;
         r = plan_restore(b->plan, old, keep);
         if (r < 0)
                 return r;
@@ -143,12 +142,13 @@ static void adopt_nice_levels(Broker *b, const PaceTableBuffer *old) {
 
 int adopt_previous_table(Broker *b, int dir_fd) {
         _cleanup_free_ PaceTableBuffer *old = malloc(sizeof(PaceTableBuffer));
+        _cleanup_free_ PaceTableBuffer *check = malloc(sizeof(PaceTableBuffer));
         static bool keep[PACE_MAX_RESERVATIONS];
         static int pidfds[PACE_MAX_RESERVATIONS];
         char why[256];
         int r;
 
-        if (!old)
+        if (!old || !check)
                 return -ENOMEM;
         if (read_previous_table(b, dir_fd, old) == 0)
                 return 0;
@@ -157,11 +157,15 @@ int adopt_previous_table(Broker *b, int dir_fd) {
         for (uint32_t i = 0; i < old->n_reservations; i++)
                 b->next_id = MAX(b->next_id, old->reservations[i].id + 1);
 
-        r = restore_plan(b, old, keep, why, sizeof(why));
+        r = restore_plan(b, old, keep, check, why, sizeof(why));
         if (r < 0) {
-                broker_log(b, LOG_WARNING, "previous table not adopted: %s", r == -EBADMSG ? why : strerror(-r));
                 for (uint32_t i = 0; i < old->n_reservations; i++)
                         safe_close(pidfds[i]);
+                /* Out of memory is the one error: the broker does not start,
+                 * and the table stays for the next one to adopt. */
+                if (r == -ENOMEM)
+                        return r;
+                broker_log(b, LOG_WARNING, "previous table not adopted: %s", r == -EBADMSG ? why : strerror(-r));
                 plan_free(b->plan);
                 b->plan = NULL;
                 return plan_new(&b->config, &b->plan);

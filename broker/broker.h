@@ -61,8 +61,11 @@ static inline void broker_freep(Broker **b) {
         broker_free(*b);
 }
 
-/* Decodes one request and always produces a reply (an Error reply for bad
- * input); a negative return means no reply could be built at all (-ENOMEM). */
+/* Decodes one request and produces a reply: the answer, or an Error reply
+ * for a refusal (bad input, no room, not allowed, a failure before anything
+ * changed). A negative return means no reply could be built (-ENOMEM,
+ * -EMSGSIZE): the embedder logs it and drops the client, who cannot know
+ * whether a change took effect. */
 int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size, uint8_t **ret_reply,
                   size_t *ret_reply_size);
 

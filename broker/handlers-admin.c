@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include <syslog.h>
 
 #include "broker-internal.h"
@@ -11,7 +12,7 @@
 int handle_admin(Broker *b, const BrokerPeer *peer, const Pace__Request *req, uint8_t **reply, size_t *reply_size,
                  Refusal *ret_refusal) {
         int body = req->body_case;
-        char message[1024];
+        char message[1024] = "";
 
         /* ResetKnown: what was granted on others' behalf, which a delegate
          * (pace-rtkit, for root's call) may drop as well as root. */
@@ -41,13 +42,13 @@ int handle_admin(Broker *b, const BrokerPeer *peer, const Pace__Request *req, ui
         int r = b->hooks.reload(b->hooks.userdata, message, sizeof(message));
         if (r < 0)
                 broker_log(b, LOG_ERR, "reload refused, the old configuration stays (asked by pid %" PRIi32 "): %s",
-                           (int32_t) peer->pid, message);
+                           (int32_t) peer->pid, message[0] ? message : strerror(-r));
         else
                 broker_log(b, LOG_INFO, "reloaded on request of pid %" PRIi32, (int32_t) peer->pid);
         if (r < 0)
                 return refuse(ret_refusal,
                               r == -EBUSY || r == -EINVAL ? PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT
                                                           : PACE__ERROR_CODE__ERROR_INTERNAL,
-                              "reload refused, the old configuration stays: %s", message);
+                              "reload refused, the old configuration stays: %s", message[0] ? message : strerror(-r));
         return admin_reply(reply, reply_size, "configuration reloaded");
 }

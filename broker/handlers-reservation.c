@@ -176,11 +176,15 @@ static void log_grant(Broker *b, const BrokerPeer *peer, bool on_behalf, const P
                    format_duration((char[32]) {}, 32, entry->requested_period_ns));
 }
 
-/* The planner said no (r > 0) or failed (r < 0): a refusal is logged, as
- * every refused reservation is, and answered in the planner's words. */
+/* The planner said no (r > 0) or failed (r < 0, before anything changed):
+ * either is logged and answered, a refusal in the planner's words. */
 static int plan_refused(Broker *b, const BrokerPeer *peer, int r, const char *why, Refusal *ret_refusal) {
-        if (r < 0)
-                return r;
+        if (r < 0) {
+                broker_log(b, LOG_ERR, "uid %u pid %" PRIi32 ": cannot plan the reservation: %s", (unsigned) peer->uid,
+                           (int32_t) peer->pid, strerror(-r));
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL, "the broker cannot plan the "
+                              "reservation: %s", strerror(-r));
+        }
         broker_log(b, LOG_INFO, "uid %u pid %" PRIi32 ": refused: %s", (unsigned) peer->uid, (int32_t) peer->pid, why);
         return refuse(ret_refusal, plan_refusal_code(r), "%s", why);
 }
@@ -356,8 +360,9 @@ int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *
         r = plan_validate(b->plan, &preq, why, sizeof(why));
         if (r == 0)
                 r = replan(b, req->id, &preq, &entry, why, sizeof(why));
-        if (r < 0)
-                return r;
+        if (r < 0) /* the plan is replaced only if replan() succeeds */
+                return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL, "the broker cannot plan the change: "
+                              "%s; the reservation stays as it was", strerror(-r));
         if (r > 0) {
                 broker_log(b, LOG_INFO, "reservation %" PRIu64 ": change refused, it stays as it was: %s", req->id, why);
                 return refuse(ret_refusal, plan_refusal_code(r), "%s; the reservation stays as it was", why);

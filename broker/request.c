@@ -188,12 +188,12 @@ int broker_handle(Broker *b, const BrokerPeer *peer, const uint8_t *request, siz
         Refusal refusal;
         int r;
 
+        /* The one place a refusal becomes an Error reply. A failure comes
+         * back as it is: a handler that failed after its change took effect
+         * (packing the reply) must not tell the client it was refused, and
+         * one that failed before has said so as a refusal itself. */
         r = handle_request(b, peer, request, request_size, ret_reply, ret_reply_size, &refusal);
-        if (r == 0)
-                return 0;
-        /* The one place a refusal becomes an Error reply. A failure of the
-         * broker's own is answered too, so the client is not left waiting. */
-        if (r < 0)
-                refuse(&refusal, PACE__ERROR_CODE__ERROR_INTERNAL, "the broker could not answer: %s", strerror(-r));
+        if (r <= 0)
+                return r;
         return broker_error_reply(refusal.code, refusal.message, ret_reply, ret_reply_size);
 }

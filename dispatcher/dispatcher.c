@@ -97,6 +97,8 @@ static int resolve_cpus(PaceConfig *config) {
         if (config->cpus_set)
                 return 0;
         r = read_small_file("/sys/devices/system/cpu/online", buf, sizeof(buf));
+        if (r == -ESRCH) /* how read_small_file() says "no such file", for /proc */
+                return -ENOENT;
         if (r < 0)
                 return r;
         r = cpu_list_parse(buf, config->cpus, PACE_MAX_CPUS, &config->n_cpus);
