@@ -10,6 +10,7 @@
 #include "broker-internal.h"
 #include "macro.h"
 #include "proc-util.h"
+#include "proto-cleanup.h"
 
 /* Whether the peer may take another request now; takes a token if so.
  * Root is never limited. */
@@ -133,16 +134,11 @@ static int dispatch_request(Broker *b, const BrokerPeer *peer, bool on_behalf, c
         }
 }
 
-static void request_freep(Pace__Request **req) {
-        if (*req)
-                pace__request__free_unpacked(*req, NULL);
-}
-
 /* Everything up to a handler's answer: 0 with a reply, a refusal (> 0) or
  * a negative errno. */
 static int handle_request(Broker *b, const BrokerPeer *peer, const uint8_t *request, size_t request_size,
                           uint8_t **ret_reply, size_t *ret_reply_size, Refusal *ret_refusal) {
-        _cleanup_(request_freep) Pace__Request *req = NULL;
+        _cleanup_(pace_request_freep) Pace__Request *req = NULL;
         int r;
 
         /* Before decoding: flooding with garbage costs tokens too. A

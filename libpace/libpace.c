@@ -32,6 +32,7 @@
 #include "pace-limits.h"
 #include "pace.pb-c.h"
 #include "pace/pace.h"
+#include "proto-cleanup.h"
 #include "socket-util.h"
 #include "time-util.h"
 
@@ -319,11 +320,6 @@ finish:
         return 0;
 }
 
-static void response_freep(Pace__Response **resp) {
-        if (*resp)
-                pace__response__free_unpacked(*resp, NULL);
-}
-
 static int map_error(const Pace__Error *e) {
         /* The message is kept even for codes this library does not know, so
          * that a newer broker's refusal still explains itself. */
@@ -408,7 +404,7 @@ static void grant_from_wire(const Pace__Grant *g, pace_grant *ret) {
 
 /* Sends a request answered by a grant; expected_id 0: any. */
 static int grant_exchange(pace *p, const Pace__Request *req, uint64_t expected_id, pace_grant *ret_grant) {
-        _cleanup_(response_freep) Pace__Response *resp = NULL;
+        _cleanup_(pace_response_freep) Pace__Response *resp = NULL;
         int r;
 
         r = exchange(p, req, &resp);
@@ -519,7 +515,7 @@ _public_ int pace_modify(pace *p, uint64_t id, const pace_reserve_params *params
 }
 
 _public_ int pace_release(pace *p, uint64_t id) {
-        _cleanup_(response_freep) Pace__Response *resp = NULL;
+        _cleanup_(pace_response_freep) Pace__Response *resp = NULL;
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ReleaseRequest body = PACE__RELEASE_REQUEST__INIT;
         int r;
@@ -552,7 +548,7 @@ _public_ int pace_release(pace *p, uint64_t id) {
 
 /* reload and reset: root's requests, answered with a sentence. */
 static int admin_request(pace *p, Pace__Request__BodyCase body_case) {
-        _cleanup_(response_freep) Pace__Response *resp = NULL;
+        _cleanup_(pace_response_freep) Pace__Response *resp = NULL;
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__ReloadRequest reload = PACE__RELOAD_REQUEST__INIT;
         Pace__ResetRequest reset = PACE__RESET_REQUEST__INIT;
@@ -670,7 +666,7 @@ static int status_from_wire(const Pace__StatusReply *s, pace_status_report **ret
 }
 
 _public_ int pace_status(pace *p, pace_status_report **ret) {
-        _cleanup_(response_freep) Pace__Response *resp = NULL;
+        _cleanup_(pace_response_freep) Pace__Response *resp = NULL;
         Pace__Request req = PACE__REQUEST__INIT;
         Pace__StatusRequest body = PACE__STATUS_REQUEST__INIT;
         int r;

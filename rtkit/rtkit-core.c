@@ -8,6 +8,7 @@
 
 #include "macro.h"
 #include "pace-limits.h"
+#include "proto-cleanup.h"
 #include "rtkit-core.h"
 
 /* rtkit asks sched_get_priority_min/max(SCHED_RR): 1..99 on Linux. */
@@ -87,16 +88,11 @@ static int check_thread_call(const RtkitCaller *caller, bool with_pid, uint64_t 
         return 0;
 }
 
-static void response_freep(Pace__Response **p) {
-        if (*p)
-                pace__response__free_unpacked(*p, NULL);
-}
-
 /* One request, one answer: 0 when the reply is `expected`, else an error
  * with the broker's own sentence, or one about the broker being away. */
 static int exchange(const RtkitCore *core, const Pace__Request *req, Pace__Response__BodyCase expected,
                     RtkitError *e) {
-        _cleanup_(response_freep) Pace__Response *resp = NULL;
+        _cleanup_(pace_response_freep) Pace__Response *resp = NULL;
         const char *path = core->broker_path ?: PACE_DEFAULT_SOCKET;
         int r;
 
