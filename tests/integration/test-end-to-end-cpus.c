@@ -134,17 +134,39 @@ static uint64_t cross_cpu_overlap_ns(const SplitLog *log) {
         return total;
 }
 
-TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
+/* What one run of the split scenario saw. "others" is, per CPU, what
+ * neither the client, its CPU's hog nor the idle task had over the client's
+ * life (the dispatcher's switches, interrupts, the host's steal, anyone
+ * else's tests): the client counts its own runs, so a neighbour's load on
+ * this shared VM shows as a smaller grant, and a window where others took
+ * much is measured again rather than blamed on pace (tests/cpu-share.h). */
+typedef struct SplitResult {
+        int status;
+        unsigned pieces;
+        double piece_share[2], on_cpu[2], others[2], overlap_ms;
+} SplitResult;
+
+/* The client's time on `cpu` within [t0, t1], in ns. */
+static uint64_t split_time_on(const SplitLog *log, int cpu, uint64_t t0, uint64_t t1) {
+        uint64_t total = 0;
+        for (int th = 0; th < 2; th++)
+                for (unsigned i = 0; i < log->n[th]; i++) {
+                        const SplitRun *r = &log->runs[th][i];
+                        uint64_t lo = MAX(r->start, t0), hi = MIN(r->end, t1);
+                        if (r->cpu == cpu && hi > lo)
+                                total += hi - lo;
+                }
+        return total;
+}
+
+static void split_run(SplitResult *ret) {
         Stack s = {};
         pace *p = NULL;
         pace_grant g;
         pace_status_report *st = NULL;
-        double piece_share[2] = { 0, 0 };
+        SplitResult res = {};
 
-        if (skip())
-                TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        split_log = mmap(NULL, sizeof(SplitLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        ASSERT_TRUE(split_log != MAP_FAILED);
+        memset(split_log, 0, sizeof(*split_log));
         stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [0, 1], \"reserve_root_processes\": true }");
 
         /* 25% taken on each CPU by sleepers: 50% is left on each, so 60%
@@ -178,58 +200,101 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
                 sleep_ms(10);
         ASSERT_TRUE(split_log->reserved);
         ASSERT_OK(pace_status(p, &st));
-        unsigned pieces = 0;
         for (size_t i = 0; i < st->n_reservations; i++)
                 if (st->reservations[i].pid == client && st->reservations[i].cpu >= 0 && st->reservations[i].cpu < 2) {
-                        pieces++;
-                        piece_share[st->reservations[i].cpu] =
+                        res.pieces++;
+                        res.piece_share[st->reservations[i].cpu] =
                                 100.0 * (double) st->reservations[i].budget_ns / (double) st->reservations[i].period_ns;
                 }
         pace_status_report_free(st);
 
-        int status;
-        ASSERT_EQ(waitpid(client, &status, 0), client);
+        /* The window: from the threads' start to the client's exit. */
+        for (int i = 0; i < 3000 && !atomic_load(&split_log->go); i++)
+                sleep_ms(1);
+        uint64_t t0 = monotonic_ns(), hog0[2], idle0[2], steal0[2];
+        for (int c = 0; c < 2; c++) {
+                hog0[c] = share_cpu_time_ns(hogs[c]);
+                idle0[c] = share_cpu_idle_ns(c);
+                steal0[c] = share_cpu_stat_ns(c, 7);
+        }
+        ASSERT_EQ(waitpid(client, &res.status, 0), client);
+        uint64_t t1 = monotonic_ns();
+        for (int c = 0; c < 2; c++) {
+                double window = (double) (t1 - t0);
+                double client_share = 100.0 * (double) split_time_on(split_log, c, t0, t1) / window;
+                double hog_share = 100.0 * (double) (share_cpu_time_ns(hogs[c]) - hog0[c]) / window;
+                double idle = 100.0 * (double) (share_cpu_idle_ns(c) - idle0[c]) / window;
+                double stolen = 100.0 * (double) (share_cpu_stat_ns(c, 7) - steal0[c]) / window;
+                res.others[c] = MAX(100.0 - client_share - hog_share - idle, stolen);
+        }
         for (int c = 0; c < 2; c++) {
                 reap(hogs[c]);
                 reap(sleepers[c]);
         }
         pace_close(p);
         stack_stop(&s);
+        close(ready[0]);
+        close(ready[1]);
 
-        double on_cpu[2] = { 0, 0 };
         for (int th = 0; th < 2; th++)
                 for (unsigned i = 0; i < split_log->n[th]; i++) {
                         const SplitRun *r = &split_log->runs[th][i];
                         if (r->cpu == 0 || r->cpu == 1)
-                                on_cpu[r->cpu] += 100.0 * (double) (r->end - r->start) / (double) SPLIT_RUN_NS;
+                                res.on_cpu[r->cpu] += 100.0 * (double) (r->end - r->start) / (double) SPLIT_RUN_NS;
                 }
-        double overlap_ms = (double) cross_cpu_overlap_ns(split_log) / 1e6;
+        res.overlap_ms = (double) cross_cpu_overlap_ns(split_log) / 1e6;
         printf("  split 60%% into %u pieces (CPU 0 %.0f%%, CPU 1 %.0f%%); ran %.2f%% on CPU 0 and %.2f%% on CPU 1, "
-               "%.2f%% in all over 4 s; on both CPUs at once: %.3f ms\n",
-               pieces, piece_share[0], piece_share[1], on_cpu[0], on_cpu[1], on_cpu[0] + on_cpu[1], overlap_ms);
-        close(ready[0]);
-        close(ready[1]);
+               "%.2f%% in all over 4 s; on both CPUs at once: %.3f ms; others took %.2f and %.2f points\n",
+               res.pieces, res.piece_share[0], res.piece_share[1], res.on_cpu[0], res.on_cpu[1],
+               res.on_cpu[0] + res.on_cpu[1], res.overlap_ms, res.others[0], res.others[1]);
+        *ret = res;
+}
+
+TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
+        SplitResult res = {};
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        split_log = mmap(NULL, sizeof(SplitLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(split_log != MAP_FAILED);
+        /* As share_measure(): others take 0.9-2.3 points here (the
+         * dispatcher switches at every 1 ms slot on both CPUs); above 2.5 on
+         * either CPU the run is not ours, and is run again, at most three
+         * runs in all, and the quietest is judged. Only the lower bound on
+         * the grant is weakened by foreign load, but every bound is checked
+         * on the same run. */
+        double best_others = 1e9;
+        for (unsigned attempt = 0; attempt < 3; attempt++) {
+                SplitResult run;
+                split_run(&run);
+                double others = MAX(run.others[0], run.others[1]);
+                if (others < best_others) {
+                        best_others = others;
+                        res = run;
+                }
+                if (others <= 2.5)
+                        break;
+                printf("  the CPUs were busy with something else: running again\n");
+        }
         munmap(split_log, sizeof(SplitLog));
 
-        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        ASSERT_EQ(pieces, 2);
+        ASSERT_TRUE(WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0);
+        ASSERT_EQ(res.pieces, 2);
         /* The whole grant, within 2 points; each CPU gave
          * about its piece (3 points: the nice-19 leftovers of the free time
          * land on whichever CPU the threads were last pinned to). */
-        ASSERT_CMP(on_cpu[0] + on_cpu[1], >=, 58.0);
-        ASSERT_CMP(on_cpu[0] + on_cpu[1], <=, 62.0);
+        ASSERT_CMP(res.on_cpu[0] + res.on_cpu[1], >=, 58.0);
+        ASSERT_CMP(res.on_cpu[0] + res.on_cpu[1], <=, 62.0);
         for (int c = 0; c < 2; c++) {
-                ASSERT_CMP(on_cpu[c], >=, piece_share[c] - 3.0);
-                ASSERT_CMP(on_cpu[c], <=, piece_share[c] + 3.0);
+                ASSERT_CMP(res.on_cpu[c], >=, res.piece_share[c] - 3.0);
+                ASSERT_CMP(res.on_cpu[c], <=, res.piece_share[c] + 3.0);
         }
         /* Never on two CPUs at the same instant: both threads follow the
          * pieces, and a free slot separates them. 1 ms allows for the
          * timestamps' own jitter at the 4 CPU changes per frame. */
-        ASSERT_CMP(overlap_ms, <=, 1.0);
+        ASSERT_CMP(res.overlap_ms, <=, 1.0);
 }
 
-/* Two 70% reservations fit no single CPU together: worst-fit puts them on
- * different CPUs, and each CPU's hog keeps that CPU's free share. */
 TEST(two_seventy_percent_reservations_land_on_different_cpus) {
         Stack s = {};
         pace *p = NULL;
