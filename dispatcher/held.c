@@ -120,6 +120,21 @@ static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const Pa
          * FIFO 1 in its run): restoring it would keep it real-time for good. */
         if (!sched_attr_owner_could_set(&e->orig, rt_ceiling))
                 e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
+        /* Reset-on-fork from the first touch on, long before the first
+         * promotion: a clone() under way copies the flag as it begins, but
+         * the priority as the child is set up, so a thread that turned
+         * SCHED_FIFO without the flag in between has a child in the
+         * real-time class with SCHED_OTHER as its policy, for good (the
+         * kernel's order; sched_stat_class_leaked()). The owner cannot
+         * clear the flag again without CAP_SYS_NICE. */
+        PaceSchedAttr flagged = e->orig;
+        flagged.sched_flags |= PACE_SCHED_FLAG_RESET_ON_FORK;
+        r = sched_attr_set(tid, &flagged);
+        if (r < 0) {
+                free(e);
+                e = NULL;
+                goto done;
+        }
         /* Held to its reserved CPU: a promoted thread elsewhere would spend
          * its budget on a CPU whose frame does not account for it. */
         if (sched_getaffinity(tid, sizeof(e->orig_affinity), &e->orig_affinity) == 0) {
@@ -599,10 +614,18 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
                 h->main_orig = e->orig;
                 h->main_orig_set = true;
         }
-        h->threads[h->n_threads++] = (HeldThread) { .tid = tid, .entry = e };
+        h->threads[h->n_threads++] = (HeldThread) { .tid = tid, .entry = e, .found_at = h->promotions };
         /* Listed a moment ago; still ours now that it is registered? */
-        if (!held_thread_alive(h, e))
+        if (!held_thread_alive(h, e)) {
                 held_drop_thread(h, ctx, h->n_threads - 1);
+                return 0;
+        }
+        /* Born in the real-time class behind its policy's back (its parent
+         * turned real-time as it was being made): put in its own class. */
+        char path[64], stat[1024];
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", tgid, tid);
+        if (read_small_file_at(AT_FDCWD, path, stat, sizeof(stat)) == 0 && sched_stat_class_leaked(stat))
+                (void) sched_attr_reclass(tid);
         return 0;
 }
 
@@ -619,6 +642,12 @@ static void held_move_rotated(Held *h, const HeldContext *ctx, const PaceSchedAt
         start = h->rotation++ % n;
         for (size_t k = 0; k < n; k++) {
                 size_t i = (start + k) % n;
+                /* Found by this promotion: it waits for the next one, so a
+                 * clone() it was in the middle of when the flag was set
+                 * (registry_acquire()) has most likely ended by then, at
+                 * its waiting policy. */
+                if (h->threads[i].found_at == h->promotions)
+                        continue;
                 if (held_move_thread(h, ctx, i, running) == -ESRCH)
                         h->threads[i].tid = 0;
         }
@@ -783,6 +812,7 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
                 held_mark_gone(h, ctx);
                 return -ESRCH;
         }
+        h->promotions++;
 
         if (ctx->waiting == PACE_WAITING_FREEZE && ctx->freezer) {
                 r = held_freezer_enter(h, ctx);
@@ -835,16 +865,13 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
         held_freeze(h, false);
         h->running = true;
 
+        /* Newcomers are registered now and first promoted by the next
+         * promotion (held_move_rotated()); in strict mode they are thawed
+         * already, at their own policy: the group is the whole process. */
         if (!scan_first) {
-                size_t known = h->n_threads;
                 r = held_scan(h, ctx, &budget, &skipped);
                 if (r < 0)
                         return r;
-                /* Newcomers join the running ones (in strict mode they
-                 * are thawed already: the group is the whole process). */
-                for (size_t i = h->n_threads; i-- > known;)
-                        if (held_move_thread(h, ctx, i, &running) == -ESRCH)
-                                held_drop_thread(h, ctx, i);
         }
         return 0;
 }
@@ -946,9 +973,13 @@ int held_demote(Held *h, const HeldContext *ctx) {
                  * stopping; then its own policy back, so a frozen thread is
                  * never left real-time if we die. */
                 held_freeze(h, true);
-                for (size_t i = h->n_threads; i-- > 0;)
-                        if (sched_attr_set(h->threads[i].tid, &h->threads[i].entry->orig) == -ESRCH)
+                for (size_t i = h->n_threads; i-- > 0;) {
+                        /* With the flag it has had since its first touch. */
+                        PaceSchedAttr own = h->threads[i].entry->orig;
+                        own.sched_flags |= PACE_SCHED_FLAG_RESET_ON_FORK;
+                        if (sched_attr_set(h->threads[i].tid, &own) == -ESRCH)
                                 held_drop_thread(h, ctx, i);
+                }
         } else {
                 sched_attr_waiting_nice(&waiting);
                 for (size_t i = h->n_threads; i-- > 0;)

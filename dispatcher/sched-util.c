@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <sched.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -70,3 +73,39 @@ bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling) {
         return a->sched_priority <= ceiling;
 }
 
+bool sched_stat_class_leaked(const char *stat) {
+        /* "tid (comm) state ...": comm may hold spaces and parentheses.
+         * Field 18 is the priority as the kernel runs the thread (below 0:
+         * the real-time class), field 41 the policy. */
+        const char *p = strrchr(stat, ')');
+        long priority = 0, policy = -1;
+
+        for (unsigned field = 2; p && field < 41;) {
+                p = strchr(p + 1, ' ');
+                if (!p)
+                        return false;
+                field++;
+                if (field == 18)
+                        priority = strtol(p + 1, NULL, 10);
+                else if (field == 41)
+                        policy = strtol(p + 1, NULL, 10);
+        }
+        return priority < 0 && policy >= 0 && policy != SCHED_FIFO && policy != SCHED_RR && policy != SCHED_DEADLINE;
+}
+
+int sched_attr_reclass(pid_t tid) {
+        PaceSchedAttr a, hop;
+        int r;
+
+        r = sched_attr_get(tid, &a);
+        if (r < 0)
+                return r;
+        if (sched_attr_is_realtime(&a))
+                return 0;
+        hop = a;
+        hop.sched_policy = a.sched_policy == SCHED_OTHER ? SCHED_BATCH : SCHED_OTHER;
+        r = sched_attr_set(tid, &hop);
+        if (r < 0)
+                return r;
+        return sched_attr_set(tid, &a);
+}

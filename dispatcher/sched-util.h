@@ -59,3 +59,17 @@ bool sched_attr_is_realtime(const PaceSchedAttr *a);
  * FIFO/RR priority up to the ceiling (an unprivileged thread may always
  * lower its own priority, which is why "below ours" proves nothing). */
 bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling);
+
+/* A thread the kernel runs in the real-time class while its policy says
+ * otherwise: clone() copies the parent, reset-on-fork flag included, when
+ * it begins, but takes the child's priority from the parent as it stands a
+ * moment later, so a parent without the flag that turns SCHED_FIFO in
+ * between has such a child (no policy check sees it, and it stays
+ * real-time for good). stat is the text of the thread's /proc stat file. */
+bool sched_stat_class_leaked(const char *stat);
+/* Puts such a thread back in its policy's class: the kernel reconsiders
+ * the class only when something changes, so the policy is changed (to
+ * SCHED_BATCH, or SCHED_OTHER from BATCH or IDLE) and back, nice level and
+ * flags kept. A priority lent through a PI mutex stays: the kernel keeps
+ * that across any change. */
+int sched_attr_reclass(pid_t tid);

@@ -30,6 +30,23 @@ static bool left_by_a_dispatcher(const PaceSchedAttr *a, uint32_t rt_ceiling) {
         return !sched_attr_owner_could_set(a, rt_ceiling);
 }
 
+/* Puts one thread back from what a dispatcher left: a policy (to
+ * SCHED_OTHER), or the real-time class behind a non-real-time policy (a
+ * child born as its parent was promoted, sched_stat_class_leaked()).
+ * Whether it did. */
+static bool demote_left(pid_t tid, uint32_t rt_ceiling) {
+        PaceSchedAttr a, other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
+        char path[64], stat[1024];
+
+        if (sched_attr_get(tid, &a) < 0)
+                return false;
+        if (left_by_a_dispatcher(&a, rt_ceiling))
+                return sched_attr_set(tid, &other) == 0;
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", tid, tid);
+        return read_small_file(path, stat, sizeof(stat)) == 0 && sched_stat_class_leaked(stat) &&
+               sched_attr_reclass(tid) == 0;
+}
+
 /* The ceiling of the process a thread id belongs to; 0 (nothing allowed)
  * if it cannot be read. */
 static uint32_t rt_ceiling_of(pid_t tid) {
@@ -48,18 +65,15 @@ static uint32_t rt_ceiling_of(pid_t tid) {
 
 /* Every thread of pid at a policy a dispatcher left, to SCHED_OTHER. */
 static unsigned demote_process(pid_t pid, uint32_t rt_ceiling) {
-        PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
         char path[64];
         unsigned n = 0;
 
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task", pid);
         DIR *dir = opendir(path);
         for (struct dirent *de; dir && (de = readdir(dir));) {
-                PaceSchedAttr a;
                 char *end;
                 long tid = strtol(de->d_name, &end, 10);
-                if (*end == '\0' && tid > 1 && sched_attr_get((pid_t) tid, &a) == 0 &&
-                    left_by_a_dispatcher(&a, rt_ceiling) && sched_attr_set((pid_t) tid, &other) == 0)
+                if (*end == '\0' && tid > 1 && demote_left((pid_t) tid, rt_ceiling))
                         n++;
         }
         if (dir)
@@ -115,7 +129,6 @@ static unsigned demote_descendants(const Held *h) {
 /* The original policy is unknown here (it lived in the dead dispatcher's
  * registry); SCHED_OTHER is the safe answer. */
 unsigned sweep_demote_table(const PaceTableBuffer *t) {
-        PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
         HeldContext none = {};
         unsigned n = 0;
 
@@ -131,13 +144,10 @@ unsigned sweep_demote_table(const PaceTableBuffer *t) {
                 if (!dir)
                         safe_close(taskfd);
                 for (struct dirent *de; dir && (de = readdir(dir));) {
-                        PaceSchedAttr a;
                         char *end;
                         long tid = strtol(de->d_name, &end, 10);
 
-                        if (*end != '\0' || tid <= 1 || sched_attr_get((pid_t) tid, &a) < 0)
-                                continue;
-                        if (left_by_a_dispatcher(&a, h->rt_ceiling) && sched_attr_set((pid_t) tid, &other) == 0)
+                        if (*end == '\0' && tid > 1 && demote_left((pid_t) tid, h->rt_ceiling))
                                 n++;
                 }
                 if (dir)
@@ -151,7 +161,6 @@ unsigned sweep_demote_table(const PaceTableBuffer *t) {
 }
 
 unsigned sweep_demote_groups(const char *group_base) {
-        PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
         unsigned n = 0;
         DIR *dir;
 
@@ -171,11 +180,8 @@ unsigned sweep_demote_groups(const char *group_base) {
                 if (!f)
                         continue;
                 while (fgets(line, sizeof(line), f)) {
-                        PaceSchedAttr a;
                         long tid = strtol(line, NULL, 10);
-                        if (tid > 1 && tid != getpid() && sched_attr_get((pid_t) tid, &a) == 0 &&
-                            left_by_a_dispatcher(&a, rt_ceiling_of((pid_t) tid)) &&
-                            sched_attr_set((pid_t) tid, &other) == 0)
+                        if (tid > 1 && tid != getpid() && demote_left((pid_t) tid, rt_ceiling_of((pid_t) tid)))
                                 n++;
                 }
                 fclose(f);

@@ -113,6 +113,67 @@ static void churn_attacker(void) {
         }
 }
 
+/* A thread's first promotion. clone() copies the parent, reset-on-fork
+ * flag included, as it begins, but takes the child's priority from the
+ * parent as it stands a moment later: a parent without the flag that turns
+ * SCHED_FIFO in between has a child in the real-time class with SCHED_OTHER
+ * as its policy, which no policy check sees and nobody demotes (a 3 s run
+ * here that flips a thread that creates threads between SCHED_OTHER without
+ * the flag and SCHED_FIFO with it: 532 such children of 40,370). The
+ * dispatcher sets the flag when it first finds a thread and promotes it no
+ * sooner than its next promotion, so the thread runs with the flag, at its
+ * own policy, before it is ever real-time; a clone() it was in the middle
+ * of has then most likely ended. A thread that looks at its own policy
+ * tells the order. */
+static void *first_promotion_watcher(void *arg) {
+        bool flag_seen = false;
+        uint64_t end = monotonic_ns() + 5 * NSEC_PER_SEC;
+
+        while (monotonic_ns() < end) {
+                int p = sched_getscheduler(0);
+                if ((p & ~SCHED_RESET_ON_FORK) == SCHED_FIFO) {
+                        atomic_store(&sh->counter, flag_seen ? 1 : 2);
+                        break;
+                }
+                if (p == (SCHED_OTHER | SCHED_RESET_ON_FORK))
+                        flag_seen = true;
+        }
+        atomic_store(&sh->thread_exit, 1);
+        return NULL;
+}
+
+static void first_promotion_attacker(void) {
+        pthread_t t;
+        (void) attacker_reserve(20, 500000, PACE_SCOPE_PROCESS, 0);
+        /* Promoted already: the watcher is a thread the dispatcher finds
+         * later, in one of its promotions. */
+        spin_until_fifo();
+        if (pthread_create(&t, NULL, first_promotion_watcher, NULL) != 0)
+                _exit(4);
+        pthread_join(t, NULL);
+        for (;;)
+                pause();
+}
+
+TEST(a_thread_is_reset_on_fork_before_its_first_promotion) {
+        Stack s = {};
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        alarm(CASE_ALARM_S);
+        pid_t bad = start_attacker(&s, first_promotion_attacker);
+        bool done = wait_flag(&sh->thread_exit, 1, 8000);
+        int seen = (int) atomic_load(&sh->counter);
+        reap(bad);
+        stack_stop(&s);
+        alarm(0);
+        printf("  a new thread %s\n", seen == 1 ? "ran as SCHED_OTHER with the reset-on-fork flag before it was first SCHED_FIFO" :
+                                     seen == 2 ? "went from its own policy without the flag straight to SCHED_FIFO" :
+                                                 "was never SCHED_FIFO");
+        ASSERT_TRUE(done);
+        ASSERT_EQ(seen, 1);
+}
+
 /* The dispatcher's real-time thread for cpu: SCHED_FIFO, held to it. */
 static pid_t dispatch_thread_of(pid_t pid, int cpu) {
         char path[64];
