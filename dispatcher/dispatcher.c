@@ -48,6 +48,12 @@
  * any (group_set_housekeep()): what a tree's new members wait at most to
  * be found, and how long a stranger may sit in a group. */
 #define HOUSEKEEPING_NS (50 * NSEC_PER_MSEC)
+/* How often the reserved processes' threads are looked at for one in the
+ * real-time class behind its policy (sweep_reclass_table()): what such a
+ * thread can take before it is put back. Stretched, like the housekeeping,
+ * to 50 times what a look took, so a client with thousands of threads
+ * cannot make it cost more than 2% of a CPU. */
+#define CLASS_CHECK_NS NSEC_PER_SEC
 #define OPEN_RETRIES 300u
 
 struct Dispatcher {
@@ -505,10 +511,13 @@ typedef struct MainLoop {
         const DispatcherRunOptions *o;
         sd_event *event;
         /* Armed from the handlers; the others are the event's own. */
-        sd_event_source *log, *check, *retry, *look, *probe, *housekeeping;
+        sd_event_source *log, *check, *retry, *look, *probe, *housekeeping, *class_check;
         int inotify_fd;
         unsigned retries;
         uint64_t look_every_ns;
+        /* When the next look for threads in the real-time class behind
+         * their policy is due (0: none, no reservations). */
+        uint64_t class_due_ns;
 } MainLoop;
 
 static void main_loop_done(MainLoop *m) {
@@ -518,6 +527,7 @@ static void main_loop_done(MainLoop *m) {
         sd_event_source_disable_unref(m->look);
         sd_event_source_disable_unref(m->probe);
         sd_event_source_disable_unref(m->housekeeping);
+        sd_event_source_disable_unref(m->class_check);
         sd_event_unref(m->event);
         safe_close(m->inotify_fd);
 }
@@ -666,6 +676,49 @@ static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
         snprintf(d->nice_why, sizeof(d->nice_why), "%s", why);
 }
 
+/* A child born as its parent was first promoted runs in the real-time
+ * class while its policy says otherwise (held.c, registry_acquire()): the
+ * loops see only the threads they hold and the newcomers they register, so
+ * the main thread looks at all of them, as the table it checked names
+ * them. Only while there are reservations (an idle dispatcher wakes for
+ * nothing): sets m->class_due_ns, 0 when there are none. */
+static void class_check_run(MainLoop *m) {
+        Dispatcher *d = m->d;
+        char why[512];
+        uint64_t gen, started = monotonic_ns();
+
+        m->class_due_ns = 0;
+        if (snapshot_published(d, &gen) < 0 || d->scratch->n_reservations == 0)
+                return;
+        if (table_check(d->scratch, &d->config, why, sizeof(why)) >= 0) {
+                unsigned n = sweep_reclass_table(d->scratch, d->config.reserve_root_processes);
+                if (n > 0)
+                        run_log(m->o, LOG_WARNING,
+                                "%u thread(s) of reserved processes found in the real-time class behind a "
+                                "non-real-time policy (born as their parent was promoted); put back in their own",
+                                n);
+        }
+        uint64_t now = monotonic_ns();
+        m->class_due_ns = now + MAX(CLASS_CHECK_NS, 50 * (now - started));
+}
+
+/* Its own timer while the housekeeping is not running; while it is, the
+ * housekeeping's rounds carry it (on_housekeeping()), one wake-up fewer. */
+static void class_check_schedule(MainLoop *m) {
+        if (m->class_due_ns == 0)
+                return;
+        (void) sd_event_source_set_time(m->class_check, m->class_due_ns / NSEC_PER_USEC);
+        (void) sd_event_source_set_enabled(m->class_check, SD_EVENT_ONESHOT);
+}
+
+static int on_class_check(sd_event_source *s, uint64_t usec, void *userdata) {
+        MainLoop *m = userdata;
+
+        class_check_run(m);
+        class_check_schedule(m);
+        return 0;
+}
+
 /* A group came into use (housekeeping runs periodically from now on), or
  * a loop adopted a table with nice levels, or without the last ones. */
 static int on_housekeeping_wanted(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -675,6 +728,11 @@ static int on_housekeeping_wanted(sd_event_source *s, int fd, uint32_t revents, 
         (void) !read(fd, &v, sizeof(v));
         apply_nice(m->d, m->o);
         arm(m->housekeeping, HOUSEKEEPING_NS);
+        /* A table with reservations: the look starts (again) a second on. */
+        if (m->class_due_ns == 0) {
+                m->class_due_ns = monotonic_ns() + CLASS_CHECK_NS;
+                class_check_schedule(m);
+        }
         return 0;
 }
 
@@ -695,8 +753,15 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
                          tree_set_housekeep(d->trees);
         if (why[0])
                 run_log(o, LOG_WARNING, "%s; the reservation's members are found in /proc", why);
-        if (watched > 0)
-                arm(s, MAX(HOUSEKEEPING_NS, 50 * (monotonic_ns() - started)));
+        uint64_t took = monotonic_ns() - started;
+        if (m->class_due_ns > 0 && monotonic_ns() >= m->class_due_ns)
+                class_check_run(m);
+        if (watched > 0) {
+                arm(s, MAX(HOUSEKEEPING_NS, 50 * took));
+                /* The next rounds carry the look. */
+                (void) sd_event_source_set_enabled(m->class_check, SD_EVENT_OFF);
+        } else
+                class_check_schedule(m);
         return 0;
 }
 
@@ -785,6 +850,9 @@ static int main_loop_setup(MainLoop *m) {
         if (r < 0)
                 return r;
         r = sd_event_add_time(m->event, &m->housekeeping, CLOCK_MONOTONIC, UINT64_MAX, 1, on_housekeeping, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_time(m->event, &m->class_check, CLOCK_MONOTONIC, UINT64_MAX, 1, on_class_check, m);
         if (r < 0)
                 return r;
         if (o->watchdog_ns > 0 && o->watchdog_ping) {

@@ -120,13 +120,14 @@ static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const Pa
          * FIFO 1 in its run): restoring it would keep it real-time for good. */
         if (!sched_attr_owner_could_set(&e->orig, rt_ceiling))
                 e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
-        /* Reset-on-fork from the first touch on, long before the first
-         * promotion: a clone() under way copies the flag as it begins, but
-         * the priority as the child is set up, so a thread that turned
-         * SCHED_FIFO without the flag in between has a child in the
-         * real-time class with SCHED_OTHER as its policy, for good (the
-         * kernel's order; sched_stat_class_leaked()). The owner cannot
-         * clear the flag again without CAP_SYS_NICE. */
+        /* Reset-on-fork from the first touch on, and in every policy set
+         * while the thread is held (its owner cannot clear the flag
+         * without CAP_SYS_NICE). A clone() copies the flag as it begins
+         * but the priority as the child is set up: one under way when the
+         * thread is first promoted copied it without the flag, and its
+         * child is in the real-time class with SCHED_OTHER as its policy
+         * (sched_stat_class_leaked()), which the main thread's look puts
+         * back (sweep_reclass_table()). */
         PaceSchedAttr flagged = e->orig;
         flagged.sched_flags |= PACE_SCHED_FLAG_RESET_ON_FORK;
         r = sched_attr_set(tid, &flagged);
@@ -614,7 +615,7 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
                 h->main_orig = e->orig;
                 h->main_orig_set = true;
         }
-        h->threads[h->n_threads++] = (HeldThread) { .tid = tid, .entry = e, .found_at = h->promotions };
+        h->threads[h->n_threads++] = (HeldThread) { .tid = tid, .entry = e };
         /* Listed a moment ago; still ours now that it is registered? */
         if (!held_thread_alive(h, e)) {
                 held_drop_thread(h, ctx, h->n_threads - 1);
@@ -642,12 +643,6 @@ static void held_move_rotated(Held *h, const HeldContext *ctx, const PaceSchedAt
         start = h->rotation++ % n;
         for (size_t k = 0; k < n; k++) {
                 size_t i = (start + k) % n;
-                /* Found by this promotion: it waits for the next one, so a
-                 * clone() it was in the middle of when the flag was set
-                 * (registry_acquire()) has most likely ended by then, at
-                 * its waiting policy. */
-                if (h->threads[i].found_at == h->promotions)
-                        continue;
                 if (held_move_thread(h, ctx, i, running) == -ESRCH)
                         h->threads[i].tid = 0;
         }
@@ -812,7 +807,6 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
                 held_mark_gone(h, ctx);
                 return -ESRCH;
         }
-        h->promotions++;
 
         if (ctx->waiting == PACE_WAITING_FREEZE && ctx->freezer) {
                 r = held_freezer_enter(h, ctx);
@@ -865,13 +859,21 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
         held_freeze(h, false);
         h->running = true;
 
-        /* Newcomers are registered now and first promoted by the next
-         * promotion (held_move_rotated()); in strict mode they are thawed
-         * already, at their own policy: the group is the whole process. */
         if (!scan_first) {
+                size_t known = h->n_threads;
                 r = held_scan(h, ctx, &budget, &skipped);
                 if (r < 0)
                         return r;
+                /* Newcomers join the running ones at once (in strict mode
+                 * they are thawed already: the group is the whole process).
+                 * Holding them back to the next promotion, so that a
+                 * clone() under way could end first, cost a client whose
+                 * threads live 3 ms a third of its grant; the main thread's
+                 * look (sweep_reclass_table()) puts back what a clone()
+                 * under way makes of it. */
+                for (size_t i = h->n_threads; i-- > known;)
+                        if (held_move_thread(h, ctx, i, &running) == -ESRCH)
+                                held_drop_thread(h, ctx, i);
         }
         return 0;
 }

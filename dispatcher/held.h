@@ -56,9 +56,6 @@ typedef struct HeldContext {
 typedef struct HeldThread {
         pid_t tid;
         RegistryEntry *entry;
-        /* The promotion that found it (Held.promotions): it is first
-         * promoted by a later one (held.c, held_take_thread()). */
-        uint64_t found_at;
 } HeldThread;
 
 typedef struct Held {
@@ -83,7 +80,6 @@ typedef struct Held {
         uint64_t next_task_scan_ns; /* next look at /proc/PID/task for new threads */
         uint64_t next_live_list_ns; /* a process too large for one listing: when to try one again */
         unsigned rotation; /* which held thread is promoted first next time */
-        uint64_t promotions; /* held_promote_at() calls so far */
         bool main_orig_set;
         PaceSchedAttr main_orig;
         HeldThread *threads;

@@ -314,8 +314,10 @@ static int loop_consider(CpuLoop *l) {
                          l->cpu, gen, strerror(-r));
                 return 0;
         }
-        /* Nice levels are the main thread's: it is woken, not waited for. */
-        if (nice_news && l->ctx.housekeeping_fd >= 0)
+        /* Nice levels, and the look for threads in the real-time class
+         * behind their policy while there are reservations, are the main
+         * thread's: it is woken, not waited for. */
+        if ((nice_news || l->spare->n_reservations > 0) && l->ctx.housekeeping_fd >= 0)
                 (void) !write(l->ctx.housekeeping_fd, &(uint64_t) { 1 }, sizeof(uint64_t));
         return 1;
 }

@@ -34,17 +34,25 @@ static bool left_by_a_dispatcher(const PaceSchedAttr *a, uint32_t rt_ceiling) {
  * SCHED_OTHER), or the real-time class behind a non-real-time policy (a
  * child born as its parent was promoted, sched_stat_class_leaked()).
  * Whether it did. */
-static bool demote_left(pid_t tid, uint32_t rt_ceiling) {
+static bool demote_left(pid_t tid, uint32_t rt_ceiling, bool leaked_only) {
         PaceSchedAttr a, other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
         char path[64], stat[1024];
 
-        if (sched_attr_get(tid, &a) < 0)
-                return false;
-        if (left_by_a_dispatcher(&a, rt_ceiling))
-                return sched_attr_set(tid, &other) == 0;
+        /* While dispatching (leaked_only) the stat file alone tells: no
+         * system call more per thread of a large client. */
+        if (!leaked_only) {
+                if (sched_attr_get(tid, &a) < 0)
+                        return false;
+                if (left_by_a_dispatcher(&a, rt_ceiling))
+                        return sched_attr_set(tid, &other) == 0;
+        }
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", tid, tid);
-        return read_small_file(path, stat, sizeof(stat)) == 0 && sched_stat_class_leaked(stat) &&
-               sched_attr_reclass(tid) == 0;
+        if (read_small_file(path, stat, sizeof(stat)) < 0 || !sched_stat_class_leaked(stat) ||
+            sched_attr_reclass(tid) < 0)
+                return false;
+        /* Still there: a priority lent through a PI mutex, which the kernel
+         * keeps, and rightly; not one to count. */
+        return read_small_file(path, stat, sizeof(stat)) == 0 && !sched_stat_class_leaked(stat);
 }
 
 /* The ceiling of the process a thread id belongs to; 0 (nothing allowed)
@@ -63,22 +71,28 @@ static uint32_t rt_ceiling_of(pid_t tid) {
         return ceiling;
 }
 
-/* Every thread of pid at a policy a dispatcher left, to SCHED_OTHER. */
-static unsigned demote_process(pid_t pid, uint32_t rt_ceiling) {
-        char path[64];
+/* Every thread listed in a task directory at a policy a dispatcher left,
+ * to SCHED_OTHER (leaked_only: only those in the real-time class behind
+ * their policy). Closes dir. */
+static unsigned demote_task_dir(DIR *dir, uint32_t rt_ceiling, bool leaked_only) {
         unsigned n = 0;
 
-        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task", pid);
-        DIR *dir = opendir(path);
         for (struct dirent *de; dir && (de = readdir(dir));) {
                 char *end;
                 long tid = strtol(de->d_name, &end, 10);
-                if (*end == '\0' && tid > 1 && demote_left((pid_t) tid, rt_ceiling))
+                if (*end == '\0' && tid > 1 && demote_left((pid_t) tid, rt_ceiling, leaked_only))
                         n++;
         }
         if (dir)
                 closedir(dir);
         return n;
+}
+
+static unsigned demote_process(pid_t pid, uint32_t rt_ceiling, bool leaked_only) {
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task", pid);
+        return demote_task_dir(opendir(path), rt_ceiling, leaked_only);
 }
 
 /* Strict mode under systemd: the members sit in the "pace" subgroup of a
@@ -106,7 +120,7 @@ static void thaw_scope_group(pid_t pid) {
 
 /* A tree's other processes (the table names only its root), owned by the
  * same user: where no group lists them they are found under /proc. */
-static unsigned demote_descendants(const Held *h) {
+static unsigned demote_descendants(const Held *h, bool leaked_only) {
         static pid_t kids[1024];
         size_t n = 0;
         unsigned demoted = 0;
@@ -120,44 +134,48 @@ static unsigned demote_descendants(const Held *h) {
                 if (read_small_file(path, status, sizeof(status)) < 0 ||
                     proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, h->uid))
                         continue;
-                demoted += demote_process(kids[i], rt_ceiling_of(kids[i]));
-                thaw_scope_group(kids[i]);
+                demoted += demote_process(kids[i], rt_ceiling_of(kids[i]), leaked_only);
+                if (!leaked_only)
+                        thaw_scope_group(kids[i]);
         }
         return demoted;
 }
 
-/* The original policy is unknown here (it lived in the dead dispatcher's
- * registry); SCHED_OTHER is the safe answer. */
-unsigned sweep_demote_table(const PaceTableBuffer *t) {
+/* The table's processes, identity checked like a promotion: only the very
+ * process the table names, never pid 1 or a kernel thread. */
+static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, bool leaked_only) {
         HeldContext none = {};
         unsigned n = 0;
 
         for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++) {
                 Held *h;
 
-                /* The same identity checks as for promotion: only the very
-                 * process the table names, never pid 1 or a kernel thread. */
-                if (held_new(&t->reservations[i], true, &h) < 0)
+                if (held_new(&t->reservations[i], allow_root, &h) < 0)
                         continue;
+                /* Through the directory pinned to the process held_new()
+                 * checked, not its pid, which could be someone else's by now. */
                 int taskfd = openat(h->procfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 DIR *dir = taskfd >= 0 ? fdopendir(taskfd) : NULL;
                 if (!dir)
                         safe_close(taskfd);
-                for (struct dirent *de; dir && (de = readdir(dir));) {
-                        char *end;
-                        long tid = strtol(de->d_name, &end, 10);
-
-                        if (*end == '\0' && tid > 1 && demote_left((pid_t) tid, h->rt_ceiling))
-                                n++;
-                }
-                if (dir)
-                        closedir(dir);
-                thaw_scope_group(h->pid);
+                n += demote_task_dir(dir, h->rt_ceiling, leaked_only);
+                if (!leaked_only)
+                        thaw_scope_group(h->pid);
                 if (h->scope == PACE_TABLE_SCOPE_TREE)
-                        n += demote_descendants(h);
+                        n += demote_descendants(h, leaked_only);
                 held_free(h, &none);
         }
         return n;
+}
+
+/* The original policy is unknown here (it lived in the dead dispatcher's
+ * registry); SCHED_OTHER is the safe answer. */
+unsigned sweep_demote_table(const PaceTableBuffer *t) {
+        return sweep_table(t, true, false);
+}
+
+unsigned sweep_reclass_table(const PaceTableBuffer *t, bool allow_root) {
+        return sweep_table(t, allow_root, true);
 }
 
 unsigned sweep_demote_groups(const char *group_base) {
@@ -181,7 +199,7 @@ unsigned sweep_demote_groups(const char *group_base) {
                         continue;
                 while (fgets(line, sizeof(line), f)) {
                         long tid = strtol(line, NULL, 10);
-                        if (tid > 1 && tid != getpid() && demote_left((pid_t) tid, rt_ceiling_of((pid_t) tid)))
+                        if (tid > 1 && tid != getpid() && demote_left((pid_t) tid, rt_ceiling_of((pid_t) tid), false))
                                 n++;
                 }
                 fclose(f);
