@@ -307,6 +307,7 @@ static int loop_consider(CpuLoop *l) {
                 return 0;
         }
         bool nice_news = l->spare->n_nice > 0 || l->table_had_nice;
+        bool reserved = l->spare->n_reservations > 0; /* spare is the old table once adopted */
         l->table_had_nice = l->spare->n_nice > 0;
         r = loop_adopt(l, gen);
         if (r < 0) {
@@ -317,7 +318,7 @@ static int loop_consider(CpuLoop *l) {
         /* Nice levels, and the look for threads in the real-time class
          * behind their policy while there are reservations, are the main
          * thread's: it is woken, not waited for. */
-        if ((nice_news || l->spare->n_reservations > 0) && l->ctx.housekeeping_fd >= 0)
+        if ((nice_news || reserved) && l->ctx.housekeeping_fd >= 0)
                 (void) !write(l->ctx.housekeeping_fd, &(uint64_t) { 1 }, sizeof(uint64_t));
         return 1;
 }
