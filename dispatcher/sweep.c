@@ -30,6 +30,24 @@ static bool left_by_a_dispatcher(const PaceSchedAttr *a, uint32_t rt_ceiling) {
         return !sched_attr_owner_could_set(a, rt_ceiling);
 }
 
+/* Which threads of a walk a look covers: those from the skip-th on, at
+ * most budget of them (the others are only counted). NULL: all. */
+typedef struct SweepWindow {
+        unsigned skip, budget, seen;
+} SweepWindow;
+
+static bool in_window(SweepWindow *w) {
+        if (!w)
+                return true;
+        unsigned i = w->seen++;
+        return i >= w->skip && i - w->skip < w->budget;
+}
+
+/* The look's budget is spent: the rest of the walk is not even listed. */
+static bool window_full(const SweepWindow *w) {
+        return w && w->seen >= w->skip + w->budget;
+}
+
 /* Puts one thread back from what a dispatcher left: a policy (to
  * SCHED_OTHER), or the real-time class behind a non-real-time policy (a
  * child born as its parent was promoted, sched_stat_class_leaked()).
@@ -72,15 +90,16 @@ static uint32_t rt_ceiling_of(pid_t tid) {
 }
 
 /* Every thread listed in a task directory at a policy a dispatcher left,
- * to SCHED_OTHER (leaked_only: only those in the real-time class behind
- * their policy). Closes dir. */
-static unsigned demote_task_dir(DIR *dir, uint32_t rt_ceiling, bool leaked_only) {
+ * to SCHED_OTHER; with a window, only those of it in the real-time class
+ * behind their policy (while dispatching). Closes dir. */
+static unsigned demote_task_dir(DIR *dir, uint32_t rt_ceiling, SweepWindow *window) {
         unsigned n = 0;
 
-        for (struct dirent *de; dir && (de = readdir(dir));) {
+        for (struct dirent *de; dir && !window_full(window) && (de = readdir(dir));) {
                 char *end;
                 long tid = strtol(de->d_name, &end, 10);
-                if (*end == '\0' && tid > 1 && demote_left((pid_t) tid, rt_ceiling, leaked_only))
+                if (*end == '\0' && tid > 1 && in_window(window) &&
+                    demote_left((pid_t) tid, rt_ceiling, window != NULL))
                         n++;
         }
         if (dir)
@@ -88,11 +107,11 @@ static unsigned demote_task_dir(DIR *dir, uint32_t rt_ceiling, bool leaked_only)
         return n;
 }
 
-static unsigned demote_process(pid_t pid, uint32_t rt_ceiling, bool leaked_only) {
+static unsigned demote_process(pid_t pid, uint32_t rt_ceiling, SweepWindow *window) {
         char path[64];
 
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task", pid);
-        return demote_task_dir(opendir(path), rt_ceiling, leaked_only);
+        return demote_task_dir(opendir(path), rt_ceiling, window);
 }
 
 /* Strict mode under systemd: the members sit in the "pace" subgroup of a
@@ -120,22 +139,22 @@ static void thaw_scope_group(pid_t pid) {
 
 /* A tree's other processes (the table names only its root), owned by the
  * same user: where no group lists them they are found under /proc. */
-static unsigned demote_descendants(const Held *h, bool leaked_only) {
+static unsigned demote_descendants(const Held *h, SweepWindow *window) {
         static pid_t kids[1024];
         size_t n = 0;
         unsigned demoted = 0;
 
         if (proc_list_descendants("/proc", h->pid, kids, ELEMENTSOF(kids), &n) < 0)
                 return 0;
-        for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++) {
+        for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)) && !window_full(window); i++) {
                 char path[64], status[4096];
                 ProcOwner owner;
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", kids[i]);
                 if (read_small_file(path, status, sizeof(status)) < 0 ||
                     proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, h->uid))
                         continue;
-                demoted += demote_process(kids[i], rt_ceiling_of(kids[i]), leaked_only);
-                if (!leaked_only)
+                demoted += demote_process(kids[i], window ? 0 : rt_ceiling_of(kids[i]), window);
+                if (!window)
                         thaw_scope_group(kids[i]);
         }
         return demoted;
@@ -143,11 +162,11 @@ static unsigned demote_descendants(const Held *h, bool leaked_only) {
 
 /* The table's processes, identity checked like a promotion: only the very
  * process the table names, never pid 1 or a kernel thread. */
-static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, bool leaked_only) {
+static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, SweepWindow *window) {
         HeldContext none = {};
         unsigned n = 0;
 
-        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++) {
+        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS) && !window_full(window); i++) {
                 Held *h;
 
                 if (held_new(&t->reservations[i], allow_root, &h) < 0)
@@ -158,11 +177,11 @@ static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, bool leak
                 DIR *dir = taskfd >= 0 ? fdopendir(taskfd) : NULL;
                 if (!dir)
                         safe_close(taskfd);
-                n += demote_task_dir(dir, h->rt_ceiling, leaked_only);
-                if (!leaked_only)
+                n += demote_task_dir(dir, h->rt_ceiling, window);
+                if (!window)
                         thaw_scope_group(h->pid);
                 if (h->scope == PACE_TABLE_SCOPE_TREE)
-                        n += demote_descendants(h, leaked_only);
+                        n += demote_descendants(h, window);
                 held_free(h, &none);
         }
         return n;
@@ -171,11 +190,15 @@ static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, bool leak
 /* The original policy is unknown here (it lived in the dead dispatcher's
  * registry); SCHED_OTHER is the safe answer. */
 unsigned sweep_demote_table(const PaceTableBuffer *t) {
-        return sweep_table(t, true, false);
+        return sweep_table(t, true, NULL);
 }
 
-unsigned sweep_reclass_table(const PaceTableBuffer *t, bool allow_root) {
-        return sweep_table(t, allow_root, true);
+unsigned sweep_reclass_table(const PaceTableBuffer *t, bool allow_root, unsigned budget, unsigned *cursor) {
+        SweepWindow w = { .skip = *cursor, .budget = budget };
+        unsigned n = sweep_table(t, allow_root, &w);
+        /* The walk ended before the budget did: the next look starts over. */
+        *cursor = window_full(&w) ? w.skip + budget : 0;
+        return n;
 }
 
 unsigned sweep_demote_groups(const char *group_base) {
@@ -199,7 +222,7 @@ unsigned sweep_demote_groups(const char *group_base) {
                         continue;
                 while (fgets(line, sizeof(line), f)) {
                         long tid = strtol(line, NULL, 10);
-                        if (tid > 1 && tid != getpid() && demote_left((pid_t) tid, rt_ceiling_of((pid_t) tid), false))
+                        if (tid > 1 && tid != getpid() && demote_left((pid_t) tid, rt_ceiling_of((pid_t) tid), NULL))
                                 n++;
                 }
                 fclose(f);

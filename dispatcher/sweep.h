@@ -19,13 +19,17 @@
  * threads were demoted. */
 unsigned sweep_demote_table(const PaceTableBuffer *t);
 
-/* While dispatching: every thread of the table's processes (and a tree's
+/* While dispatching: a thread of the table's processes (and a tree's
  * descendants) that the kernel runs in the real-time class behind a
  * non-real-time policy (sched_stat_class_leaked(): a child born as its
  * parent was promoted) is put back in its own class; the policies the
  * dispatcher hands out are left alone. allow_root: the configuration's
- * reserve_root_processes. Returns how many. */
-unsigned sweep_reclass_table(const PaceTableBuffer *t, bool allow_root);
+ * reserve_root_processes. A look reads the stat files of at most budget
+ * threads, from the *cursor-th of the walk on, and moves *cursor on (to 0
+ * once the walk is covered), so that a client with thousands of threads
+ * is covered over several looks, each of bounded cost. Returns how many
+ * were put back. */
+unsigned sweep_reclass_table(const PaceTableBuffer *t, bool allow_root, unsigned budget, unsigned *cursor);
 
 /* Every thread in the res-* groups under group_base (group.h: a tree's
  * descendants, which the table does not name) at SCHED_FIFO/RR
