@@ -4,12 +4,14 @@
  * parent was first promoted), whatever its name holds; and putting such a
  * thread back, which a plain call with its own policy would not do. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "macro.h"
 #include "sched-util.h"
 #include "test.h"
 
@@ -22,31 +24,33 @@ static void stat_line(const char *comm, long priority, long policy, char *buf, s
                               field == 18 ? priority : field == 41 ? policy : 0L);
 }
 
+/* Priority as /proc shows it: nice + 20 for SCHED_OTHER, -1 - the
+ * real-time priority in the real-time class. A client names its threads,
+ * so a name must never shift the fields. */
+static const struct {
+        const char *comm;
+        long priority, policy;
+        bool leaked;
+} stat_cases[] = {
+        { "spin", 20, SCHED_OTHER, false },
+        { "spin", -99, SCHED_FIFO, false },
+        { "spin", -99, SCHED_RR, false },
+        { "spin", -99, SCHED_OTHER, true },
+        { "spin", -2, SCHED_BATCH, true },
+        { ") -99 -99 0 (", 20, SCHED_OTHER, false },
+        { "a (b) c", -99, SCHED_OTHER, true },
+};
+
 TEST(a_real_time_priority_behind_a_non_real_time_policy_is_leaked) {
         char buf[512];
 
-        /* SCHED_OTHER at nice 0: priority 20. */
-        stat_line("spin", 20, SCHED_OTHER, buf, sizeof(buf));
-        ASSERT_FALSE(sched_stat_class_leaked(buf));
-        /* SCHED_FIFO 98: priority -99, and that is its policy. */
-        stat_line("spin", -99, SCHED_FIFO, buf, sizeof(buf));
-        ASSERT_FALSE(sched_stat_class_leaked(buf));
-        stat_line("spin", -99, SCHED_OTHER, buf, sizeof(buf));
-        ASSERT_TRUE(sched_stat_class_leaked(buf));
-        stat_line("spin", -2, SCHED_BATCH, buf, sizeof(buf));
-        ASSERT_TRUE(sched_stat_class_leaked(buf));
-        stat_line("spin", -99, SCHED_RR, buf, sizeof(buf));
-        ASSERT_FALSE(sched_stat_class_leaked(buf));
-}
-
-TEST(a_name_with_spaces_and_parentheses_does_not_shift_the_fields) {
-        char buf[512];
-
-        /* A client names its threads: ") 1 2 -99" must not be read as fields. */
-        stat_line(") -99 -99 0 (", 20, SCHED_OTHER, buf, sizeof(buf));
-        ASSERT_FALSE(sched_stat_class_leaked(buf));
-        stat_line("a (b) c", -99, SCHED_OTHER, buf, sizeof(buf));
-        ASSERT_TRUE(sched_stat_class_leaked(buf));
+        for (size_t i = 0; i < ELEMENTSOF(stat_cases); i++) {
+                stat_line(stat_cases[i].comm, stat_cases[i].priority, stat_cases[i].policy, buf, sizeof(buf));
+                if (sched_stat_class_leaked(buf) != stat_cases[i].leaked)
+                        TEST_FAIL_("case %zu (\"%s\", priority %ld, policy %ld): leaked should be %s", i,
+                                   stat_cases[i].comm, stat_cases[i].priority, stat_cases[i].policy,
+                                   stat_cases[i].leaked ? "true" : "false");
+        }
 }
 
 TEST(a_line_cut_short_is_not_leaked) {
