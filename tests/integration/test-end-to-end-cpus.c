@@ -236,12 +236,8 @@ static void split_run(SplitResult *ret) {
         close(ready[0]);
         close(ready[1]);
 
-        for (int th = 0; th < 2; th++)
-                for (unsigned i = 0; i < split_log->n[th]; i++) {
-                        const SplitRun *r = &split_log->runs[th][i];
-                        if (r->cpu == 0 || r->cpu == 1)
-                                res.on_cpu[r->cpu] += 100.0 * (double) (r->end - r->start) / (double) SPLIT_RUN_NS;
-                }
+        for (int c = 0; c < 2; c++)
+                res.on_cpu[c] = 100.0 * (double) split_time_on(split_log, c, 0, UINT64_MAX) / (double) SPLIT_RUN_NS;
         res.overlap_ms = (double) cross_cpu_overlap_ns(split_log) / 1e6;
         printf("  split 60%% into %u pieces (CPU 0 %.0f%%, CPU 1 %.0f%%); ran %.2f%% on CPU 0 and %.2f%% on CPU 1, "
                "%.2f%% in all over 4 s; on both CPUs at once: %.3f ms; others took %.2f and %.2f points\n",

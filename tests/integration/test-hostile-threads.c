@@ -119,8 +119,6 @@ static void churn_attacker(void) {
  * main thread's look at every thread of the reserved processes finds it.
  * The test makes one as the kernel does, by flipping a thread that creates
  * threads between SCHED_OTHER without the flag and SCHED_FIFO with it. */
-static _Atomic int leak_stop;
-
 /* sched_setattr()'s argument, as the kernel defines it (version 0). */
 typedef struct LeakSchedAttr {
         uint32_t size, policy;
@@ -167,25 +165,20 @@ static void *leak_child(void *arg) {
                 pause();
 }
 
-static void leak_maker(void) {
+static void leak_maker(const void *arg) {
+        atomic_store(&sh->threads, (unsigned) syscall(SYS_gettid));
         /* One thread when it is reserved: the broker refuses a process with
          * more than max_threads_per_reservation. */
         while (!atomic_load(&sh->release))
                 sleep_ms(1);
-        while (!atomic_load(&leak_stop) && atomic_load(&sh->tid) == 0) {
+        while (atomic_load(&sh->tid) == 0) {
                 pthread_t t;
                 if (pthread_create(&t, NULL, leak_child, NULL) == 0)
                         pthread_detach(t);
                 sleep_ms(0);
         }
-        atomic_store(&sh->promoted, 1);
         for (;;)
                 pause();
-}
-
-static void leak_maker_main(const void *arg) {
-        atomic_store(&sh->threads, (unsigned) syscall(SYS_gettid));
-        leak_maker();
 }
 
 TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
@@ -202,7 +195,7 @@ TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
         shared_reset();
         stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1], \"reserve_root_processes\": true, "
                              "\"max_threads_per_reservation\": 1 }");
-        pid_t client = spawn(leak_maker_main, NULL);
+        pid_t client = spawn(leak_maker, NULL);
         for (int i = 0; i < 500 && atomic_load(&sh->threads) == 0; i++)
                 sleep_ms(1);
         pid_t maker = (pid_t) atomic_load(&sh->threads);
