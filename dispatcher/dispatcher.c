@@ -662,16 +662,27 @@ static int on_probe(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* The nice levels of the published table, checked here as the loops
- * check theirs: the main thread trusts the broker no more than they do. */
+/* The published table in d->scratch, checked here as the loops check
+ * theirs: the main thread trusts the broker no more than they do. 0, or
+ * -EBADMSG for a table the check refuses (the loops say why, once), or the
+ * snapshot's error. */
+static int snapshot_checked(Dispatcher *d, uint64_t *ret_gen) {
+        char why[512];
+        int r;
+
+        r = snapshot_published(d, ret_gen);
+        if (r < 0)
+                return r;
+        return table_check(d->scratch, &d->config, why, sizeof(why)) < 0 ? -EBADMSG : 0;
+}
+
+/* The nice levels of the published table. */
 static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
-        char table_why[512], why[256];
+        char why[256];
         uint64_t gen;
 
-        if (snapshot_published(d, &gen) < 0)
+        if (snapshot_checked(d, &gen) < 0)
                 return;
-        if (table_check(d->scratch, &d->config, table_why, sizeof(table_why)) < 0)
-                return; /* the loops say why, once */
         size_t changed = nice_set_apply(d->nice, d->scratch, d->config.reserve_root_processes, why, sizeof(why));
         if (changed > 0)
                 run_log(o, LOG_INFO, "table generation %" PRIu64 ": %zu thread(s) at a nice level of "
@@ -690,13 +701,15 @@ static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
  * nothing): sets m->class_due_ns, 0 when there are none. */
 static void class_check_run(MainLoop *m) {
         Dispatcher *d = m->d;
-        char why[512];
         uint64_t gen, started = monotonic_ns();
 
         m->class_due_ns = 0;
-        if (snapshot_published(d, &gen) < 0 || d->scratch->n_reservations == 0)
+        int r = snapshot_checked(d, &gen);
+        if ((r < 0 && r != -EBADMSG) || d->scratch->n_reservations == 0)
                 return;
-        if (table_check(d->scratch, &d->config, why, sizeof(why)) >= 0) {
+        /* A refused table: looked at again later (the loops keep the one in
+         * force). */
+        if (r == 0) {
                 unsigned n = sweep_reclass_table(d->scratch, d->config.reserve_root_processes, CLASS_CHECK_THREADS,
                                                  &m->class_cursor);
                 if (n > 0)

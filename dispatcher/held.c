@@ -623,9 +623,7 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
         }
         /* Born in the real-time class behind its policy's back (its parent
          * turned real-time as it was being made): put in its own class. */
-        char path[64], stat[1024];
-        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", tgid, tid);
-        if (read_small_file_at(AT_FDCWD, path, stat, sizeof(stat)) == 0 && sched_stat_class_leaked(stat))
+        if (sched_thread_class_leaked(tgid, tid) > 0)
                 (void) sched_attr_reclass(tid);
         return 0;
 }

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "macro.h"
+#include "proc-util.h"
 #include "sched-util.h"
 
 int sched_attr_get(pid_t tid, PaceSchedAttr *ret) {
@@ -91,6 +94,17 @@ bool sched_stat_class_leaked(const char *stat) {
                         policy = strtol(p + 1, NULL, 10);
         }
         return priority < 0 && policy >= 0 && policy != SCHED_FIFO && policy != SCHED_RR && policy != SCHED_DEADLINE;
+}
+
+int sched_thread_class_leaked(pid_t tgid, pid_t tid) {
+        char path[64], stat[1024];
+        int r;
+
+        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", tgid, tid);
+        r = read_small_file(path, stat, sizeof(stat));
+        if (r < 0)
+                return r;
+        return sched_stat_class_leaked(stat);
 }
 
 int sched_attr_reclass(pid_t tid) {

@@ -54,7 +54,6 @@ static bool window_full(const SweepWindow *w) {
  * Whether it did. */
 static bool demote_left(pid_t tid, uint32_t rt_ceiling, bool leaked_only) {
         PaceSchedAttr a, other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
-        char path[64], stat[1024];
 
         /* While dispatching (leaked_only) the stat file alone tells: no
          * system call more per thread of a large client. */
@@ -64,13 +63,11 @@ static bool demote_left(pid_t tid, uint32_t rt_ceiling, bool leaked_only) {
                 if (left_by_a_dispatcher(&a, rt_ceiling))
                         return sched_attr_set(tid, &other) == 0;
         }
-        snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", tid, tid);
-        if (read_small_file(path, stat, sizeof(stat)) < 0 || !sched_stat_class_leaked(stat) ||
-            sched_attr_reclass(tid) < 0)
+        if (sched_thread_class_leaked(tid, tid) <= 0 || sched_attr_reclass(tid) < 0)
                 return false;
         /* Still there: a priority lent through a PI mutex, which the kernel
          * keeps, and rightly; not one to count. */
-        return read_small_file(path, stat, sizeof(stat)) == 0 && !sched_stat_class_leaked(stat);
+        return sched_thread_class_leaked(tid, tid) == 0;
 }
 
 /* The ceiling of the process a thread id belongs to; 0 (nothing allowed)
