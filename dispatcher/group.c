@@ -20,6 +20,7 @@
 
 #include "group-backend.h"
 #include "macro.h"
+#include "sched-util.h"
 #include "pace-table.h"
 #include "proc-util.h"
 #include "time-util.h"
@@ -66,7 +67,7 @@ GroupSet *group_set_alloc(const GroupBackend *backend, const char *root, const c
         if (!s)
                 return NULL;
         s->backend = backend;
-        pthread_mutex_init(&s->lock, NULL);
+        pi_mutex_init(&s->lock);
         snprintf(s->root, sizeof(s->root), "%s", root);
         snprintf(s->name, sizeof(s->name), "%s", name);
         return s;
@@ -203,8 +204,8 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret) {
         g->id = id;
         g->refs = 1;
         g->dir_fd = g->usage_fd = g->list_fd[0] = g->list_fd[1] = -EBADF;
-        pthread_mutex_init(&g->list_lock, NULL);
-        pthread_mutex_init(&g->cand_lock, NULL);
+        pi_mutex_init(&g->list_lock);
+        pi_mutex_init(&g->cand_lock);
         r = s->backend->create(s, g);
         if (r < 0) {
                 group_free(g);

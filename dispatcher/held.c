@@ -15,6 +15,7 @@
 
 #include "held.h"
 #include "macro.h"
+#include "sched-util.h"
 #include "proc-util.h"
 #include "time-util.h"
 
@@ -46,7 +47,7 @@ int thread_registry_new(ThreadRegistry **ret) {
         ThreadRegistry *reg = calloc(1, sizeof(*reg));
         if (!reg)
                 return -ENOMEM;
-        pthread_mutex_init(&reg->lock, NULL);
+        pi_mutex_init(&reg->lock);
         *ret = reg;
         return 0;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "log-ring.h"
+#include "sched-util.h"
 
 struct LogRing {
         pthread_mutex_t lock;
@@ -33,7 +34,7 @@ int log_ring_new(LogRing **ret) {
                 free(ring);
                 return r;
         }
-        pthread_mutex_init(&ring->lock, NULL);
+        pi_mutex_init(&ring->lock);
         *ret = ring;
         return 0;
 }

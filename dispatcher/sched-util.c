@@ -123,3 +123,13 @@ int sched_attr_reclass(pid_t tid) {
                 return r;
         return sched_attr_set(tid, &a);
 }
+
+void pi_mutex_init(pthread_mutex_t *m) {
+        pthread_mutexattr_t a;
+
+        pthread_mutexattr_init(&a);
+        /* Cannot fail for a valid protocol on glibc with PI futexes. */
+        (void) pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT);
+        pthread_mutex_init(m, &a);
+        pthread_mutexattr_destroy(&a);
+}

@@ -6,6 +6,7 @@
  * its own struct sched_attr, so the kernel ABI layout is spelled out here
  * under a name of our own. */
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -76,3 +77,9 @@ int sched_thread_class_leaked(pid_t tgid, pid_t tid);
  * flags kept. A priority lent through a PI mutex stays: the kernel keeps
  * that across any change. */
 int sched_attr_reclass(pid_t tid);
+
+/* Every mutex a dispatch thread (SCHED_FIFO 99) can wait for is also taken
+ * by a thread below it (the main thread, the keeper): without priority
+ * inheritance a real-time client preempting the holder holds the dispatch
+ * thread too, unboundedly (../notes/realtime-path.md). */
+void pi_mutex_init(pthread_mutex_t *m);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "sched-util.h"
 #include "proc-util.h"
 #include "tree.h"
 
@@ -36,7 +37,7 @@ int tree_set_new(TreeSet **ret) {
         TreeSet *s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        pthread_mutex_init(&s->lock, NULL);
+        pi_mutex_init(&s->lock);
         *ret = s;
         return 0;
 }
@@ -85,7 +86,7 @@ int tree_watch_acquire(TreeSet *s, uint64_t id, pid_t pid, int pidfd, TreeWatch 
         w->id = id;
         w->pid = pid;
         w->refs = 1;
-        pthread_mutex_init(&w->lock, NULL);
+        pi_mutex_init(&w->lock);
         w->next = s->watches;
         s->watches = w;
 done:
