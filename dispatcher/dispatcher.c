@@ -33,6 +33,7 @@
 #include "proc-util.h"
 #include "rt-check.h"
 #include "sched-util.h"
+#include "stall.h"
 #include "stats-file.h"
 #include "sweep.h"
 #include "table-check.h"
@@ -162,6 +163,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         r = log_ring_new(&d->shared.log);
         if (r < 0)
                 return r;
+        d->shared.stall = stall_page_inherited();
         d->housekeeping_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (d->housekeeping_efd < 0)
                 return negative_errno();
@@ -801,11 +803,13 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
                         run_log(o, LOG_WARNING, "SIGUSR2 ignored (test hooks are off)");
                         return 0;
                 }
-                run_log(o, LOG_WARNING,
+                run_log(o, LOG_WARNING, o->test_hooks == LOOP_HANG_SPIN ?
+                        "test hook (SIGUSR2): every dispatch loop spins without advancing from its next promotion "
+                        "or wake-up on; the monitor should notice" :
                         "test hook (SIGUSR2): wedging every dispatch loop at its next promotion or wake-up; the "
                         "watchdog should kill this process");
                 for (uint32_t i = 0; i < d->n_loops; i++)
-                        loop_hang(&d->loops[i]);
+                        loop_hang(&d->loops[i], (LoopHang) o->test_hooks);
                 kick_until(d, loop_gone, 0, 0);
                 return 0;
         case SIGABRT:

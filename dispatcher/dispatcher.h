@@ -37,9 +37,10 @@ typedef struct DispatcherRunOptions {
          * shown progress since the previous call. */
         uint64_t watchdog_ns;
         void (*watchdog_ping)(void *userdata);
-        /* SIGUSR2 wedges every dispatch loop (a test of the watchdog).
-         * Off: SIGUSR2 is logged and ignored. */
-        bool test_hooks;
+        /* What SIGUSR2 does to every dispatch loop (LoopHang: wedged, a
+         * test of systemd's watchdog, or spinning, a test of the monitor's
+         * stall check). LOOP_HANG_NONE: SIGUSR2 is logged and ignored. */
+        int test_hooks;
         /* Called on SIGTERM/SIGINT before the loops stop: an orderly stop
          * (the monitor then does not take the exit for a crash). May be
          * NULL. */

@@ -81,10 +81,17 @@ static void loop_sync_config(CpuLoop *l) {
  * right after a promotion (or while idle), so the owner of the slot stays
  * at SCHED_FIFO 98: the case the watchdog exists for. */
 static void loop_maybe_hang(CpuLoop *l) {
-        if (!atomic_load_explicit(&l->hang, memory_order_relaxed))
+        switch (atomic_load_explicit(&l->hang, memory_order_relaxed)) {
+        case LOOP_HANG_WEDGE:
+                stall_slot_due(l->stall, STALL_IDLE);
+                for (;;)
+                        (void) futex_private(&l->shared->hang_word, FUTEX_WAIT, atomic_load(&l->shared->hang_word));
+        case LOOP_HANG_SPIN:
+                for (;;)
+                        atomic_signal_fence(memory_order_seq_cst);
+        default:
                 return;
-        for (;;)
-                (void) futex_private(&l->shared->hang_word, FUTEX_WAIT, atomic_load(&l->shared->hang_word));
+        }
 }
 
 static void loop_reader_fault(CpuLoop *l) {
@@ -333,7 +340,9 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
 
         for (;;) {
                 atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
+                stall_slot_due(l->stall, MAX(t, monotonic_ns()) + STALL_GRACE_NS);
                 int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+                stall_slot_due(l->stall, monotonic_ns() + STALL_GRACE_NS);
                 atomic_fetch_add_explicit(&l->beats, 1, memory_order_relaxed);
                 if (r == 0)
                         return 0;
@@ -732,10 +741,20 @@ static void loop_active(CpuLoop *l) {
         loop_servers_demote(l);
 }
 
+/* Out of a sleep without a deadline: from here on the monitor watches
+ * (stall.h). One eventfd write wakes it, since nothing else would while
+ * every loop slept. */
+static void loop_stall_watched(CpuLoop *l) {
+        LoopShared *s = l->shared;
+
+        stall_slot_active(l->stall, s->stall ? s->stall->wake_fd : -EBADF, monotonic_ns());
+}
+
 /* Sleeps, without any periodic wake-up, until a table gives this CPU a
  * frame. Returns false when stopping. */
 static bool loop_idle(CpuLoop *l) {
         LoopShared *s = l->shared;
+        int r;
 
         for (;;) {
                 /* Read before looking: a change after this bumps the word
@@ -760,10 +779,15 @@ static bool loop_idle(CpuLoop *l) {
                                 continue;
                         }
                         /* -EINTR on a kick, -EFAULT if the file shrank. */
-                        if (table_guard_wait(l->reader, l->seen_gen) == -EFAULT)
+                        stall_slot_due(l->stall, STALL_IDLE);
+                        r = table_guard_wait(l->reader, l->seen_gen);
+                        loop_stall_watched(l);
+                        if (r == -EFAULT)
                                 loop_reader_fault(l);
                 } else {
+                        stall_slot_due(l->stall, STALL_IDLE);
                         (void) futex_private(&s->epoch_word, FUTEX_WAIT, word);
+                        loop_stall_watched(l);
                 }
         }
 }
@@ -775,6 +799,11 @@ static void *loop_main(void *userdata) {
         sigemptyset(&kick);
         sigaddset(&kick, LOOP_KICK_SIGNAL);
         pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
+        if (l->shared->stall) {
+                l->stall = &l->shared->stall->slot[l->cpu];
+                stall_slot_start(l->stall, gettid(), l->cpu);
+                loop_stall_watched(l);
+        }
         atomic_store(&l->state, LOOP_RUNNING);
 
         while (loop_idle(l)) {
@@ -786,6 +815,7 @@ static void *loop_main(void *userdata) {
         for (size_t i = 0; i < l->n_held; i++)
                 loop_free_held(l, l->held[i]);
         l->n_held = 0;
+        stall_slot_due(l->stall, STALL_IDLE);
         atomic_store(&l->state, LOOP_EXITED);
         return NULL;
 }
@@ -903,8 +933,8 @@ uint64_t loop_beats(const CpuLoop *l) {
         return atomic_load(&l->beats);
 }
 
-void loop_hang(CpuLoop *l) {
-        atomic_store(&l->hang, true);
+void loop_hang(CpuLoop *l, LoopHang how) {
+        atomic_store(&l->hang, (int) how);
 }
 
 void loop_shared_wake_idle(LoopShared *s) {

@@ -19,6 +19,7 @@
 #include "held.h"
 #include "log-ring.h"
 #include "pace-stats.h"
+#include "stall.h"
 #include "table-shm.h"
 
 /* Interrupts a loop's sleep (futex or clock_nanosleep) so it looks at the
@@ -56,6 +57,8 @@ typedef struct LoopShared {
         /* Set before the loops start and kept until they are gone. */
         LogRing *log;
         PaceStatsFile *stats; /* NULL: no accounting file */
+        /* The monitor's view of the loops (stall.h); NULL: no monitor. */
+        StallPage *stall;
 } LoopShared;
 
 typedef enum LoopState {
@@ -75,7 +78,8 @@ typedef struct CpuLoop {
          * idle pass: what the watchdog (watchdog.h) looks at. */
         _Atomic uint64_t beats;
         _Atomic uint64_t acked_config;
-        _Atomic bool hang; /* test hook: wedge at the next chance */
+        _Atomic int hang; /* test hook: a LoopHang at the next chance */
+        StallSlot *stall; /* this loop's word in the monitor's page, or NULL */
 
         /* Everything below belongs to the dispatch thread. */
         HeldContext ctx;
@@ -160,9 +164,17 @@ int loop_join(CpuLoop *l);
 bool loop_acked_epoch(const CpuLoop *l, uint64_t epoch);
 bool loop_acked_config(const CpuLoop *l, uint64_t gen);
 uint64_t loop_beats(const CpuLoop *l);
-/* Test hook: the loop blocks for good at its next promotion or idle pass,
- * without spinning and without beats (what the watchdog must catch). */
-void loop_hang(CpuLoop *l);
+/* Test hooks: at its next promotion or idle pass the loop stops for good. */
+typedef enum LoopHang {
+        LOOP_HANG_NONE,
+        /* Blocked on a futex, without beats, and telling the monitor it is
+         * idle: a wedge only systemd's watchdog can see. */
+        LOOP_HANG_WEDGE,
+        /* Spinning at SCHED_FIFO 99 without advancing, like a loop that
+         * livelocks in the kernel: what the monitor's stall check is for. */
+        LOOP_HANG_SPIN,
+} LoopHang;
+void loop_hang(CpuLoop *l, LoopHang how);
 
 /* Wakes every loop that waits without a reader (no table file yet), so it
  * looks at the epoch, the configuration and the stop flag. */

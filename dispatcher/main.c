@@ -14,6 +14,7 @@
 #include "daemon-util.h"
 #include "dispatcher.h"
 #include "freezer-v1.h"
+#include "loop.h"
 #include "pace-stats.h"
 #include "group.h"
 #include "log.h"
@@ -134,13 +135,17 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                 .load_config = load_config,
                 .watchdog_ns = watchdog_usec * 1000,
                 .watchdog_ping = watchdog_ping,
-                .test_hooks = hooks && strcmp(hooks, "1") == 0,
+                .test_hooks = !hooks                     ? LOOP_HANG_NONE :
+                              strcmp(hooks, "1") == 0    ? LOOP_HANG_WEDGE :
+                              strcmp(hooks, "spin") == 0 ? LOOP_HANG_SPIN :
+                                                           LOOP_HANG_NONE,
                 .stopping = on_stopping,
                 .make_scope = scope_make,
                 .userdata = &ready_fd,
         };
         if (run.test_hooks)
-                log_line_worded(PROGRAM, LOG_WARNING,
+                log_line_worded(PROGRAM, LOG_WARNING, run.test_hooks == LOOP_HANG_SPIN ?
+                                TEST_HOOKS_ENV "=spin: SIGUSR2 makes the dispatch loops spin (tests only)" :
                                 TEST_HOOKS_ENV "=1: SIGUSR2 wedges the dispatch loops (tests only)");
         (void) sd_notify(0, "READY=1\nSTATUS=dispatching");
 

@@ -27,6 +27,7 @@
 #include "pace-limits.h"
 #include "proc-util.h"
 #include "sched-util.h"
+#include "stall.h"
 #include "sweep.h"
 #include "time-util.h"
 
@@ -50,7 +51,15 @@ typedef struct Monitor {
         int ready_fd;
         sd_event *event; /* while watch_deaths() runs */
         sd_event_source *threads[MAX_WATCHED]; /* each owns its pidfd */
+        pid_t thread_tids[MAX_WATCHED];
         unsigned n_threads;
+        /* The loops' words (stall.h), shared with every child, and the
+         * thread that watches them above every SCHED_FIFO thread. */
+        StallPage *page;
+        StallGuard *guard;
+        /* This child was killed for a stuck loop: what the guard saw. */
+        bool stalled;
+        StallReport stall;
         bool ready;       /* this child said MONITOR_READY */
         bool ever_ready;  /* some child did: later deaths are crashes, not start-up errors */
         bool orderly;     /* this child said MONITOR_STOPPING */
@@ -111,6 +120,7 @@ static int spawn_child(Monitor *m) {
                 if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
                         _exit(EXIT_FAILURE);
                 held_protect_pid(parent);
+                stall_page_set_inherited(m->page);
                 /* sd_watchdog_enabled() only answers the pid systemd named;
                  * the pings come from here (NotifyAccess=all). */
                 w = getenv("WATCHDOG_PID");
@@ -127,6 +137,7 @@ static int spawn_child(Monitor *m) {
         m->ready = false;
         m->orderly = false;
         m->swept = false;
+        m->stalled = false;
         r = pidfd_open_checked(pid, &m->pidfd);
         if (r < 0) {
                 /* No pidfd (kernel < 5.3): we could not watch it. */
@@ -139,6 +150,7 @@ static int spawn_child(Monitor *m) {
 }
 
 static int on_died(sd_event_source *s, int fd, uint32_t revents, void *userdata);
+static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, uint64_t *ret_ns);
 
 /* A pidfd of each dispatch thread (PIDFD_THREAD): after a SIGKILL the
  * process pidfd turns readable only once every thread has exited, and the
@@ -176,19 +188,13 @@ static void watch_threads(Monitor *m) {
                         safe_close(fd);
                         continue;
                 }
-                (void) sd_event_source_set_io_fd_own(m->threads[m->n_threads++], true);
+                (void) sd_event_source_set_io_fd_own(m->threads[m->n_threads], true);
+                m->thread_tids[m->n_threads++] = (pid_t) tid;
         }
         closedir(dir);
 }
 
 static void on_ready(Monitor *m) {
-        PaceSchedAttr a = {
-                .sched_policy = SCHED_FIFO,
-                .sched_priority = PACE_DISPATCHER_PRIORITY,
-                /* Its children (the dispatchers) start as SCHED_OTHER: their
-                 * main thread, which logs, must not be real-time. */
-                .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
-        };
         int r;
 
         m->ready = true;
@@ -197,6 +203,14 @@ static void on_ready(Monitor *m) {
          * (rt-check.c) and exits, and that explanation is worth more than
          * ours. */
         if (!m->realtime) {
+                const PaceSchedAttr a = {
+                        .sched_policy = SCHED_FIFO,
+                        .sched_priority = PACE_DISPATCHER_PRIORITY,
+                        /* Its children (the dispatchers) start as
+                         * SCHED_OTHER: their main thread, which logs, must
+                         * not be real-time. */
+                        .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
+                };
                 r = sched_attr_set(0, &a);
                 if (r < 0) {
                         mlog(m, LOG_ERR, "cannot run at SCHED_FIFO %d: %s; stopping the dispatcher",
@@ -209,8 +223,32 @@ static void on_ready(Monitor *m) {
                 m->realtime = true;
         }
         watch_threads(m);
-        mlog(m, LOG_INFO, "watching dispatcher pid %d (%u dispatch thread(s)) at SCHED_FIFO %d",
-             (int) m->child, m->n_threads, PACE_DISPATCHER_PRIORITY);
+        stall_guard_watch(m->guard, m->child);
+        mlog(m, LOG_INFO, "watching dispatcher pid %d (%u dispatch thread(s)) at SCHED_FIFO %d; stalls at %s",
+             (int) m->child, m->n_threads, PACE_DISPATCHER_PRIORITY, stall_guard_policy(m->guard));
+}
+
+/* The guard (stall.h) found a loop that stopped advancing and put the
+ * child's dispatch threads to SCHED_OTHER, so we can run: whatever held
+ * the loop, in the kernel included, runs too, and a thread with SIGKILL
+ * pending ends once it is back from the kernel. The process is killed and
+ * every client it may have left real-time demoted, before anything is
+ * logged; every thread we listed ourselves is demoted again, in case. */
+static int on_stall_notice(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        const PaceSchedAttr other = { .sched_policy = SCHED_OTHER };
+        Monitor *m = userdata;
+        StallReport report;
+
+        if (stall_guard_take(m->guard, &report) <= 0 || report.child != m->child)
+                return 0;
+        m->stalled = true;
+        m->stall = report;
+        (void) kill(m->child, SIGKILL);
+        for (unsigned i = 0; i < m->n_threads; i++)
+                (void) sched_attr_set(m->thread_tids[i], &other);
+        m->sweep_error = sweep_now(m, &m->demoted, &m->groups, &m->sweep_ns);
+        m->swept = true;
+        return sd_event_exit(m->event, 0);
 }
 
 static int read_ready(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -295,7 +333,8 @@ static int on_died(sd_event_source *s, int fd, uint32_t revents, void *userdata)
  * any thread exits), then a death, then a signal. */
 static int watch_deaths(Monitor *m) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
-        _cleanup_(sd_event_source_unrefp) sd_event_source *sig = NULL, *ready = NULL, *child = NULL;
+        _cleanup_(sd_event_source_unrefp) sd_event_source *sig = NULL, *ready = NULL, *child = NULL,
+                                          *stall = NULL;
         int r;
 
         r = sd_event_new(&e);
@@ -312,8 +351,13 @@ static int watch_deaths(Monitor *m) {
         r = sd_event_add_io(e, &child, m->pidfd, EPOLLIN, on_died, m);
         if (r < 0)
                 return r;
+        r = sd_event_add_io(e, &stall, stall_guard_fd(m->guard), EPOLLIN, on_stall_notice, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_priority(stall, SD_EVENT_PRIORITY_IMPORTANT);
         m->event = e;
         r = sd_event_loop(e);
+        stall_guard_watch(m->guard, 0);
         close_threads(m);
         m->event = NULL;
         return r;
@@ -353,6 +397,13 @@ static int watch_child(Monitor *m) {
         m->pidfd = safe_close(m->pidfd);
         m->ready_fd = safe_close(m->ready_fd);
 
+        if (m->stalled)
+                mlog(m, LOG_ERR,
+                     "dispatch thread %d (CPU %" PRIi32 ") had not advanced for %" PRIu64 " ms (stuck, e.g. in the "
+                     "kernel): %u dispatch thread(s) put to SCHED_OTHER so that whatever holds them can run, "
+                     "dispatcher pid %d killed",
+                     (int) m->stall.tid, m->stall.cpu, (uint64_t) (m->stall.late_ns / NSEC_PER_MSEC),
+                     m->stall.demoted, (int) m->child);
         if (m->swept) {
                 char how[64];
                 if (WIFSIGNALED(status))
@@ -418,6 +469,14 @@ int monitor_run(const MonitorOptions *o) {
                 mlog(&m, LOG_ERR, "cannot start: %s", strerror(m.sfd < 0 ? errno : ENOMEM));
                 return EXIT_FAILURE;
         }
+        /* Before any fork: every child shares the page. */
+        r = stall_page_new(&m.page);
+        if (r >= 0)
+                r = stall_guard_start(m.page, &m.guard);
+        if (r < 0) {
+                mlog(&m, LOG_ERR, "cannot set up the stall check: %s", strerror(-r));
+                return EXIT_FAILURE;
+        }
         /* A page fault between the wake-up and the last demotion would be
          * time the clients keep real-time. */
         if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
@@ -426,6 +485,7 @@ int monitor_run(const MonitorOptions *o) {
         }
 
         for (;;) {
+                stall_page_reset(m.page);
                 r = spawn_child(&m);
                 if (r < 0) {
                         mlog(&m, LOG_ERR, "cannot start a dispatcher: %s", strerror(-r));

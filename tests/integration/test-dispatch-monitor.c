@@ -248,6 +248,82 @@ TEST(sigkill_demotes_within_10ms_and_resumes) {
         ASSERT_CMP(shares[0], <=, 65.0);
 }
 
+/* A dispatch loop that stops advancing while it holds its CPU at SCHED_FIFO
+ * 99, as one livelocked in the kernel on a /proc lookup does (the test hook
+ * makes every loop spin from its next promotion on, both CPUs at once,
+ * which a monitor at FIFO 99 would never get past): the monitor, a
+ * SCHED_DEADLINE task, notices within its grace (stall.h: 20 ms, plus a
+ * second look 2 ms later), puts the loops to SCHED_OTHER, kills the process
+ * and starts a new dispatcher, which dispatches both clients again. The
+ * bound on what the monitor reports, 100 ms, leaves room for its timer and
+ * the VM; the new dispatcher gets the same second as after a kill. */
+TEST(a_loop_that_stops_advancing_is_demoted_and_replaced) {
+        DispatchEnv e;
+        char line[1024] = "";
+
+        DISPATCH_REQUIRE();
+        env_init(&e, CONFIG_2CPUS);
+        pin_to(-1);
+        ASSERT_OK(setenv("PACE_DISPATCHER_TEST_HOOKS", "spin", 1));
+        env_start(&e);
+        ASSERT_OK(unsetenv("PACE_DISPATCHER_TEST_HOOKS"));
+        ASSERT_TRUE(env_wait_log(&e, "monitor: watching dispatcher pid", 2000));
+        ASSERT_TRUE(env_log_contains(&e, "at SCHED_DEADLINE"));
+        env_create_table(&e);
+        pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
+        publish_both(&e, client);
+        ASSERT_TRUE(env_wait_log(&e, "CPU 0: table generation 1 in force: 1 reservation", 2000));
+        ASSERT_TRUE(env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000));
+        test_sleep_ms(200);
+        pid_t victim = monitor_child(e.dispatcher);
+        ASSERT_TRUE(victim > 0);
+
+        uint64_t t0 = monotonic_ns();
+        ASSERT_OK(kill(victim, SIGUSR2));
+        pid_t next = 0;
+        while (monotonic_ns() < t0 + 3 * RESUME_LIMIT_NS) {
+                next = monitor_child(e.dispatcher);
+                if (next > 0 && next != victim && kill(victim, 0) < 0)
+                        break;
+                test_sleep_ms(2);
+        }
+        uint64_t replaced_ns = monotonic_ns() - t0;
+        bool victim_gone = kill(victim, 0) < 0 && errno == ESRCH;
+        /* Both clients run in the same slots: only a sampler above them
+         * sees them real-time. */
+        bool seen[2] = { false, false };
+        enter_fifo99();
+        while (!(seen[0] && seen[1]) && monotonic_ns() < t0 + replaced_ns + RESUME_LIMIT_NS) {
+                seen[0] = seen[0] || is_fifo(client[0]);
+                seen[1] = seen[1] || is_fifo(client[1]);
+                nap(200000);
+        }
+        leave_fifo99();
+        uint64_t resumed_ns = monotonic_ns() - t0;
+        bool said = env_wait_log(&e, "had not advanced for", 1000);
+        FILE *f = fopen(e.log, "re");
+        while (f && fgets(line, sizeof(line), f) && !strstr(line, "had not advanced for"))
+                ;
+        if (f)
+                fclose(f);
+        const char *p = strstr(line, "had not advanced for ");
+        long late_ms = p ? strtol(p + strlen("had not advanced for "), NULL, 10) : -1;
+        print_monitor_lines(&e, "monitor: ");
+        if (!said || !victim_gone || !seen[0] || !seen[1])
+                env_dump_log(&e);
+        env_cleanup(&e);
+        printf("  both loops spinning at FIFO 99: the monitor saw it %ld ms after the last advance; the stuck "
+               "dispatcher gone and a new one started %.0f ms after the hook, both clients real-time again at "
+               "%.0f ms\n", late_ms, (double) replaced_ns / 1e6, (double) resumed_ns / 1e6);
+        ASSERT_TRUE(said);
+        ASSERT_CMP(late_ms, >=, 20);
+        ASSERT_CMP(late_ms, <=, 100);
+        ASSERT_TRUE(victim_gone);
+        ASSERT_TRUE(next > 0 && next != victim);
+        ASSERT_CMP(replaced_ns, <=, RESUME_LIMIT_NS);
+        ASSERT_TRUE(seen[0] && seen[1]);
+}
+
 /* systemd stops the main pid, the monitor: the dispatcher stops in order
  * (restoring its clients), the monitor exits with its status, nothing stays
  * real-time and no dispatcher is left. */
