@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/futex.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +29,7 @@
 #include "freezer-v1.h"
 #include "group.h"
 #include "held.h"
+#include "keeper.h"
 #include "log-ring.h"
 #include "loop.h"
 #include "macro.h"
@@ -62,6 +65,18 @@
  * threads is covered over several looks, so no one look costs much. */
 #define CLASS_CHECK_THREADS 512u
 #define OPEN_RETRIES 300u
+/* Looking at a new generation (a copy and a check, hundreds of us for a
+ * full table, then the plans) is the main thread's, at SCHED_OTHER; still,
+ * whoever writes the table could publish in a loop: a burst of
+ * TABLE_LOOK_BURST looks (a few grants and releases in a row are taken at
+ * once), then one per TABLE_LOOK_INTERVAL_NS, whatever the generation does. */
+#define TABLE_LOOK_BURST 4u
+#define TABLE_LOOK_INTERVAL_NS (50 * NSEC_PER_MSEC)
+/* A loop that saw threads come or go asks for a keeper round at once; the
+ * rounds are at least this far apart. */
+#define KEEP_SPACING_NS (2 * NSEC_PER_MSEC)
+/* How soon a plan a loop has not taken room for yet is offered again. */
+#define PLAN_RETRY_NS (5 * NSEC_PER_MSEC)
 
 struct Dispatcher {
         /* As started: CPUs, waiting policy and slot never change. */
@@ -92,6 +107,27 @@ struct Dispatcher {
         ino_t last_open_error_ino;
         TableReader *leaked[8];
         PaceTableBuffer *scratch; /* main thread: reload checks, sweeps */
+        /* The table the loops' plans come from: the last generation that
+         * passed the check (a plan a loop had no room for yet is made from
+         * it later). */
+        PaceTableBuffer *planned;
+        uint64_t planned_gen, seen_gen, refused_gen;
+        bool have_planned;
+        uint64_t look_full_ns, next_look_ns;
+        /* The table file in use (main thread), and the watcher: a thread
+         * that only waits on the table's generation futex (an fd cannot) and
+         * says when it moved through table_efd. */
+        TableReader *reader;
+        bool reader_broken;
+        int table_efd;
+        pthread_t watcher;
+        bool watcher_created;
+        _Atomic(const TableReader *) watch_reader;
+        _Atomic uint64_t watch_epoch, watch_acked;
+        _Atomic uint32_t watch_word;
+        _Atomic bool watch_broken;
+        Keeper *keeper;
+        const DispatcherRunOptions *run; /* while dispatcher_run() runs */
         Watchdog *watchdog;
         /* Nice levels the table asks for (main thread). */
         NiceSet *nice;
@@ -136,6 +172,36 @@ static void watch_kick(uint32_t i, void *userdata) {
         loop_kick(&d->loops[i]);
 }
 
+static const char *identity_problem(int r) {
+        switch (r) {
+        case -ESRCH:
+                return "the process does not exist";
+        case -ESTALE:
+                return "the pid now belongs to another process (start time differs)";
+        case -EPERM:
+                return "pid 1, kernel threads and the dispatcher itself are never promoted";
+        case -EACCES:
+                return "the process belongs to another user than the one the table names";
+        case -EDQUOT:
+                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
+                       "\"reserve_root_processes\" is off";
+        case -EBADMSG:
+                return "its /proc status or limits cannot be read";
+        default:
+                return strerror(-r);
+        }
+}
+
+/* A reservation whose identity check failed, once (it stays inert). */
+static void on_ignored(void *userdata, const PaceTableReservation *res, int r) {
+        Dispatcher *d = userdata;
+
+        if (d->run)
+                log_sinkf(d->run->log, d->run->userdata, LOG_WARNING,
+                          "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s", res->cpu, res->id,
+                          res->pid, identity_problem(r));
+}
+
 int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *why,
                    size_t why_size) {
         _cleanup_(dispatcher_freep) Dispatcher *d = NULL;
@@ -145,7 +211,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d = calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
-        d->housekeeping_efd = -EBADF;
+        d->housekeeping_efd = d->table_efd = -EBADF;
         d->config = *config;
         r = resolve_cpus(&d->config);
         if (r < 0) {
@@ -167,6 +233,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
         d->housekeeping_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (d->housekeeping_efd < 0)
                 return negative_errno();
+        d->table_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (d->table_efd < 0)
+                return negative_errno();
         r = thread_registry_new(&d->registry);
         if (r < 0)
                 return r;
@@ -183,8 +252,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
 
         d->shared.configs[0] = d->config;
         d->scratch = calloc(1, sizeof(PaceTableBuffer));
+        d->planned = calloc(1, sizeof(PaceTableBuffer));
         d->loops = calloc(d->config.n_cpus, sizeof(*d->loops));
-        if (!d->loops || !d->scratch)
+        if (!d->loops || !d->scratch || !d->planned)
                 return -ENOMEM;
         d->n_loops = d->config.n_cpus;
         r = watchdog_new(d->n_loops, watch_beats, watch_kick, d, &d->watchdog);
@@ -196,6 +266,9 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
                 if (r < 0)
                         return r;
         }
+        r = keeper_new(d->shared.stats, on_ignored, d, &d->keeper);
+        if (r < 0)
+                return r;
 
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
@@ -230,6 +303,8 @@ int dispatcher_use_stats(Dispatcher *d, int fd) {
                 return r;
         stats_file_unmap(d->shared.stats);
         d->shared.stats = f;
+        if (d->keeper)
+                keeper_set_stats(d->keeper, f);
         return 0;
 }
 
@@ -263,6 +338,8 @@ static void kick_until(Dispatcher *d, bool (*done)(const CpuLoop *l, uint64_t ar
 static bool loop_gone(const CpuLoop *l, uint64_t unused) {
         return loop_exited(l);
 }
+
+static int watcher_start(Dispatcher *d);
 
 int dispatcher_start(Dispatcher *d, char *why, size_t why_size) {
         int r;
@@ -349,7 +426,103 @@ int dispatcher_start(Dispatcher *d, char *why, size_t why_size) {
                         return r;
                 }
         }
+        r = watcher_start(d);
+        if (r < 0) {
+                snprintf(why, why_size, "cannot start the table watcher thread: %s", strerror(-r));
+                return r;
+        }
         return 0;
+}
+
+static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
+        return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
+}
+
+/* The watcher: waits on the table's generation futex (the broker wakes it
+ * at every publication) and says so through table_efd; nothing else. It
+ * reads the mapping under the SIGBUS guard, and a fault marks it broken
+ * (the main thread then opens the file again). SCHED_OTHER: it only ever
+ * wakes the main thread. */
+static void *watcher_main(void *userdata) {
+        Dispatcher *d = userdata;
+        const TableReader *reader = NULL;
+        uint64_t epoch = 0, last = 0;
+        sigset_t kick;
+
+        sigemptyset(&kick);
+        sigaddset(&kick, LOOP_KICK_SIGNAL);
+        pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
+        while (!atomic_load(&d->shared.stop)) {
+                uint32_t word = atomic_load(&d->watch_word);
+                uint64_t e = atomic_load(&d->watch_epoch), gen;
+
+                if (e != epoch) {
+                        reader = atomic_load(&d->watch_reader);
+                        epoch = e;
+                        last = 0;
+                        atomic_store(&d->watch_acked, e);
+                }
+                if (!reader || atomic_load(&d->watch_broken)) {
+                        (void) futex_private(&d->watch_word, FUTEX_WAIT, word);
+                        continue;
+                }
+                if (table_guard_generation(reader, &gen) < 0) {
+                        atomic_store(&d->watch_broken, true);
+                        (void) !write(d->table_efd, &(uint64_t) { 1 }, sizeof(uint64_t));
+                        continue;
+                }
+                if (gen != last) {
+                        last = gen;
+                        (void) !write(d->table_efd, &(uint64_t) { 1 }, sizeof(uint64_t));
+                }
+                /* -EINTR on a kick, -EFAULT if the file shrank (seen above
+                 * next time round). */
+                (void) table_guard_wait(reader, last);
+        }
+        return NULL;
+}
+
+static void watcher_kick(Dispatcher *d) {
+        atomic_fetch_add(&d->watch_word, 1);
+        (void) futex_private(&d->watch_word, FUTEX_WAKE, INT_MAX);
+        if (d->watcher_created)
+                (void) pthread_kill(d->watcher, LOOP_KICK_SIGNAL);
+}
+
+/* Hands the watcher a new reader: the kick can land just before it enters
+ * its wait, so it is repeated until acknowledged (2 s at most). */
+static bool watcher_kick_until_acked(Dispatcher *d, uint64_t epoch) {
+        uint64_t deadline = monotonic_ns() + 2 * NSEC_PER_SEC;
+
+        while (d->watcher_created && atomic_load(&d->watch_acked) < epoch) {
+                if (monotonic_ns() > deadline)
+                        return false;
+                watcher_kick(d);
+                (void) usleep(2000);
+        }
+        return true;
+}
+
+static int watcher_start(Dispatcher *d) {
+        int r = -pthread_create(&d->watcher, NULL, watcher_main, d);
+        if (r < 0)
+                return r;
+        d->watcher_created = true;
+        return 0;
+}
+
+static void watcher_stop(Dispatcher *d) {
+        if (!d->watcher_created)
+                return;
+        atomic_store(&d->shared.stop, true);
+        watcher_kick(d);
+        /* A kick may land before the wait: the wait is bounded by the next
+         * kick, repeated until it has gone. */
+        for (unsigned i = 0; i < 2500 && pthread_tryjoin_np(d->watcher, NULL) == EBUSY; i++) {
+                watcher_kick(d);
+                (void) usleep(2000);
+        }
+        d->watcher_created = false;
 }
 
 /* Opens the table file if it is new (another inode: a restarted broker) or
@@ -362,8 +535,8 @@ static int dispatcher_open_table(Dispatcher *d, LogSink log_fn, void *userdata) 
 
         if (stat(d->table_path, &st) < 0)
                 return negative_errno();
-        if (d->have_table_file && st.st_dev == d->table_dev && st.st_ino == d->table_ino &&
-            atomic_load(&d->shared.broken_epoch) != atomic_load(&d->shared.epoch))
+        if (d->have_table_file && st.st_dev == d->table_dev && st.st_ino == d->table_ino && !d->reader_broken &&
+            !atomic_load(&d->watch_broken))
                 return 0;
 
         r = table_reader_open(d->table_path, &reader);
@@ -374,26 +547,28 @@ static int dispatcher_open_table(Dispatcher *d, LogSink log_fn, void *userdata) 
                 return -EAGAIN; /* replaced while we opened it: look again */
         }
 
-        const TableReader *old = atomic_load(&d->shared.reader);
-        atomic_store(&d->shared.reader, reader);
-        uint64_t epoch = atomic_fetch_add(&d->shared.epoch, 1) + 1;
+        /* The watcher waits on the old mapping's futex: it moves to the new
+         * one before the old is unmapped. The loops never read a mapping. */
+        TableReader *old = d->reader;
+        d->reader = reader;
+        d->reader_broken = false;
+        atomic_store(&d->watch_reader, reader);
+        atomic_store(&d->watch_broken, false);
+        uint64_t epoch = atomic_fetch_add(&d->watch_epoch, 1) + 1;
         d->have_table_file = true;
         d->table_dev = st.st_dev;
         d->table_ino = st.st_ino;
         d->last_open_error = 0;
+        /* A new file counts its generations from 1. */
+        d->seen_gen = 0;
 
-        kick_until(d, loop_acked_epoch, epoch, 2 * NSEC_PER_SEC);
-        bool all = true;
-        for (uint32_t i = 0; i < d->n_loops; i++)
-                if (loop_running(&d->loops[i]) && !loop_acked_epoch(&d->loops[i], epoch))
-                        all = false;
-        if (all) {
-                table_reader_free((TableReader *) old);
+        if (watcher_kick_until_acked(d, epoch)) {
+                table_reader_free(old);
         } else {
-                /* A thread still might read it: keep the mapping. */
+                /* The watcher still might read it: keep the mapping. */
                 for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
                         if (!d->leaked[i]) {
-                                d->leaked[i] = (TableReader *) old;
+                                d->leaked[i] = old;
                                 break;
                         }
         }
@@ -409,7 +584,7 @@ static int dispatcher_open_table(Dispatcher *d, LogSink log_fn, void *userdata) 
  * before there is one, from the file. */
 static int snapshot_published(Dispatcher *d, uint64_t *ret_gen) {
         _cleanup_(table_reader_freep) TableReader *own = NULL;
-        const TableReader *reader = atomic_load(&d->shared.reader);
+        const TableReader *reader = d->reader_broken ? NULL : d->reader;
         int r;
 
         if (!reader) {
@@ -432,6 +607,12 @@ static void sweep(Dispatcher *d, const DispatcherRunOptions *o, bool at_start) {
         uint64_t gen = 0;
         unsigned demoted = 0, groups;
 
+        if (at_start) {
+                unsigned stuck = sweep_dying_dispatchers();
+                if (stuck > 0)
+                        run_log(o, LOG_WARNING, "start-up sweep: %u real-time thread(s) of dying dispatchers (killed, "
+                                "still in the kernel) put to SCHED_OTHER so that they can finish", stuck);
+        }
         if (snapshot_published(d, &gen) == 0)
                 demoted = sweep_demote_table(d->scratch);
         /* Strict mode: v1 freezer groups a predecessor left behind are
@@ -519,7 +700,7 @@ typedef struct MainLoop {
         const DispatcherRunOptions *o;
         sd_event *event;
         /* Armed from the handlers; the others are the event's own. */
-        sd_event_source *log, *check, *retry, *look, *probe, *housekeeping, *class_check;
+        sd_event_source *log, *check, *retry, *look, *probe, *housekeeping, *class_check, *table, *table_later;
         int inotify_fd;
         unsigned retries;
         uint64_t look_every_ns;
@@ -527,6 +708,7 @@ typedef struct MainLoop {
          * their policy is due (0: none, no reservations). */
         uint64_t class_due_ns;
         unsigned class_cursor; /* where in the walk the next look starts */
+        uint64_t keep_next_ns; /* a loop's request for a keeper round waits until then */
 } MainLoop;
 
 static void main_loop_done(MainLoop *m) {
@@ -537,6 +719,8 @@ static void main_loop_done(MainLoop *m) {
         sd_event_source_disable_unref(m->probe);
         sd_event_source_disable_unref(m->housekeeping);
         sd_event_source_disable_unref(m->class_check);
+        sd_event_source_disable_unref(m->table);
+        sd_event_source_disable_unref(m->table_later);
         sd_event_unref(m->event);
         safe_close(m->inotify_fd);
 }
@@ -679,21 +863,47 @@ static int snapshot_checked(Dispatcher *d, uint64_t *ret_gen) {
         return table_check(d->scratch, &d->config, why, sizeof(why)) < 0 ? -EBADMSG : 0;
 }
 
-/* The nice levels of the published table. */
+/* The nice levels of the table the plans come from. */
 static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
         char why[256];
-        uint64_t gen;
 
-        if (snapshot_checked(d, &gen) < 0)
+        if (!d->have_planned)
                 return;
-        size_t changed = nice_set_apply(d->nice, d->scratch, d->config.reserve_root_processes, why, sizeof(why));
+        size_t changed = nice_set_apply(d->nice, d->planned, d->config.reserve_root_processes, why, sizeof(why));
         if (changed > 0)
                 run_log(o, LOG_INFO, "table generation %" PRIu64 ": %zu thread(s) at a nice level of "
-                        "the table's (%zu changed)", gen, nice_set_size(d->nice), changed);
+                        "the table's (%zu changed)", d->planned_gen, nice_set_size(d->nice), changed);
         if (why[0] && strcmp(why, d->nice_why) != 0)
                 run_log(o, LOG_WARNING, "table generation %" PRIu64 ": a nice level not applied: %s",
-                        gen, why);
+                        d->planned_gen, why);
         snprintf(d->nice_why, sizeof(d->nice_why), "%s", why);
+}
+
+static bool any_owned(const Dispatcher *d) {
+        for (uint32_t i = 0; i < d->n_loops; i++)
+                if (d->loops[i].n_owned > 0)
+                        return true;
+        return false;
+}
+
+/* The keeper's round for every loop: what they no longer run freed, plans
+ * that waited for room handed over, threads registered and taken back.
+ * Returns whether some loop still waits for a plan. */
+static bool keep_all(Dispatcher *d) {
+        bool waiting = false;
+
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                if (!loop_running(l))
+                        continue;
+                (void) keeper_collect(d->keeper, l);
+                if (l->plan_waiting && d->have_planned &&
+                    keeper_plan(d->keeper, l, d->planned, d->planned_gen, &d->config) == 0)
+                        loop_shared_wake_idle(&d->shared);
+                waiting = waiting || l->plan_waiting;
+                (void) keeper_keep(d->keeper, l);
+        }
+        return waiting;
 }
 
 /* A child born as its parent was first promoted runs in the real-time
@@ -749,8 +959,19 @@ static int on_housekeeping_wanted(sd_event_source *s, int fd, uint32_t revents, 
         uint64_t v;
 
         (void) !read(fd, &v, sizeof(v));
-        apply_nice(m->d, m->o);
-        arm(m->housekeeping, HOUSEKEEPING_NS);
+        /* Threads came or went (a loop asks), or a group came into use: a
+         * look at once, unless the last one was less than ten times its own
+         * cost ago (a client that churns threads in every period must not
+         * keep the main thread busy either); then the next round brings it. */
+        uint64_t now = monotonic_ns();
+        if (now >= m->keep_next_ns) {
+                if (keep_all(m->d))
+                        arm(m->table_later, PLAN_RETRY_NS);
+                uint64_t took = monotonic_ns() - now;
+                m->keep_next_ns = now + MAX(KEEP_SPACING_NS, 10 * took);
+                arm(m->housekeeping, HOUSEKEEPING_NS);
+        } else
+                arm(m->housekeeping, m->keep_next_ns - now);
         /* A table with reservations: the look starts (again) a second on. */
         if (m->class_due_ns == 0) {
                 m->class_due_ns = monotonic_ns() + CLASS_CHECK_NS;
@@ -776,6 +997,9 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
                          tree_set_housekeep(d->trees);
         if (why[0])
                 run_log(o, LOG_WARNING, "%s; the reservation's members are found in /proc", why);
+        if (keep_all(d))
+                arm(m->table_later, PLAN_RETRY_NS);
+        watched += any_owned(d);
         uint64_t took = monotonic_ns() - started;
         if (m->class_due_ns > 0 && monotonic_ns() >= m->class_due_ns)
                 class_check_run(m);
@@ -785,6 +1009,124 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
                 (void) sd_event_source_set_enabled(m->class_check, SD_EVENT_OFF);
         } else
                 class_check_schedule(m);
+        return 0;
+}
+
+static const PaceConfig *live_config(Dispatcher *d) {
+        return &d->shared.configs[atomic_load(&d->shared.config_live)];
+}
+
+static void table_broken(MainLoop *m) {
+        Dispatcher *d = m->d;
+
+        if (d->reader_broken)
+                return;
+        d->reader_broken = true;
+        run_log(m->o, LOG_WARNING,
+                "the table file shrank under its mapping (SIGBUS while reading it); keeping generation %" PRIu64
+                " until a new table file appears", d->planned_gen);
+}
+
+/* A new generation (the watcher says so, or a look that had to wait for
+ * the bucket): copied and checked once for every CPU, and each loop handed
+ * its plan, which it takes at its next frame boundary (an idle one at
+ * once). A refused table is logged once; the plans in force stay. */
+static void consider(MainLoop *m) {
+        Dispatcher *d = m->d;
+        const DispatcherRunOptions *o = m->o;
+        char why[512];
+        uint64_t gen = 0, seen;
+        int r;
+
+        if (atomic_load(&d->watch_broken))
+                table_broken(m);
+        if (!d->reader || d->reader_broken)
+                return;
+        if (table_guard_generation(d->reader, &seen) < 0) {
+                table_broken(m);
+                return;
+        }
+        if (seen == d->seen_gen)
+                return;
+        uint64_t now = monotonic_ns();
+        if (now < d->next_look_ns) {
+                arm(m->table_later, d->next_look_ns - now);
+                return;
+        }
+        /* One token spent: the bucket is full again one interval later than
+         * it would have been, and empty while that is more than a burst
+         * away. */
+        uint64_t burst_ns = (uint64_t) (TABLE_LOOK_BURST - 1) * TABLE_LOOK_INTERVAL_NS;
+        d->look_full_ns = MAX(d->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
+        d->next_look_ns = d->look_full_ns > now + burst_ns ? d->look_full_ns - burst_ns : 0;
+
+        r = table_guard_snapshot(d->reader, d->scratch, &gen);
+        if (r == -EFAULT) {
+                table_broken(m);
+                return;
+        }
+        if (r < 0) {
+                /* Nothing yet, or torn: the writer bumps the generation when
+                 * done, and the watcher says so. */
+                d->seen_gen = seen;
+                return;
+        }
+        d->seen_gen = gen;
+        const PaceConfig *config = live_config(d);
+        if (table_check(d->scratch, config, why, sizeof(why)) < 0) {
+                if (d->refused_gen != gen)
+                        run_log(o, LOG_ERR, "refusing table generation %" PRIu64 ": %s; generation %" PRIu64
+                                " stays in force", gen, why, d->planned_gen);
+                d->refused_gen = gen;
+                return;
+        }
+        PaceTableBuffer *t = d->planned;
+        d->planned = d->scratch;
+        d->scratch = t;
+        d->planned_gen = gen;
+        d->have_planned = true;
+        bool waiting = false;
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                if (!loop_running(l))
+                        continue;
+                (void) keeper_collect(d->keeper, l);
+                r = keeper_plan(d->keeper, l, d->planned, gen, config);
+                if (r == -EBUSY)
+                        waiting = true;
+                else if (r < 0)
+                        run_log(o, LOG_ERR, "CPU %" PRIi32 ": cannot plan table generation %" PRIu64 ": %s", l->cpu,
+                                gen, strerror(-r));
+        }
+        loop_shared_wake_idle(&d->shared);
+        if (waiting)
+                arm(m->table_later, PLAN_RETRY_NS);
+        apply_nice(d, o);
+        if (any_owned(d)) {
+                arm(m->housekeeping, HOUSEKEEPING_NS);
+                /* A table with reservations: the look starts (again) a
+                 * second on. */
+                if (m->class_due_ns == 0) {
+                        m->class_due_ns = monotonic_ns() + CLASS_CHECK_NS;
+                        class_check_schedule(m);
+                }
+        }
+}
+
+static int on_table(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        uint64_t v;
+
+        (void) !read(fd, &v, sizeof(v));
+        consider(userdata);
+        return 0;
+}
+
+static int on_table_later(sd_event_source *s, uint64_t usec, void *userdata) {
+        MainLoop *m = userdata;
+
+        consider(m);
+        if (keep_all(m->d))
+                arm(s, PLAN_RETRY_NS);
         return 0;
 }
 
@@ -861,6 +1203,12 @@ static int main_loop_setup(MainLoop *m) {
         r = sd_event_add_io(m->event, NULL, d->housekeeping_efd, EPOLLIN, on_housekeeping_wanted, m);
         if (r < 0)
                 return r;
+        r = sd_event_add_io(m->event, &m->table, d->table_efd, EPOLLIN, on_table, m);
+        if (r < 0)
+                return r;
+        r = sd_event_add_time(m->event, &m->table_later, CLOCK_MONOTONIC, UINT64_MAX, 1, on_table_later, m);
+        if (r < 0)
+                return r;
         r = sd_event_add_io(m->event, NULL, m->inotify_fd, EPOLLIN, on_inotify, m);
         if (r < 0)
                 return r;
@@ -897,6 +1245,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         _cleanup_(main_loop_done) MainLoop m = { .d = d, .o = o, .inotify_fd = -EBADF };
         int r;
 
+        d->run = o;
         if (d->groups && group_set_delegated(d->groups) && o->make_scope)
                 /* What the subgroups can do here, as for groups of our own
                  * (within LOG_MESSAGE_MAX, the longest case included). */
@@ -962,32 +1311,43 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
          * still written. */
         atomic_store(&d->shared.stop, true);
         kick_until(d, loop_gone, 0, 5 * NSEC_PER_SEC);
+        watcher_stop(d);
+        /* The loops demoted whoever they had promoted as they stopped; what
+         * they held is restored here, at SCHED_OTHER. A wedged loop's is
+         * left alone (it may still touch it). */
         for (uint32_t i = 0; i < d->n_loops; i++)
-                (void) loop_join(&d->loops[i]);
+                if (loop_join(&d->loops[i]) == 0)
+                        keeper_release_all(d->keeper, &d->loops[i]);
         (void) log_ring_drain(d->shared.log, o->log, o->userdata);
+        d->run = NULL;
         return 0;
 }
 
-void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files,
+void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files, uint64_t *ret_min_files,
                                uint64_t *ret_threads) {
         uint64_t per_loop = loop_memory_needs(pace_config_frame_slots(&d->config));
         /* The mapping in use, one being handed over, the ones kept while a
          * thread might still read them, and the main thread's scratch copy. */
-        uint64_t tables = (2 + ELEMENTSOF(d->leaked)) * PACE_TABLE_FILE_SIZE + sizeof(PaceTableBuffer);
+        uint64_t tables = (2 + ELEMENTSOF(d->leaked)) * PACE_TABLE_FILE_SIZE + 2 * sizeof(PaceTableBuffer);
         /* Code, libraries, the main stack, and heap for held processes and
          * their threads (measured: 9.3 MiB locked in all, idle on 2 CPUs,
          * of which about 6 MiB are not the buffers counted below). */
         uint64_t base = 12ULL * 1024 * 1024;
 
         *ret_memlock = base + tables + d->n_loops * per_loop;
-        /* Per reserved process a pidfd, a /proc directory and two of its
-         * task directory, (strict) a freezer.state and its group's tasks,
-         * cgroup.procs and usage, and the stat file of its runnable thread;
-         * per nice level a pidfd; per loop a few transient ones; the main
-         * thread's event loop (epoll, signalfd, timerfd), inotify, eventfds,
-         * stdio, notify socket. */
-        *ret_files = 8ULL * PACE_MAX_RESERVATIONS + PACE_MAX_NICE_THREADS + 4ULL * d->n_loops + 32;
-        *ret_threads = d->n_loops + 1;
+        /* Per reserved process a pidfd, a /proc directory and its task
+         * directory, (strict) a freezer.state and its group's tasks,
+         * cgroup.procs and usage; per registered thread its pidfd, stat and
+         * schedstat (the loops' handles, held.h); per nice level a pidfd;
+         * per loop a few transient ones; the main thread's event loop
+         * (epoll, signalfd, timerfd), inotify, eventfds, stdio, notify
+         * socket. */
+        uint64_t rest = PACE_MAX_NICE_THREADS + 4ULL * d->n_loops + 32;
+        *ret_files = (8ULL + HELD_STAT_FDS + 2ULL * d->config.max_threads_per_reservation) * PACE_MAX_RESERVATIONS + rest;
+        *ret_min_files = 8ULL * PACE_MAX_RESERVATIONS + rest;
+        /* The loops, the main thread and the table watcher, and the
+         * monitor's two (RLIMIT_NPROC counts the uid's tasks). */
+        *ret_threads = d->n_loops + 4;
 }
 
 Dispatcher *dispatcher_free(Dispatcher *d) {
@@ -996,24 +1356,30 @@ Dispatcher *dispatcher_free(Dispatcher *d) {
 
         atomic_store(&d->shared.stop, true);
         kick_until(d, loop_gone, 0, 5 * NSEC_PER_SEC);
+        watcher_stop(d);
         /* A wedged loop may still touch its buffers: they stay. */
         for (uint32_t i = 0; i < d->n_loops; i++)
-                if (loop_join(&d->loops[i]) == 0)
+                if (loop_join(&d->loops[i]) == 0) {
+                        keeper_release_all(d->keeper, &d->loops[i]);
                         loop_done(&d->loops[i]);
+                }
         free(d->loops);
+        keeper_free(d->keeper);
         free(d->scratch);
+        free(d->planned);
         nice_set_free(d->nice);
         watchdog_free(d->watchdog);
         d->freezer = freezer_v1_close(d->freezer);
         group_set_free(d->groups);
         tree_set_free(d->trees);
         stats_file_unmap(d->shared.stats);
-        table_reader_free((TableReader *) atomic_load(&d->shared.reader));
+        table_reader_free(d->reader);
         for (size_t i = 0; i < ELEMENTSOF(d->leaked); i++)
                 table_reader_free(d->leaked[i]);
         thread_registry_free(d->registry);
         log_ring_free(d->shared.log);
         safe_close(d->housekeeping_efd);
+        safe_close(d->table_efd);
         free(d->runtime_dir);
         free(d->table_path);
         free(d);

@@ -61,7 +61,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *options);
 
 /* What the dispatcher needs of RLIMIT_MEMLOCK, RLIMIT_NOFILE and
  * RLIMIT_NPROC, for privileges_drop(). */
-void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files,
+void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint64_t *ret_files, uint64_t *ret_min_files,
                                uint64_t *ret_threads);
 
 /* Stops the dispatch threads, which first restore every thread they

@@ -1,11 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* The processes a dispatch thread holds: identity, their threads, the
- * original scheduling state of every thread it touched, and (strict mode)
- * the group that freezes them. Core code: returns negative errno, never logs. */
+/* The processes the dispatcher holds: identity, their threads, the original
+ * scheduling state of every thread it touched, and the group that holds,
+ * accounts and (strict mode) freezes them.
+ *
+ * A Held has two sides, and each function below belongs to one:
+ * - the main thread (SCHED_OTHER) does everything that looks anything up:
+ *   it checks the identity (held_new()), creates and enters groups and
+ *   freezer groups (held_prepare()), lists and registers threads, opening a
+ *   handle of each (held_keep()), and restores and frees (held_free());
+ * - the dispatch loop (SCHED_FIFO 99) only executes (held_promote_at(),
+ *   held_demote(), the accounting reads): system calls on thread ids and on
+ *   descriptors opened in advance, no path, no allocation, no lock, nothing
+ *   that grows with the client beyond max_threads_per_reservation.
+ * Registered threads travel to the loop, and the ones it lets go travel
+ * back, through two single-producer rings (spsc.h).
+ *
+ * Core code: returns negative errno, never logs. */
 
-#include <pthread.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -17,14 +32,15 @@
 #include "pace-table.h"
 #include "sched-util.h"
 #include "server.h"
+#include "spsc.h"
 #include "tree.h"
 
 typedef struct ThreadRegistry ThreadRegistry;
 typedef struct RegistryEntry RegistryEntry;
 
-/* Original state of every thread any dispatch thread changed, shared by all
- * of them: one process may hold reservations on several CPUs, and the state
- * to restore is whatever it had before the first of them touched it. */
+/* Original state of every thread the dispatcher changed: one process may
+ * hold reservations on several CPUs, and the state to restore is whatever
+ * it had before the first of them touched it. Main thread only. */
 int thread_registry_new(ThreadRegistry **ret);
 ThreadRegistry *thread_registry_free(ThreadRegistry *reg);
 /* Threads currently held (tests and the exit path). */
@@ -36,7 +52,7 @@ typedef struct HeldContext {
         int cpu;
         /* max_threads_per_reservation: threads past it are not moved, so a
          * client with a thousand threads cannot make the dispatcher eat the
-         * CPU at SCHED_FIFO 99. 0: no limit. */
+         * CPU at SCHED_FIFO 99. */
         uint32_t max_threads;
         /* Strict mode on the v1 freezer (freezer-v1.h); NULL: none, or
          * the unified hierarchy, where each group freezes itself. */
@@ -47,11 +63,43 @@ typedef struct HeldContext {
         /* Trees without a group: their descendants, listed by the main
          * thread (tree.h). */
         TreeSet *trees;
-        /* An eventfd the main thread watches: written when a group comes
-         * into use, so its periodic housekeeping runs only while there
-         * are groups. */
+        /* An eventfd the main thread watches: written by a loop that saw
+         * threads come and go (held_keep() is then due at once), and when
+         * a group comes into use. */
         int housekeeping_fd;
 } HeldContext;
+
+/* What a registered thread looks like to the loop: its id and the handles
+ * the main thread opened for it. Read-only once handed over. */
+struct RegistryEntry {
+        pid_t tid;
+        pid_t tgid;
+        unsigned refs;
+        PaceSchedAttr orig;
+        bool affinity_saved;
+        cpu_set_t orig_affinity;
+        /* The CPU it is held to now: a split reservation's pieces move it. */
+        _Atomic int pinned_cpu;
+        /* A tree's other process (not the one the table names): a pidfd of
+         * it, so a pid that changes hands is never taken for it. -1 else. */
+        int proc_pidfd;
+        /* A pidfd of the thread itself (PIDFD_THREAD, Linux 6.9), readable
+         * once it has exited: the loop's check that an id is still ours,
+         * with no lookup. -1 where the kernel has none: then the main
+         * thread's look marks it gone (dead), and until then an id is at
+         * worst a thread that exited within the last look's interval. */
+        int thread_pidfd;
+        _Atomic bool dead;
+        /* Its /proc stat (the runnable probe) and, without a group, its
+         * schedstat (accounting), opened by the main thread. */
+        int stat_fd;
+        int schedstat_fd;
+        RegistryEntry *next;
+};
+
+/* Threads of a reservation whose stat file the runnable probe may read
+ * (held_any_runnable() looks at no more at once). */
+#define HELD_STAT_FDS 4u
 
 typedef struct HeldThread {
         pid_t tid;
@@ -59,122 +107,133 @@ typedef struct HeldThread {
 } HeldThread;
 
 typedef struct Held {
+        /* Identity, set by held_new() and never changed. */
         uint64_t id;
         pid_t pid;
         uint64_t start_time;
-        int pidfd;
-        int procfd; /* /proc/PID, pinned to this process: stale once it exits */
-        int taskfd; /* /proc/PID/task: lists its threads, and only its own */
-        int listfd; /* the same, for liveness listings (taskfd keeps the scan's place) */
-        bool gone;
-        bool running;
-        /* A member ran somewhere else than its CPU: never promoted again. */
-        bool revoked;
-        /* The highest FIFO/RR priority the process may give itself
-         * (proc_rt_priority_ceiling()): a policy above it was ours. */
-        uint32_t rt_ceiling;
+        uint32_t scope; /* PACE_TABLE_SCOPE_* */
+        pid_t tid;      /* a thread scope's thread */
+        uid_t uid;      /* the process's owner: a descendant must have the same */
+        uint32_t rt_ceiling; /* the highest FIFO/RR priority it may give itself */
+        int cpu;        /* this piece's */
         /* Where its members may run (a CPU list for the cpuset): this
          * reservation's CPU, or every CPU of a split reservation's pieces. */
         char cpus[64];
-        uint64_t next_group_scan_ns;
-        uint64_t next_task_scan_ns; /* next look at /proc/PID/task for new threads */
-        uint64_t next_live_list_ns; /* a process too large for one listing: when to try one again */
-        unsigned rotation; /* which held thread is promoted first next time */
+        int pidfd;      /* the loop polls it: readable once the process exited */
+        uint32_t capacity; /* threads it can hold: max_threads_per_reservation when made */
+
+        /* The main thread's. */
+        int procfd; /* /proc/PID, pinned to this process: stale once it exits */
+        int taskfd; /* /proc/PID/task: lists its threads, and only its own */
+        Group *group;
+        int group_error;
+        bool group_logged;
+        TreeWatch *tree;
+        FreezerV1Group *freezer;
         bool main_orig_set;
         PaceSchedAttr main_orig;
-        HeldThread *threads;
-        size_t n_threads, n_allocated;
-        /* Strict mode: its v1 freezer group, or on the unified hierarchy
-         * its reservation group's cgroup.freeze (-EBADF: none yet). */
-        FreezerV1Group *freezer;
-        int freeze_fd;
-        /* What it covers (PACE_TABLE_SCOPE_*) and, for a thread, which. */
-        uint32_t scope;
-        pid_t tid;
-        Group *group;
-        int group_error; /* why the group could not be used (0: fine or not tried) */
-        TreeWatch *tree; /* a tree's descendants where no group holds them */
-        uid_t uid;       /* the process's owner: a descendant must have the same */
-        bool group_logged;
-        /* Owned by the dispatch loop (dispatcher.c): the grant, and what
-         * the reservation received (acct.h). */
-        uint32_t period_slots, budget_slots;
-        struct PaceStatsEntry *stats;
-        Acct acct;
-        /* owned by the dispatch loop: whether the current/next table uses it */
-        bool mark;
-        bool logged;
-        /* Threads left alone at the last scan, past max_threads. */
-        uint32_t threads_skipped;
+        /* Every entry registered for it and not yet handed back. */
+        RegistryEntry **mine;
+        size_t n_mine;
+        uint64_t next_keep_ns;
+        _Atomic uint32_t threads_skipped; /* past capacity at the last look (the loop logs it) */
         bool limit_logged;
-        /* Owned by the dispatch loop: a budget server (PACE_RES_SERVER,
-         * server.h), its window, and the SCHED_FIFO priority it holds now
-         * (0: waiting). */
+        bool inert;   /* failed its identity check: never promoted */
+        bool thread_taken; /* a thread scope's thread was registered once */
+
+        /* Between the two. */
+        SpscRing incoming; /* main → loop: RegistryEntry * */
+        SpscRing dropped;  /* loop → main: RegistryEntry * */
+        /* Set by the main thread once the members are where they will be
+         * held (their group entered, a delegated scope settled, strict
+         * mode's freezer in place): promoted only then. */
+        _Atomic bool ready;
+        _Atomic int ready_error; /* why it never will be (0: it may) */
+        int freeze_fd;           /* strict mode on the unified hierarchy; set before ready */
+        _Atomic bool gone;       /* its process (a thread scope: its thread) exited */
+        _Atomic bool grouped;    /* a group holds the members (set before ready) */
+        _Atomic bool confined;   /* a cpuset of its one CPU holds them */
+
+        /* The loop's. */
+        HeldThread *threads;
+        struct pollfd *pfds; /* threads[i]'s pidfd at pfds[i] */
+        size_t n_threads;
+        bool running;
+        bool revoked; /* a member ran somewhere else than its CPU */
+        unsigned rotation;
+        bool logged;
+        bool logged_unconfined;
+        bool churned; /* asked for a look since the last promotion */
+        /* The grant, and what the reservation received (acct.h). */
+        uint32_t period_slots, budget_slots;
+        struct PaceStatsEntry *stats; /* claimed by the main thread */
+        Acct acct;
+        /* A budget server (PACE_RES_SERVER, server.h), its window, and the
+         * SCHED_FIFO priority it holds now (0: waiting). */
         bool server;
         ServerBudget srv;
         int srv_priority;
         uint64_t srv_usage; /* the members' usage at the last look */
-        /* The runnable probe's first look (held_any_runnable()): the stat
-         * file of the thread it last found runnable, kept open. */
-        int stat_fd;
-        pid_t stat_tid;
-        bool logged_unconfined;
+        /* The runnable probe's thread of last time. */
+        RegistryEntry *stat_entry;
 } Held;
 
-/* Checks that the reservation names a live, ordinary process with the
- * table's start time, owned (real, effective, saved and file-system uid) by
- * the table's uid; a table uid of 0 (root asked) may name any process, but
- * a process that is root in any of those uids only if allow_root. -ESRCH:
- * no such process (or it exited during the check); -ESTALE: the pid
- * belongs to another process now; -EPERM: pid 1 or a kernel thread;
- * -EACCES: another owner than the table says; -EDQUOT: a root process
- * and !allow_root. */
-int held_new(const PaceTableReservation *res, bool allow_root, Held **ret);
+/* Main thread. Checks that the reservation names a live, ordinary process
+ * with the table's start time, owned (real, effective, saved and file-system
+ * uid) by the table's uid; a table uid of 0 (root asked) may name any
+ * process, but a process that is root in any of those uids only if
+ * allow_root. -ESRCH: no such process (or it exited during the check);
+ * -ESTALE: the pid belongs to another process now; -EPERM: pid 1, a kernel
+ * thread or the dispatcher; -EACCES: another owner than the table says;
+ * -EDQUOT: a root process and !allow_root. capacity: the threads it may
+ * hold (max_threads_per_reservation). */
+int held_new(const PaceTableReservation *res, bool allow_root, uint32_t capacity, Held **ret);
+/* A reservation that failed its identity check: kept (inert) so that the
+ * same reservation in later tables is recognised and not reported again. */
+int held_new_inert(const PaceTableReservation *res, Held **ret);
 /* A second pid held_new() refuses like its own (-EPERM): the monitor
  * process that watches this dispatcher. 0: none. */
 void held_protect_pid(pid_t pid);
 pid_t held_protected_pid(void);
-/* Promotes every thread of the process it holds, and looks for new ones
- * in a bounded slice of /proc/PID/task (or the group's list) each time, so
- * the cost never grows with the process's thread count. -ESRCH once the
- * process has exited (the Held is then inert), -EPERM once revoked. */
-int held_promote(Held *h, const HeldContext *ctx);
-/* The same at another SCHED_FIFO priority: a budget server's
- * PACE_SERVER_PRIORITY outside its own slots (server.h). */
+/* Main thread: puts the members where they will be held (the group, the
+ * freezer group, the tree's watch) and registers its first threads. Called
+ * again while it is not ready (a delegated scope still settling). */
+void held_prepare(Held *h, const HeldContext *ctx);
+/* Main thread: takes back what the loop let go, marks gone what exited,
+ * and registers new threads (bounded by capacity) for the loop to take.
+ * Returns the number of new ones. */
+size_t held_keep(Held *h, const HeldContext *ctx);
+/* Main thread, once no loop refers to h any more: restores every thread it
+ * registered to its original state, leaves its groups, closes and frees.
+ * Accepts NULL. */
+Held *held_free(Held *h, const HeldContext *ctx);
+
+/* Loop. Promotes every thread the main thread has registered, starting one
+ * further along each time. -ESRCH once the process has exited, -EPERM once
+ * revoked, -EAGAIN while it is not ready (held_prepare()). */
 int held_promote_at(Held *h, const HeldContext *ctx, int priority);
-/* To the waiting policy (or frozen, in strict mode). Where no cpuset
+/* Loop. To the waiting policy (or frozen, in strict mode). Where no cpuset
  * confines the members, a member found outside its CPU revokes the
  * reservation (h->revoked): it ran at our priority elsewhere. */
 int held_demote(Held *h, const HeldContext *ctx);
-/* Restores every thread it touched to its original state and undoes the
- * freezer group. Accepts NULL. */
-Held *held_free(Held *h, const HeldContext *ctx);
-
-/* CPU time the members received on ctx->cpu: the group's accounting, or
- * without a group the sum of its threads' schedstat (threads that exited
- * take theirs with them). */
+/* Loop. CPU time the members received on ctx->cpu: the group's accounting,
+ * or without a group the sum of its threads' schedstat (threads that
+ * exited take theirs with them). */
 int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret);
-/* Whether any held thread is runnable (state R) right now: called at the
- * end of a slot, it tells a client that wanted more from one that blocked. */
+/* Loop. Whether any held thread is runnable (state R) right now: called at
+ * the end of a slot, it tells a client that wanted more from one that
+ * blocked. */
 bool held_any_runnable(Held *h);
-/* Whether the run of run_ns about to start is to be skipped: the members
- * already had budget_ns in this period, counting what they took between
- * their runs (acct_budget_spent()). Only for a whole reservation with a
- * group that does not weigh its waiting members down (the unified
- * hierarchy without the cpu controller, v1 without a cpu hierarchy apart):
- * there 8 nice-19 spinners took 5 points of the free share. */
+/* Loop. Whether the run of run_ns about to start is to be skipped: the
+ * members already had budget_ns in this period, counting what they took
+ * between their runs (acct_budget_spent()). Only for a whole reservation
+ * with a group that does not weigh its waiting members down. */
 bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns);
-
 /* Whether a reservation group holds the members now, and whether a cpuset
  * holds them to the reservation's one CPU. */
 bool held_grouped(const Held *h);
 bool held_confined(const Held *h);
-/* A thread reservation's one thread still has affinity to ctx's CPU alone
- * (what confines it where no cpuset can: a single thread of a v2 host).
- * A thread that moved itself away revokes the reservation, as at the end
- * of a run. */
+/* Loop. A thread reservation's one thread still has affinity to ctx's CPU
+ * alone (what confines it where no cpuset can: a single thread of a v2
+ * host). A thread that moved itself away revokes the reservation. */
 bool held_thread_stays(Held *h, const HeldContext *ctx);
-
-/* A reservation that failed its identity check: kept (inert) so that the
- * same reservation in later tables is recognised and not reported again. */
-int held_new_inert(const PaceTableReservation *res, Held **ret);

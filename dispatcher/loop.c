@@ -1,4 +1,24 @@
 /* SPDX-License-Identifier: MIT */
+/* One CPU's dispatch loop, at SCHED_FIFO 99. It only executes the plan the
+ * main thread made (keeper.c); everything that looks anything up is done
+ * there, at SCHED_OTHER (../shared/notes/realtime-path.md; README.md, "What
+ * runs at SCHED_FIFO 99"). The system calls this thread makes, all of them,
+ * and why:
+ * - clock_nanosleep, clock_gettime (vDSO): sleeping to each change of owner;
+ * - futex (FUTEX_WAIT on a private word): sleeping while idle, and inside
+ *   the log ring's priority-inheritance mutex (log-ring.c);
+ * - sched_setattr, sched_getaffinity, sched_setaffinity on the registered
+ *   threads' ids: the promotions and demotions themselves (held-run.c);
+ * - ppoll and poll of pidfds opened by the main thread: that a process or a
+ *   thread is still the one registered, before its id is used;
+ * - pread of /proc stat and cgroup accounting files and pwrite of freezer
+ *   files, through descriptors opened by the main thread: usage, the
+ *   runnable probe, strict mode;
+ * - write to two eventfds: the main thread's (threads came or went) and the
+ *   monitor's (this loop left its idle sleep, stall.h).
+ * No path is opened or looked up, nothing is allocated or freed, no lock is
+ * taken that a lower thread holds without priority inheritance, and the
+ * work per change is bounded by max_threads_per_reservation. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -17,21 +37,10 @@
 #include "pace-limits.h"
 #include "sched-util.h"
 #include "stats-file.h"
-#include "table-check.h"
-#include "table-guard.h"
 #include "time-util.h"
 
 /* The delivered figure covers whole periods of at least this long. */
 #define ACCT_WINDOW_NS (2 * NSEC_PER_SEC)
-/* A new generation is copied and checked at SCHED_FIFO 99 (about 20 us for
- * a small table, hundreds for a full one). Whoever writes the table could
- * publish in a loop and make that our whole life: each loop looks through a
- * token bucket, a burst of TABLE_LOOK_BURST looks (a few grants and
- * releases in a row are adopted at once), then one per
- * TABLE_LOOK_INTERVAL_NS, whatever the generation does. */
-#define TABLE_LOOK_BURST 4u
-#define TABLE_LOOK_INTERVAL_NS (50 * NSEC_PER_MSEC)
-
 static void on_kick(int sig) {
 }
 
@@ -48,20 +57,6 @@ static long futex_private(_Atomic uint32_t *word, int op, uint32_t val) {
         return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
 }
 
-static void loop_sync_epoch(CpuLoop *l) {
-        LoopShared *s = l->shared;
-        uint64_t e = atomic_load(&s->epoch);
-
-        if (e == l->epoch)
-                return;
-        l->reader = atomic_load(&s->reader);
-        l->epoch = e;
-        l->reader_broken = false;
-        /* A new file counts its generations from 1 again. */
-        l->seen_gen = 0;
-        atomic_store(&l->acked_epoch, e);
-}
-
 /* Called where a new configuration may take over: at a frame boundary or
  * while idle, so no window is validated against two configurations. */
 static void loop_sync_config(CpuLoop *l) {
@@ -71,7 +66,6 @@ static void loop_sync_config(CpuLoop *l) {
         if (gen == l->config_gen)
                 return;
         l->config = &s->configs[atomic_load(&s->config_live)];
-        l->ctx.max_threads = l->config->max_threads_per_reservation;
         l->config_gen = gen;
         atomic_store(&l->acked_config, gen);
 }
@@ -94,43 +88,6 @@ static void loop_maybe_hang(CpuLoop *l) {
         }
 }
 
-static void loop_reader_fault(CpuLoop *l) {
-        LoopShared *s = l->shared;
-
-        l->reader_broken = true;
-        if (atomic_exchange(&s->broken_epoch, l->epoch) != l->epoch)
-                loop_log(l, LOG_WARNING,
-                         "CPU %" PRIi32 ": the table file shrank under its mapping (SIGBUS while reading it); "
-                         "keeping generation %" PRIu64 " until a new table file appears",
-                         l->cpu, l->table_gen);
-}
-
-static const char *identity_problem(int r) {
-        switch (r) {
-        case -ESRCH:
-                return "the process does not exist";
-        case -ESTALE:
-                return "the pid now belongs to another process (start time differs)";
-        case -EPERM:
-                return "pid 1, kernel threads and the dispatcher itself are never promoted";
-        case -EACCES:
-                return "the process belongs to another user than the one the table names";
-        case -EDQUOT:
-                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
-                       "\"reserve_root_processes\" is off";
-        case -EBADMSG:
-                return "its /proc status or limits cannot be read";
-        default:
-                return strerror(-r);
-        }
-}
-
-static void loop_free_held(CpuLoop *l, Held *h) {
-        if (h->stats)
-                stats_file_release(h->stats);
-        held_free(h, &l->ctx);
-}
-
 /* The end of the owner's period (its closing run just ended, it is not yet
  * demoted): what it used in the period, whether it still wanted the CPU,
  * and every second or so a delivered figure over whole periods. */
@@ -146,188 +103,42 @@ static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
                 stats_file_publish(h->stats, &h->acct, (uint32_t) h->n_threads, u, t);
 }
 
-/* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
- * members may run there and nowhere else. */
-static void held_cpus_of(const PaceTableBuffer *t, uint64_t id, char *ret, size_t size) {
-        bool on[PACE_MAX_CPUS] = {};
-        size_t n = 0;
+/* Takes the plan the main thread published, if it is new: the runs, the
+ * grants into the Helds (the loop's own fields), and the budget servers.
+ * What the last plan held and this one does not is the main thread's to
+ * restore and free once it sees the acknowledgement; the caller has
+ * demoted whoever this loop promoted. Returns 1 if a new plan is in force. */
+static int loop_take_plan(CpuLoop *l) {
+        uint64_t v = atomic_load_explicit(&l->published, memory_order_acquire);
+        uint64_t seq = v >> 1;
 
-        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++)
-                if (t->reservations[i].id == id && t->reservations[i].cpu >= 0 &&
-                    t->reservations[i].cpu < (int32_t) PACE_MAX_CPUS)
-                        on[t->reservations[i].cpu] = true;
-        ret[0] = '\0';
-        for (int32_t c = 0; c < (int32_t) PACE_MAX_CPUS; c++)
-                if (on[c]) {
-                        int k = snprintf(ret + n, size - n, "%s%" PRIi32, n ? "," : "", c);
-                        if (k < 0 || (size_t) k >= size - n)
-                                break;
-                        n += (size_t) k;
-                }
-}
-
-static Held *loop_find_held(CpuLoop *l, const PaceTableReservation *res) {
-        for (size_t i = 0; i < l->n_held; i++) {
-                Held *h = l->held[i];
-                if (h->id == res->id && h->pid == res->pid && h->start_time == res->start_time)
-                        return h;
+        if (seq == l->cur_seq)
+                return 0;
+        const LoopPlan *p = &l->plans[v & 1];
+        for (size_t i = 0; i < p->n_entries; i++) {
+                Held *h = p->entries[i].held;
+                h->period_slots = p->entries[i].period_slots;
+                h->budget_slots = p->entries[i].budget_slots;
+                h->server = p->entries[i].server;
         }
-        return NULL;
-}
-
-/* Adopts l->spare (validated) as the table in force: carries over the
- * processes both tables name, identifies new ones, restores the ones that
- * left, and lays out this CPU's frame as runs of one owner each. */
-static int loop_adopt(CpuLoop *l, uint64_t gen) {
-        LoopShared *s = l->shared;
-        const PaceTableBuffer *t = l->spare;
-        const PaceTableCpu *tc = NULL;
-        size_t n_next = 0;
-        int r;
-
-        for (uint32_t c = 0; c < t->n_cpus; c++)
-                if (t->cpus[c].cpu == l->cpu)
-                        tc = &t->cpus[c];
-
-        for (size_t i = 0; i < l->n_held; i++)
-                l->held[i]->mark = false;
-
-        for (uint32_t i = 0; i < t->n_reservations; i++) {
-                const PaceTableReservation *res = &t->reservations[i];
-                Held *h;
-
-                l->next_by_owner[i + 1] = NULL;
-                l->owner_live[i + 1] = false;
-                if (res->cpu != l->cpu)
-                        continue;
-                h = loop_find_held(l, res);
-                if (!h) {
-                        r = held_new(res, l->config->reserve_root_processes, &h);
-                        if (r < 0) {
-                                loop_log(l, LOG_WARNING,
-                                         "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s",
-                                         l->cpu, res->id, res->pid, identity_problem(r));
-                                r = held_new_inert(res, &h);
-                                if (r < 0)
-                                        return r;
-                        } else {
-                                /* Full: the piece goes unaccounted. */
-                                if (s->stats)
-                                        (void) stats_file_claim(s->stats, h->id, l->cpu, &h->stats);
-                                held_cpus_of(t, res->id, h->cpus, sizeof(h->cpus));
-                        }
-                }
-                h->period_slots = res->period_slots;
-                h->budget_slots = res->budget_slots;
-                h->server = (res->flags & PACE_RES_SERVER) != 0;
-                h->mark = true;
-                l->next_by_owner[i + 1] = h;
-                l->owner_live[i + 1] = !h->gone;
-                l->owner_period[i + 1] = h->period_slots;
-                l->next_held[n_next++] = h;
-        }
-
-        for (size_t i = 0; i < l->n_held; i++)
-                if (!l->held[i]->mark)
-                        loop_free_held(l, l->held[i]);
-
-        Held **swap = l->held;
-        l->held = l->next_held;
-        l->next_held = swap;
-        l->n_held = n_next;
-
-        uint32_t frame = tc ? tc->frame_slots : 0, n = 0, rot = 0;
-        if (tc)
-                frame_compile(&t->slots[tc->first_slot], frame, l->owner_live, l->owner_period, l->owner_scratch,
-                              l->next_runs, &n, &rot);
-        FrameRun *runs = l->runs;
-        l->runs = l->next_runs;
-        l->next_runs = runs;
-        Held **owners = l->by_owner;
-        l->by_owner = l->next_by_owner;
-        l->next_by_owner = owners;
-        l->n_runs = n;
-        l->frame_slots = frame;
-        l->rot = rot;
         l->n_servers = 0;
-        for (size_t i = 0; i < l->n_held; i++)
-                if (l->held[i]->server && !l->held[i]->gone)
-                        l->servers[l->n_servers++] = l->held[i];
-
-        PaceTableBuffer *b = l->cur;
-        l->cur = l->spare;
-        l->spare = b;
-        l->table_gen = gen;
-
+        for (size_t i = 0; i < p->n_entries; i++) {
+                Held *h = p->entries[i].held;
+                if (h->server && !atomic_load(&h->gone))
+                        l->servers[l->n_servers++] = h;
+        }
+        l->cur = p;
+        l->cur_seq = seq;
+        atomic_store_explicit(&l->acked_seq, seq, memory_order_release);
         loop_log(l, LOG_INFO,
                  "CPU %" PRIi32 ": table generation %" PRIu64 " in force: %zu reservation(s), frame of %" PRIu32
                  " slots, %" PRIu32 " wake-ups per frame",
-                 l->cpu, gen, l->n_held, frame, n);
-        return 0;
+                 l->cpu, p->gen, p->n_entries, p->frame_slots, p->n_runs);
+        return 1;
 }
 
-/* Looks at the published table if its generation is new. Returns 1 if a
- * new table is now in force, 0 if not. */
-static int loop_consider(CpuLoop *l) {
-        LoopShared *s = l->shared;
-        char why[256];
-        uint64_t gen = 0, seen;
-        int r;
-
-        if (!l->reader || l->reader_broken)
-                return 0;
-        if (table_guard_generation(l->reader, &seen) < 0) {
-                loop_reader_fault(l);
-                return 0;
-        }
-        if (seen == l->seen_gen)
-                return 0;
-        uint64_t now = monotonic_ns();
-        if (now < l->next_look_ns)
-                return 0; /* looked at later: the generation stays unseen */
-        /* One token spent: the bucket is full again one interval later
-         * than it would have been, and empty while that is more than a
-         * burst away. */
-        uint64_t burst_ns = (uint64_t) (TABLE_LOOK_BURST - 1) * TABLE_LOOK_INTERVAL_NS;
-        l->look_full_ns = MAX(l->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
-        l->next_look_ns = l->look_full_ns > now + burst_ns ? l->look_full_ns - burst_ns : 0;
-
-        r = table_guard_snapshot(l->reader, l->spare, &gen);
-        if (r == -EFAULT) {
-                loop_reader_fault(l);
-                return 0;
-        }
-        if (r < 0) {
-                /* Nothing yet, or torn: the writer bumps the generation when
-                 * done, which is what we wait for next. */
-                l->seen_gen = seen;
-                return 0;
-        }
-        l->seen_gen = gen;
-
-        r = table_check(l->spare, l->config, why, sizeof(why));
-        if (r < 0) {
-                if (atomic_exchange(&s->refused_gen, gen) != gen)
-                        loop_log(l, LOG_ERR,
-                                 "refusing table generation %" PRIu64 ": %s; generation %" PRIu64 " stays in force",
-                                 gen, why, l->table_gen);
-                return 0;
-        }
-        bool nice_news = l->spare->n_nice > 0 || l->table_had_nice;
-        bool reserved = l->spare->n_reservations > 0; /* spare is the old table once adopted */
-        l->table_had_nice = l->spare->n_nice > 0;
-        r = loop_adopt(l, gen);
-        if (r < 0) {
-                loop_log(l, LOG_ERR, "CPU %" PRIi32 ": cannot adopt table generation %" PRIu64 ": %s",
-                         l->cpu, gen, strerror(-r));
-                return 0;
-        }
-        /* Nice levels, and the look for threads in the real-time class
-         * behind their policy while there are reservations, are the main
-         * thread's: it is woken, not waited for. */
-        if ((nice_news || reserved) && l->ctx.housekeeping_fd >= 0)
-                (void) !write(l->ctx.housekeeping_fd, &(uint64_t) { 1 }, sizeof(uint64_t));
-        return 1;
+static bool loop_plan_waiting(const CpuLoop *l) {
+        return (atomic_load_explicit(&l->published, memory_order_acquire) >> 1) != l->cur_seq;
 }
 
 static bool loop_stopping(CpuLoop *l) {
@@ -350,7 +161,6 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
                         return -r;
                 if (loop_stopping(l))
                         return -ECANCELED;
-                loop_sync_epoch(l);
         }
 }
 
@@ -374,7 +184,8 @@ static int loop_promote(CpuLoop *l, Held *to, int priority) {
                 else
                         loop_log(l, LOG_ERR,
                                  "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64
-                                 "): %s", l->cpu, to->pid, to->id, strerror(-r));
+                                 "): %s (%s)", l->cpu, to->pid, to->id, strerrorname_np(-r) ?: "unknown error",
+                                 strerrordesc_np(-r) ?: "?");
         }
         if (to->threads_skipped > 0 && !to->limit_logged) {
                 to->limit_logged = true;
@@ -499,12 +310,12 @@ static uint64_t loop_free_reserve(const CpuLoop *l) {
  * that began at frame_start), which starts at t: the free intervals ahead,
  * up to non-real-time work's next turn, must keep the reserve. */
 static uint64_t loop_free_take_until(CpuLoop *l, uint64_t t, uint32_t k, uint64_t frame_start) {
-        uint64_t slot_ns = l->config->slot_ns, frame_ns = (uint64_t) l->frame_slots * slot_ns;
+        uint64_t slot_ns = l->config->slot_ns, frame_ns = (uint64_t) l->cur->frame_slots * slot_ns;
         uint64_t due = l->nonrt_turn_ns + l->config->non_rt_max_gap_ns;
         uint64_t deadline = due > SERVER_FREE_MARGIN_NS ? due - SERVER_FREE_MARGIN_NS : 0, looked = t;
         size_t n = 0;
 
-        if (l->n_runs == 0 || deadline <= t)
+        if (l->cur->n_runs == 0 || deadline <= t)
                 return 0;
         for (uint32_t j = k, steps = 0; looked < deadline; steps++) {
                 /* Seen no further: no free time counted beyond. */
@@ -512,9 +323,9 @@ static uint64_t loop_free_take_until(CpuLoop *l, uint64_t t, uint32_t k, uint64_
                         deadline = looked;
                         break;
                 }
-                uint32_t end = frame_run_end(l->runs, l->n_runs, l->frame_slots, j);
-                uint64_t s = frame_start + (uint64_t) l->runs[j].start * slot_ns, e = frame_start + (uint64_t) end * slot_ns;
-                if (!l->by_owner[l->runs[j].owner]) {
+                uint32_t end = frame_run_end(l->cur->runs, l->cur->n_runs, l->cur->frame_slots, j);
+                uint64_t s = frame_start + (uint64_t) l->cur->runs[j].start * slot_ns, e = frame_start + (uint64_t) end * slot_ns;
+                if (!l->cur->by_owner[l->cur->runs[j].owner]) {
                         if (n > 0 && l->free_ahead[n - 1][1] == s)
                                 l->free_ahead[n - 1][1] = e;
                         else {
@@ -524,7 +335,7 @@ static uint64_t loop_free_take_until(CpuLoop *l, uint64_t t, uint32_t k, uint64_
                         }
                 }
                 looked = e;
-                if (++j == l->n_runs) {
+                if (++j == l->cur->n_runs) {
                         j = 0;
                         frame_start += frame_ns;
                 }
@@ -644,7 +455,7 @@ static void loop_locate(const CpuLoop *l, uint64_t t, uint64_t *ret_frame_start,
         uint64_t slot_ns = l->config->slot_ns, g = t / slot_ns;
         uint32_t off;
 
-        frame_locate(l->runs, l->n_runs, l->frame_slots, l->rot, g, &off, ret_k);
+        frame_locate(l->cur->runs, l->cur->n_runs, l->cur->frame_slots, l->cur->rot, g, &off, ret_k);
         *ret_frame_start = (g - off) * slot_ns;
 }
 
@@ -666,46 +477,41 @@ static void loop_active(CpuLoop *l) {
         l->free_since_ns = 0;
         loop_locate(l, l->nonrt_turn_ns, &frame_start, &k);
         for (;;) {
-                uint64_t t = frame_start + (uint64_t) l->runs[k].start * slot_ns;
+                uint64_t t = frame_start + (uint64_t) l->cur->runs[k].start * slot_ns;
                 /* Whether the change will close a period (more reading). */
-                bool kind = last && last_closes && last != l->by_owner[l->runs[k].owner];
+                bool kind = last && last_closes && last != l->cur->by_owner[l->cur->runs[k].owner];
                 /* A change to a free run promotes nobody: no client waits
                  * for it, so no spinning to it either. */
-                uint64_t early = l->by_owner[l->runs[k].owner] ? MIN(l->late_ns + l->prep_ns[kind], LOOP_EARLY_MAX_NS) : 0;
+                uint64_t early = l->cur->by_owner[l->cur->runs[k].owner] ? MIN(l->late_ns + l->prep_ns[kind], LOOP_EARLY_MAX_NS) : 0;
 
                 if (loop_sleep_serving(l, t > early ? t - early : 0) < 0)
                         break;
                 uint64_t woke = monotonic_ns();
 
                 if (k == 0) {
-                        /* Frame boundary: the only place a new table may take
+                        /* Frame boundary: the only place a new plan may take
                          * over, so no reservation loses slots of a window
                          * that straddles the swap. */
-                        loop_sync_epoch(l);
                         loop_sync_config(l);
-                        uint64_t gen;
-                        bool fresh = l->reader && !l->reader_broken &&
-                                     table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen &&
-                                     monotonic_ns() >= l->next_look_ns;
-                        if (fresh) {
+                        if (loop_plan_waiting(l)) {
                                 /* Whoever owned the last run is done anyway
-                                 * (runs are rotated); demote before the copy
-                                 * and check so it gets no extra time. */
+                                 * (runs are rotated): demoted before the plan
+                                 * changes hands, so the main thread may
+                                 * restore and free what the new one drops. */
                                 if (last && last_closes)
                                         loop_period_end(l, last, t);
                                 loop_spin_until(l, t, early, woke, kind);
                                 loop_switch(l, prev, NULL);
                                 loop_servers_demote(l);
                                 prev = last = NULL;
-                                if (loop_consider(l) > 0) {
-                                        if (l->n_runs == 0)
-                                                return;
-                                        /* Same grid, new frame: carry on
-                                         * wherever it stands now. */
-                                        loop_locate(l, t, &frame_start, &k);
-                                }
+                                (void) loop_take_plan(l);
+                                if (l->cur->n_runs == 0)
+                                        return;
+                                /* Same grid, new frame: carry on wherever it
+                                 * stands now. */
+                                loop_locate(l, t, &frame_start, &k);
                         }
-                        uint64_t frame_ns = (uint64_t) l->frame_slots * slot_ns, now = monotonic_ns();
+                        uint64_t frame_ns = (uint64_t) l->cur->frame_slots * slot_ns, now = monotonic_ns();
                         if (now > t + frame_ns) {
                                 /* Stalled (a VM pause): rejoin the grid now
                                  * rather than replay the missed slots. */
@@ -713,18 +519,18 @@ static void loop_active(CpuLoop *l) {
                         }
                 }
 
-                Held *owner = l->by_owner[l->runs[k].owner];
+                Held *owner = l->cur->by_owner[l->cur->runs[k].owner];
                 /* Read a few us before t: the ending owner runs on until
                  * then, and its next period starts from this same reading,
                  * so what it received over its periods still adds up. */
                 if (last && last_closes && last != owner)
                         loop_period_end(l, last, t);
                 last = owner;
-                last_closes = l->runs[k].closes;
-                uint32_t run_end = frame_run_end(l->runs, l->n_runs, l->frame_slots, k);
+                last_closes = l->cur->runs[k].closes;
+                uint32_t run_end = frame_run_end(l->cur->runs, l->cur->n_runs, l->cur->frame_slots, k);
                 Held *next = owner && !owner->server ? owner : NULL;
                 if (next && held_budget_spent(next, &l->ctx, (uint64_t) next->budget_slots * slot_ns,
-                                              (uint64_t) (run_end - l->runs[k].start) * slot_ns))
+                                              (uint64_t) (run_end - l->cur->runs[k].start) * slot_ns))
                         next = NULL;
                 loop_spin_until(l, t, early, woke, kind);
                 /* A server's own run is the servers' business. */
@@ -732,9 +538,9 @@ static void loop_active(CpuLoop *l) {
                 owner = next;
                 loop_switch(l, prev, owner);
                 prev = owner;
-                if (++k == l->n_runs) {
+                if (++k == l->cur->n_runs) {
                         k = 0;
-                        frame_start += (uint64_t) l->frame_slots * slot_ns;
+                        frame_start += (uint64_t) l->cur->frame_slots * slot_ns;
                 }
         }
         loop_switch(l, prev, NULL);
@@ -754,10 +560,9 @@ static void loop_stall_watched(CpuLoop *l) {
  * frame. Returns false when stopping. */
 static bool loop_idle(CpuLoop *l) {
         LoopShared *s = l->shared;
-        int r;
 
         for (;;) {
-                /* Read before looking: a change after this bumps the word
+                /* Read before looking: a handover after this bumps the word
                  * and the futex wait below returns at once. */
                 uint32_t word = atomic_load(&s->epoch_word);
 
@@ -765,30 +570,12 @@ static bool loop_idle(CpuLoop *l) {
                 loop_maybe_hang(l);
                 if (loop_stopping(l))
                         return false;
-                loop_sync_epoch(l);
                 loop_sync_config(l);
-                if (l->reader && !l->reader_broken) {
-                        if (loop_consider(l) > 0 && l->n_runs > 0)
-                                return true;
-                        if (l->reader_broken)
-                                continue;
-                        uint64_t gen;
-                        if (table_guard_generation(l->reader, &gen) == 0 && gen != l->seen_gen) {
-                                /* New, but too soon after the last look. */
-                                (void) loop_sleep_until(l, l->next_look_ns);
-                                continue;
-                        }
-                        /* -EINTR on a kick, -EFAULT if the file shrank. */
-                        stall_slot_due(l->stall, STALL_IDLE);
-                        r = table_guard_wait(l->reader, l->seen_gen);
-                        loop_stall_watched(l);
-                        if (r == -EFAULT)
-                                loop_reader_fault(l);
-                } else {
-                        stall_slot_due(l->stall, STALL_IDLE);
-                        (void) futex_private(&s->epoch_word, FUTEX_WAIT, word);
-                        loop_stall_watched(l);
-                }
+                if (loop_take_plan(l) > 0 && l->cur->n_runs > 0)
+                        return true;
+                stall_slot_due(l->stall, STALL_IDLE);
+                (void) futex_private(&s->epoch_word, FUTEX_WAIT, word);
+                loop_stall_watched(l);
         }
 }
 
@@ -812,9 +599,6 @@ static void *loop_main(void *userdata) {
                         break;
         }
 
-        for (size_t i = 0; i < l->n_held; i++)
-                loop_free_held(l, l->held[i]);
-        l->n_held = 0;
         stall_slot_due(l->stall, STALL_IDLE);
         atomic_store(&l->state, LOOP_EXITED);
         return NULL;
@@ -825,45 +609,35 @@ int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_sl
         l->late_ns = LOOP_EARLY_INITIAL_NS;
         l->cpu = cpu;
         l->config = &shared->configs[0];
-        l->cur = calloc(1, sizeof(PaceTableBuffer));
-        l->spare = calloc(1, sizeof(PaceTableBuffer));
-        l->held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-        l->next_held = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-        l->by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
-        l->next_by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
-        l->owner_live = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(bool));
-        l->owner_period = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(uint32_t));
-        l->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
-        l->runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
-        l->next_runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
+        for (size_t i = 0; i < ELEMENTSOF(l->plans); i++) {
+                LoopPlan *p = &l->plans[i];
+                p->entries = calloc(PACE_MAX_RESERVATIONS, sizeof(PlanEntry));
+                p->by_owner = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(Held *));
+                p->runs = calloc(max_frame_slots + 1, sizeof(FrameRun));
+                if (!p->entries || !p->by_owner || !p->runs)
+                        return -ENOMEM;
+        }
+        l->owned = calloc(2 * PACE_MAX_RESERVATIONS, sizeof(Held *));
         l->servers = calloc(PACE_MAX_RESERVATIONS, sizeof(Held *));
-        if (!l->cur || !l->spare || !l->held || !l->next_held || !l->by_owner || !l->next_by_owner ||
-            !l->owner_live || !l->owner_period || !l->owner_scratch || !l->runs || !l->next_runs ||
-            !l->servers)
+        if (!l->owned || !l->servers)
                 return -ENOMEM;
         return 0;
 }
 
 void loop_done(CpuLoop *l) {
-        free(l->cur);
-        free(l->spare);
-        free(l->held);
-        free(l->next_held);
-        free(l->by_owner);
-        free(l->next_by_owner);
-        free(l->owner_live);
-        free(l->owner_period);
-        free(l->owner_scratch);
-        free(l->runs);
-        free(l->next_runs);
+        for (size_t i = 0; i < ELEMENTSOF(l->plans); i++) {
+                free(l->plans[i].entries);
+                free(l->plans[i].by_owner);
+                free(l->plans[i].runs);
+        }
+        free(l->owned);
         free(l->servers);
 }
 
 uint64_t loop_memory_needs(uint32_t max_frame_slots) {
-        return 2 * sizeof(PaceTableBuffer) + 2 * ((uint64_t) max_frame_slots + 1) * sizeof(FrameRun) +
-               5 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) +
-               ((uint64_t) PACE_MAX_RESERVATIONS + 1) * (sizeof(bool) + sizeof(uint32_t) + sizeof(FrameScratch)) +
-               LOOP_STACK_SIZE + 2 * 4096;
+        return 2 * ((uint64_t) max_frame_slots + 1) * sizeof(FrameRun) +
+               2 * (uint64_t) PACE_MAX_RESERVATIONS * (sizeof(PlanEntry) + sizeof(Held *)) +
+               3 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) + LOOP_STACK_SIZE + 2 * 4096;
 }
 
 int loop_setup_kick(void) {
@@ -919,10 +693,6 @@ int loop_join(CpuLoop *l) {
         pthread_join(l->thread, NULL);
         l->created = false;
         return 0;
-}
-
-bool loop_acked_epoch(const CpuLoop *l, uint64_t epoch) {
-        return atomic_load(&l->acked_epoch) >= epoch;
 }
 
 bool loop_acked_config(const CpuLoop *l, uint64_t gen) {

@@ -20,7 +20,6 @@
 #include "log-ring.h"
 #include "pace-stats.h"
 #include "stall.h"
-#include "table-shm.h"
 
 /* Interrupts a loop's sleep (futex or clock_nanosleep) so it looks at the
  * stop flag, the reader epoch and the configuration. */
@@ -30,10 +29,35 @@
  * time; beyond them it counts no free time (it takes less, never more). */
 #define LOOP_FREE_AHEAD 128u
 
+/* What a loop runs, made by the main thread (keeper.c) from one checked
+ * table and never changed once handed over: this CPU's reservations with
+ * their grants, and the frame as runs of one owner each. */
+typedef struct PlanEntry {
+        Held *held;
+        uint32_t period_slots, budget_slots;
+        bool server;
+} PlanEntry;
+
+typedef struct LoopPlan {
+        uint64_t gen; /* the table generation it comes from */
+        PlanEntry *entries;
+        size_t n_entries;
+        /* Slot value (table index + 1) → Held, NULL for free slots and
+         * for owners whose slots count as free (gone, ignored). */
+        Held **by_owner;
+        FrameRun *runs;
+        uint32_t n_runs, frame_slots;
+        /* The table slot the rotated frame begins at. Every CPU keeps one
+         * global grid: table slot = (CLOCK_MONOTONIC / slot) mod frame, so
+         * the pieces of a split reservation line up across CPUs and a
+         * table swap never shifts anyone's slots in time. */
+        uint32_t rot;
+} LoopPlan;
+
 /* Everything the loops and the main thread both see. The main thread
- * writes the handovers (reader and epoch, configs and config_gen, stop);
- * each loop takes them up at a point of its own choosing and says so in
- * its acked_* words. */
+ * writes the handovers (plans, configs and config_gen, stop); each loop
+ * takes them up at a point of its own choosing and says so in its acked_*
+ * words. */
 typedef struct LoopShared {
         /* What the loops validate tables against: configs[config_live],
          * switched at each CPU's next frame boundary after a reload. */
@@ -41,18 +65,9 @@ typedef struct LoopShared {
         _Atomic unsigned config_live;
         _Atomic uint64_t config_gen;
 
-        /* The table file in use; a new one comes with a new epoch. */
-        _Atomic(const TableReader *) reader;
-        _Atomic uint64_t epoch;
-        _Atomic uint32_t epoch_word; /* futex for loops without a reader */
+        _Atomic uint32_t epoch_word; /* futex of idle loops: bumped at every handover */
         _Atomic bool stop;
         _Atomic uint32_t hang_word; /* never woken: where a wedged loop waits */
-        /* Set by a loop whose reads of the mapping faulted (the epoch it
-         * faulted in): the main thread then opens the file again even if
-         * it is the same inode. Also logs a fault once across CPUs. */
-        _Atomic uint64_t broken_epoch;
-        /* The last generation any loop refused: refused once, logged once. */
-        _Atomic uint64_t refused_gen;
 
         /* Set before the loops start and kept until they are gone. */
         LogRing *log;
@@ -73,7 +88,13 @@ typedef struct CpuLoop {
         pthread_t thread;
         bool created;
         _Atomic int state;
-        _Atomic uint64_t acked_epoch;
+        /* The plan handover: the main thread publishes (seq << 1 | buffer)
+         * only once the loop has taken the one before (acked_seq, at a
+         * frame boundary or when idle), so the other buffer is never read
+         * while it is being filled. */
+        LoopPlan plans[2];
+        _Atomic uint64_t published;
+        _Atomic uint64_t acked_seq;
         /* Bumped when the loop enters and leaves every sleep, and on every
          * idle pass: what the watchdog (watchdog.h) looks at. */
         _Atomic uint64_t beats;
@@ -85,33 +106,18 @@ typedef struct CpuLoop {
         HeldContext ctx;
         const PaceConfig *config; /* the one in force on this CPU */
         uint64_t config_gen;
-        const TableReader *reader;
-        bool reader_broken;
-        uint64_t epoch;
-        uint64_t seen_gen;  /* last generation looked at, accepted or not */
-        bool table_had_nice; /* the table in force lists nice levels */
-        /* The look bucket: full (TABLE_LOOK_BURST) at look_full_ns; the next
-         * look may happen at next_look_ns. */
-        uint64_t look_full_ns, next_look_ns;
-        uint64_t table_gen; /* generation in force */
-        PaceTableBuffer *cur, *spare;
-        Held **held, **next_held;
-        size_t n_held;
-        /* Slot value (table index + 1) → Held, for the runs in force and
-         * for the ones being built; and frame_compile()'s inputs. */
-        Held **by_owner, **next_by_owner;
-        bool *owner_live;
-        uint32_t *owner_period;
-        FrameScratch *owner_scratch;
-        FrameRun *runs, *next_runs;
-        uint32_t n_runs, frame_slots;
-        /* The table slot the rotated frame begins at. Every CPU keeps one
-         * global grid: table slot = (CLOCK_MONOTONIC / slot) mod frame, so
-         * the pieces of a split reservation line up across CPUs and a
-         * table swap never shifts anyone's slots in time. */
-        uint32_t rot;
+        const LoopPlan *cur;      /* in force (NULL: none yet) */
+        uint64_t cur_seq;
 
-        /* Budget servers (server.h) of the table in force, and what their
+        /* The main thread's (keeper.c): every Held it made for this CPU
+         * and has not freed yet, and a table it could not hand over yet
+         * because the loop had not taken the last plan. */
+        Held **owned;
+        size_t n_owned;
+        bool plan_waiting;
+        uint64_t collected_seq;
+
+        /* Budget servers (server.h) of the plan in force, and what their
          * priorities depend on: the run in force (its table owner, or
          * free). */
         Held **servers;
@@ -159,9 +165,8 @@ void loop_kick(CpuLoop *l);
  * runs (wedged: its memory must then be left alone). */
 int loop_join(CpuLoop *l);
 
-/* Whether the loop has taken up the reader of epoch / the configuration
- * of generation gen, or a later one. */
-bool loop_acked_epoch(const CpuLoop *l, uint64_t epoch);
+/* Whether the loop has taken up the configuration of generation gen, or a
+ * later one. */
 bool loop_acked_config(const CpuLoop *l, uint64_t gen);
 uint64_t loop_beats(const CpuLoop *l);
 /* Test hooks: at its next promotion or idle pass the loop stops for good. */
@@ -176,6 +181,6 @@ typedef enum LoopHang {
 } LoopHang;
 void loop_hang(CpuLoop *l, LoopHang how);
 
-/* Wakes every loop that waits without a reader (no table file yet), so it
- * looks at the epoch, the configuration and the stop flag. */
+/* Wakes every idle loop, so it looks at its plan, the configuration and
+ * the stop flag. */
 void loop_shared_wake_idle(LoopShared *s);

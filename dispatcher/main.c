@@ -278,7 +278,7 @@ static void log_privileges(const PrivilegeReport *report, const PrivilegeLimits 
                        report->kept_ipc_lock ?
                                " (RLIMIT_MEMLOCK cannot be raised that far here: CAP_IPC_LOCK kept instead)" :
                                " (RLIMIT_MEMLOCK set to that)",
-                       limits->max_files);
+                       report->files);
 }
 
 /* Before any thread exists (capabilities are per thread), and after
@@ -294,7 +294,7 @@ static int drop_privileges(Dispatcher *d, const GroupMounts *m, const FreezerV1 
         };
         int r;
 
-        dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.max_threads);
+        dispatcher_resource_needs(d, &limits.memlock_bytes, &limits.max_files, &limits.min_files, &limits.max_threads);
         r = privileges_drop(&limits, &report, why, sizeof(why));
         if (r < 0) {
                 log_fmt_worded(PROGRAM, LOG_ERR, "cannot start: %s", why[0] ? why : strerror(-r));

@@ -174,10 +174,22 @@ static int set_limits(const PrivilegeLimits *limits, PrivilegeReport *rep, uint6
                          "table copies, run arrays and thread stacks");
                 return -EPERM;
         }
+        rep->files = limits->max_files;
         r = set_limit(RLIMIT_NOFILE, limits->max_files, NULL);
+        if (r == -EPERM) {
+                /* The hard limit stays where it is: as many as it allows,
+                 * if that is enough for the reservations themselves. */
+                struct rlimit rl = {};
+                if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY &&
+                    rl.rlim_max >= limits->min_files) {
+                        rep->files = rl.rlim_max;
+                        r = set_limit(RLIMIT_NOFILE, rl.rlim_max, NULL);
+                }
+        }
         if (r < 0) {
-                snprintf(why, why_size, "cannot set RLIMIT_NOFILE to %" PRIu64 " (up to eight descriptors per "
-                         "reserved process, one per nice level): %s", limits->max_files, strerror(-r));
+                snprintf(why, why_size, "cannot set RLIMIT_NOFILE to %" PRIu64 " (eight descriptors per reserved "
+                         "process, three per registered thread, one per nice level), nor to at least %" PRIu64 ": %s",
+                         limits->max_files, limits->min_files, strerror(-r));
                 return r;
         }
         /* Binding only for a non-root uid: the kernel exempts uid 0 from

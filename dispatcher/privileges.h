@@ -15,7 +15,11 @@
 
 typedef struct PrivilegeLimits {
         uint64_t memlock_bytes; /* RLIMIT_MEMLOCK: what mlockall() will lock */
-        uint64_t max_files;     /* RLIMIT_NOFILE */
+        uint64_t max_files;     /* RLIMIT_NOFILE: with a handle of every registered thread */
+        /* Where the hard limit cannot be raised to max_files (no
+         * CAP_SYS_RESOURCE): what is enough without the threads' handles
+         * (each then checked by the main thread's looks instead, held.h). */
+        uint64_t min_files;
         uint64_t max_threads;   /* RLIMIT_NPROC */
         /* Strict mode: the v1 freezer mount stays writable in the read-only
          * view of the file system. NULL otherwise. */
@@ -34,6 +38,7 @@ typedef struct PrivilegeReport {
         bool bounding_dropped;
         bool memlock_raised;
         bool kept_ipc_lock; /* RLIMIT_MEMLOCK could not be raised */
+        uint64_t files;     /* RLIMIT_NOFILE as set */
 } PrivilegeReport;
 
 /* Keeps only CAP_SYS_NICE (effective and permitted; plus CAP_IPC_LOCK if

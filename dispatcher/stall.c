@@ -144,7 +144,7 @@ static void guard_take_policy(StallGuard *g) {
         }
         int rf = sched_attr_set(tid, &fifo);
         snprintf(g->policy, sizeof(g->policy),
-                 "%s (SCHED_DEADLINE refused: %s; a loop stuck on every CPU at once would go unseen)",
+                 "%s (no SCHED_DEADLINE for it here: %s; a loop stuck on every CPU at once would go unseen)",
                  rf == 0 ? "SCHED_FIFO 99" : "SCHED_OTHER", strerror(-r));
 }
 

@@ -121,8 +121,8 @@ typedef struct Kill {
         bool both_fifo;       /* both were FIFO when the kill went out */
 } Kill;
 
-/* Some thread of the dispatcher other than its main thread: a dispatch
- * thread. */
+/* A dispatch thread: one at SCHED_FIFO (the main thread and the table
+ * watcher are SCHED_OTHER). */
 static pid_t dispatch_thread_of(pid_t pid) {
         char path[64];
         pid_t tid = 0;
@@ -133,7 +133,7 @@ static pid_t dispatch_thread_of(pid_t pid) {
         ASSERT_TRUE(dir);
         for (struct dirent *de; (de = readdir(dir));) {
                 long t = strtol(de->d_name, NULL, 10);
-                if (t > 0 && t != pid)
+                if (t > 0 && t != pid && is_fifo((pid_t) t))
                         tid = (pid_t) t;
         }
         closedir(dir);

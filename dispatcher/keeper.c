@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "keeper.h"
+#include "macro.h"
+#include "stats-file.h"
+
+struct Keeper {
+        PaceStatsFile *stats;
+        KeeperIgnored ignored;
+        void *userdata;
+        /* frame_compile()'s inputs, per slot value. */
+        bool *owner_live;
+        uint32_t *owner_period;
+        FrameScratch *owner_scratch;
+        bool *keep; /* per owned Held, while collecting */
+};
+
+int keeper_new(PaceStatsFile *stats, KeeperIgnored ignored, void *userdata, Keeper **ret) {
+        Keeper *k = calloc(1, sizeof(*k));
+
+        if (!k)
+                return -ENOMEM;
+        k->stats = stats;
+        k->ignored = ignored;
+        k->userdata = userdata;
+        k->owner_live = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(bool));
+        k->owner_period = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(uint32_t));
+        k->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
+        k->keep = calloc(2 * PACE_MAX_RESERVATIONS, sizeof(bool));
+        if (!k->owner_live || !k->owner_period || !k->owner_scratch || !k->keep) {
+                keeper_free(k);
+                return -ENOMEM;
+        }
+        *ret = k;
+        return 0;
+}
+
+Keeper *keeper_free(Keeper *k) {
+        if (!k)
+                return NULL;
+        free(k->owner_live);
+        free(k->owner_period);
+        free(k->owner_scratch);
+        free(k->keep);
+        free(k);
+        return NULL;
+}
+
+void keeper_set_stats(Keeper *k, PaceStatsFile *stats) {
+        k->stats = stats;
+}
+
+/* Every CPU the pieces of reservation id sit on, as a kernel CPU list: its
+ * members may run there and nowhere else. */
+static void cpus_of(const PaceTableBuffer *t, uint64_t id, char *ret, size_t size) {
+        bool on[PACE_MAX_CPUS] = {};
+        size_t n = 0;
+
+        for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++)
+                if (t->reservations[i].id == id && t->reservations[i].cpu >= 0 &&
+                    t->reservations[i].cpu < (int32_t) PACE_MAX_CPUS)
+                        on[t->reservations[i].cpu] = true;
+        ret[0] = '\0';
+        for (int32_t c = 0; c < (int32_t) PACE_MAX_CPUS; c++)
+                if (on[c]) {
+                        int w = snprintf(ret + n, size - n, "%s%" PRIi32, n ? "," : "", c);
+                        if (w < 0 || (size_t) w >= size - n)
+                                break;
+                        n += (size_t) w;
+                }
+}
+
+static Held *find_owned(CpuLoop *l, const PaceTableReservation *res) {
+        for (size_t i = 0; i < l->n_owned; i++) {
+                Held *h = l->owned[i];
+                if (h->id == res->id && h->pid == res->pid && h->start_time == res->start_time)
+                        return h;
+        }
+        return NULL;
+}
+
+/* The plan buffer the loop is not using: the one not last published. */
+static LoopPlan *spare_plan(CpuLoop *l) {
+        uint64_t v = atomic_load(&l->published);
+        return &l->plans[v == 0 ? 0 : !(v & 1)];
+}
+
+int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, const PaceConfig *config) {
+        uint64_t v = atomic_load(&l->published);
+        const PaceTableCpu *tc = NULL;
+        int r;
+
+        /* The loop may still be reading the last plan it was given. */
+        if (v != 0 && atomic_load(&l->acked_seq) != v >> 1) {
+                l->plan_waiting = true;
+                return -EBUSY;
+        }
+        l->plan_waiting = false;
+        LoopPlan *p = spare_plan(l);
+        HeldContext *ctx = &l->ctx;
+
+        for (uint32_t c = 0; c < t->n_cpus; c++)
+                if (t->cpus[c].cpu == l->cpu)
+                        tc = &t->cpus[c];
+        p->n_entries = 0;
+        for (uint32_t i = 0; i < t->n_reservations; i++) {
+                const PaceTableReservation *res = &t->reservations[i];
+                Held *h;
+
+                p->by_owner[i + 1] = NULL;
+                k->owner_live[i + 1] = false;
+                if (res->cpu != l->cpu)
+                        continue;
+                h = find_owned(l, res);
+                if (!h) {
+                        if (l->n_owned == 2 * PACE_MAX_RESERVATIONS)
+                                return -ENOSPC; /* cannot happen: collected before */
+                        r = held_new(res, config->reserve_root_processes, config->max_threads_per_reservation, &h);
+                        if (r < 0) {
+                                if (k->ignored)
+                                        k->ignored(k->userdata, res, r);
+                                r = held_new_inert(res, &h);
+                                if (r < 0)
+                                        return r;
+                        } else {
+                                /* Full: the piece goes unaccounted. */
+                                if (k->stats)
+                                        (void) stats_file_claim(k->stats, h->id, l->cpu, &h->stats);
+                                cpus_of(t, res->id, h->cpus, sizeof(h->cpus));
+                                held_prepare(h, ctx);
+                        }
+                        l->owned[l->n_owned++] = h;
+                }
+                bool live = !atomic_load(&h->gone);
+                p->entries[p->n_entries++] = (PlanEntry) {
+                        .held = h,
+                        .period_slots = res->period_slots,
+                        .budget_slots = res->budget_slots,
+                        .server = (res->flags & PACE_RES_SERVER) != 0,
+                };
+                p->by_owner[i + 1] = live ? h : NULL;
+                k->owner_live[i + 1] = live;
+                k->owner_period[i + 1] = res->period_slots;
+        }
+        p->gen = gen;
+        p->frame_slots = tc ? tc->frame_slots : 0;
+        p->n_runs = 0;
+        p->rot = 0;
+        if (tc)
+                frame_compile(&t->slots[tc->first_slot], p->frame_slots, k->owner_live, k->owner_period,
+                              k->owner_scratch, p->runs, &p->n_runs, &p->rot);
+
+        uint64_t seq = (v >> 1) + 1;
+        atomic_store_explicit(&l->published, seq << 1 | (uint64_t) (p - l->plans), memory_order_release);
+        return 0;
+}
+
+static bool plan_has(const LoopPlan *p, const Held *h) {
+        for (size_t i = 0; i < p->n_entries; i++)
+                if (p->entries[i].held == h)
+                        return true;
+        return false;
+}
+
+static void held_release(CpuLoop *l, Held *h) {
+        if (h->stats)
+                stats_file_release(h->stats);
+        held_free(h, &l->ctx);
+}
+
+bool keeper_collect(Keeper *k, CpuLoop *l) {
+        uint64_t v = atomic_load(&l->published), acked = atomic_load(&l->acked_seq);
+
+        /* Only once the loop runs the newest plan is nothing else read. */
+        if (v == 0 || acked != v >> 1 || acked == l->collected_seq)
+                return false;
+        l->collected_seq = acked;
+        const LoopPlan *cur = &l->plans[v & 1];
+        size_t kept = 0;
+        for (size_t i = 0; i < l->n_owned; i++) {
+                Held *h = l->owned[i];
+                if (plan_has(cur, h))
+                        l->owned[kept++] = h;
+                else
+                        held_release(l, h);
+        }
+        l->n_owned = kept;
+        return true;
+}
+
+size_t keeper_keep(Keeper *k, CpuLoop *l) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < l->n_owned; i++) {
+                Held *h = l->owned[i];
+                if (h->inert || atomic_load(&h->gone))
+                        continue;
+                (void) held_keep(h, &l->ctx);
+                n++;
+        }
+        return n;
+}
+
+void keeper_release_all(Keeper *k, CpuLoop *l) {
+        for (size_t i = 0; i < l->n_owned; i++)
+                held_release(l, l->owned[i]);
+        l->n_owned = 0;
+}
