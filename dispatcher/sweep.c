@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -166,7 +167,7 @@ static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, SweepWind
         for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS) && !window_full(window); i++) {
                 Held *h;
 
-                if (held_new(&t->reservations[i], allow_root, &h) < 0)
+                if (held_new(&t->reservations[i], allow_root, 1, &h) < 0)
                         continue;
                 /* Through the directory pinned to the process held_new()
                  * checked, not its pid, which could be someone else's by now. */
@@ -300,4 +301,60 @@ static uint64_t fnv1a(const char *s) {
 
 void sweep_instance_name(const char *runtime_dir, char *ret, size_t size) {
         snprintf(ret, size, "pace.%016" PRIx64, fnv1a(runtime_dir));
+}
+
+/* SIGKILL pending for the process or a thread: SigPnd/ShdPnd's bit 8. */
+static bool status_dying(const char *status) {
+        const char *state = strstr(status, "\nState:\t");
+        if (state && state[8] == 'Z')
+                return true;
+        for (const char *key = status; (key = strstr(key, "Pnd:\t")); key += 5) {
+                unsigned long long bits = strtoull(key + 5, NULL, 16);
+                if (bits & (1ULL << (SIGKILL - 1)))
+                        return true;
+        }
+        return false;
+}
+
+unsigned sweep_dying_dispatchers(void) {
+        const PaceSchedAttr other = { .sched_policy = SCHED_OTHER };
+        pid_t self = getpid(), monitor = held_protected_pid();
+        unsigned n = 0;
+        DIR *proc = opendir("/proc");
+
+        if (!proc)
+                return 0;
+        for (struct dirent *de; (de = readdir(proc));) {
+                char path[300], comm[64], status[4096];
+                ProcOwner owner;
+                char *end;
+                long pid = strtol(de->d_name, &end, 10);
+
+                if (*end || pid <= 1 || pid == self || pid == monitor)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+                if (read_small_file_at(AT_FDCWD, path, comm, sizeof(comm)) < 0 ||
+                    strcmp(comm, "pace-dispatcher\n") != 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+                if (read_small_file_at(AT_FDCWD, path, status, sizeof(status)) < 0 ||
+                    proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, 0) || !status_dying(status))
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%ld/task", pid);
+                DIR *task = opendir(path);
+                if (!task)
+                        continue;
+                for (struct dirent *t; (t = readdir(task));) {
+                        PaceSchedAttr a;
+                        long tid = strtol(t->d_name, &end, 10);
+                        if (*end || tid <= 0)
+                                continue;
+                        if (sched_attr_get((pid_t) tid, &a) == 0 && sched_attr_is_realtime(&a) &&
+                            sched_attr_set((pid_t) tid, &other) == 0)
+                                n++;
+                }
+                closedir(task);
+        }
+        closedir(proc);
+        return n;
 }

@@ -48,6 +48,16 @@ void sweep_demote_groups_void(const char *group_base);
  * read or is not a pace table (-EBADMSG, -EPROTO). */
 int sweep_table_file(const char *path, PaceTableBuffer *scratch, unsigned *ret_demoted);
 
+/* Threads of a dispatcher that is dying but not yet gone (a zombie whose
+ * thread is stuck in the kernel at SCHED_FIFO 99, with SIGKILL pending:
+ * what a kill of the monitor and its child together can leave, with no
+ * monitor to demote it) go to SCHED_OTHER, so that whatever holds them can
+ * run and they can finish dying. A process counts if it is named
+ * pace-dispatcher, belongs to uid 0 in all four uids (which only root can
+ * make) and has SIGKILL pending or an exited main thread; never self nor
+ * the monitor. Returns how many threads. */
+unsigned sweep_dying_dispatchers(void);
+
 /* The dispatcher instance's name for a runtime directory: pace.<hash of
  * runtime_dir>, its directory in every cgroup hierarchy it uses (reservation
  * groups, the v1 freezer), so a test instance never touches the system's. */

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <sys/mman.h>
+#include <pthread.h>
 
 #include "dispatch-harness.h"
 
@@ -288,8 +289,11 @@ TEST(hourglass_budget_per_period_strict) {
 
 /* The reserved process forks a child and starts a thread while it is at
  * SCHED_FIFO: neither may inherit it (SCHED_RESET_ON_FORK). */
+/* Its policy without the reset-on-fork flag, which the dispatcher may set
+ * on a thread it registered (it is what keeps the thread's own children
+ * out of the real-time class). */
 static void *report_thread(void *arg) {
-        int fd = *(int *) arg, p = sched_getscheduler(0);
+        int fd = *(int *) arg, p = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK;
         (void) !write(fd, &p, sizeof(p));
         return NULL;
 }
@@ -317,7 +321,7 @@ TEST(no_realtime_inheritance) {
                                 ;
                         pid_t kid = fork();
                         if (kid == 0) {
-                                int p = sched_getscheduler(0);
+                                int p = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK;
                                 (void) !write(mine[1], &p, sizeof(p));
                                 _exit(0);
                         }
@@ -575,6 +579,85 @@ TEST(wakeups_idle_and_active) {
         ASSERT_CMP(active, <=, 100);
         ASSERT_CMP(guard_idle, <=, 2);
         ASSERT_CMP(guard_active, <=, 60);
+}
+
+/* What a dead dispatcher's stuck thread looks like: a process named
+ * pace-dispatcher whose main thread has exited (a zombie leader) and one
+ * thread left at SCHED_FIFO, asleep here rather than spinning in the
+ * kernel. */
+static void *stuck_thread(void *unused) {
+        struct sched_param sp = { .sched_priority = 1 };
+        (void) pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+        for (;;)
+                pause();
+        return NULL;
+}
+
+static pid_t spawn_dying_dispatcher(pid_t *ret_tid) {
+        int p[2];
+        ASSERT_OK(pipe(p));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                pthread_t t;
+                alarm(CHILD_LIFETIME_S);
+                (void) prctl(PR_SET_NAME, "pace-dispatcher");
+                if (pthread_create(&t, NULL, stuck_thread, NULL) != 0)
+                        _exit(1);
+                /* Its id, once it is real-time. */
+                pid_t tid = 0;
+                for (unsigned i = 0; i < 1000 && !tid; i++) {
+                        DIR *d = opendir("/proc/self/task");
+                        for (struct dirent *de; d && (de = readdir(d));) {
+                                long x = strtol(de->d_name, NULL, 10);
+                                if (x > 0 && x != getpid() && (sched_getscheduler((pid_t) x) & ~SCHED_RESET_ON_FORK) == SCHED_FIFO)
+                                        tid = (pid_t) x;
+                        }
+                        if (d)
+                                closedir(d);
+                        if (!tid)
+                                usleep(1000);
+                }
+                (void) !write(p[1], &tid, sizeof(tid));
+                syscall(SYS_exit, 0); /* the main thread alone */
+        }
+        close(p[1]);
+        ASSERT_EQ(read(p[0], ret_tid, sizeof(*ret_tid)), (ssize_t) sizeof(*ret_tid));
+        close(p[0]);
+        ASSERT_TRUE(*ret_tid > 0);
+        return pid;
+}
+
+/* A dispatcher killed together with its monitor can leave a thread stuck
+ * in the kernel at SCHED_FIFO 99, with nobody to demote it: the next
+ * dispatcher's start-up sweep puts such a thread (of a dying process named
+ * pace-dispatcher, owned by root) to SCHED_OTHER, and leaves a live one
+ * alone. */
+TEST(start_up_sweep_demotes_a_dying_dispatchers_thread) {
+        DispatchEnv e;
+        pid_t tid = 0;
+
+        DISPATCH_REQUIRE();
+        pid_t dying = spawn_dying_dispatcher(&tid);
+        test_sleep_ms(20);
+        bool fifo_before = (sched_getscheduler(tid) & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+        char state[4096] = "";
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) dying);
+        (void) read_small_file_at(AT_FDCWD, path, state, sizeof(state));
+        bool zombie_leader = strstr(state, "State:\tZ") != NULL;
+        start_dispatcher(&e);
+        bool said = env_wait_log(&e, "real-time thread(s) of dying dispatchers", 2000);
+        int policy_after = sched_getscheduler(tid) & ~SCHED_RESET_ON_FORK;
+        env_cleanup(&e);
+        kill(dying, SIGKILL);
+        (void) waitpid(dying, NULL, 0);
+        printf("  a zombie-led process named pace-dispatcher with a SCHED_FIFO thread: %s before, policy %d after the "
+               "start-up sweep; logged: %s\n", fifo_before ? "FIFO" : "not FIFO", policy_after, said ? "yes" : "no");
+        ASSERT_TRUE(fifo_before);
+        ASSERT_TRUE(zombie_leader);
+        ASSERT_TRUE(said);
+        ASSERT_EQ(policy_after, SCHED_OTHER);
 }
 
 /* Started in a v1 cpu cgroup whose cpu.rt_runtime_us is 0, the dispatcher
