@@ -75,8 +75,6 @@
 /* A loop that saw threads come or go asks for a keeper round at once; the
  * rounds are at least this far apart. */
 #define KEEP_SPACING_NS (2 * NSEC_PER_MSEC)
-/* How soon a plan a loop has not taken room for yet is offered again. */
-#define PLAN_RETRY_NS (5 * NSEC_PER_MSEC)
 
 struct Dispatcher {
         /* As started: CPUs, waiting policy and slot never change. */
@@ -126,6 +124,10 @@ struct Dispatcher {
         _Atomic uint64_t watch_epoch, watch_acked;
         _Atomic uint32_t watch_word;
         _Atomic bool watch_broken;
+        /* The main thread's next look at a generation (its token bucket):
+         * the watcher tells it nothing sooner, so a broker that publishes
+         * in a loop wakes neither of them more often than that. */
+        _Atomic uint64_t watch_not_before_ns;
         Keeper *keeper;
         const DispatcherRunOptions *run; /* while dispatcher_run() runs */
         Watchdog *watchdog;
@@ -472,6 +474,14 @@ static void *watcher_main(void *userdata) {
                         continue;
                 }
                 if (gen != last) {
+                        uint64_t now = monotonic_ns(), not_before = atomic_load(&d->watch_not_before_ns);
+                        if (now < not_before) {
+                                struct timespec ts = { .tv_sec = (time_t) (not_before / NSEC_PER_SEC),
+                                                       .tv_nsec = (long) (not_before % NSEC_PER_SEC) };
+                                /* EINTR on a kick: the loop looks again. */
+                                (void) clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+                                continue;
+                        }
                         last = gen;
                         (void) !write(d->table_efd, &(uint64_t) { 1 }, sizeof(uint64_t));
                 }
@@ -886,24 +896,16 @@ static bool any_owned(const Dispatcher *d) {
         return false;
 }
 
-/* The keeper's round for every loop: what they no longer run freed, plans
- * that waited for room handed over, threads registered and taken back.
- * Returns whether some loop still waits for a plan. */
-static bool keep_all(Dispatcher *d) {
-        bool waiting = false;
-
+/* The keeper's round for every loop: what they no longer run freed,
+ * threads registered and taken back. */
+static void keep_all(Dispatcher *d) {
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];
                 if (!loop_running(l))
                         continue;
                 (void) keeper_collect(d->keeper, l);
-                if (l->plan_waiting && d->have_planned &&
-                    keeper_plan(d->keeper, l, d->planned, d->planned_gen, &d->config) == 0)
-                        loop_shared_wake_idle(&d->shared);
-                waiting = waiting || l->plan_waiting;
                 (void) keeper_keep(d->keeper, l);
         }
-        return waiting;
 }
 
 /* A child born as its parent was first promoted runs in the real-time
@@ -965,8 +967,7 @@ static int on_housekeeping_wanted(sd_event_source *s, int fd, uint32_t revents, 
          * keep the main thread busy either); then the next round brings it. */
         uint64_t now = monotonic_ns();
         if (now >= m->keep_next_ns) {
-                if (keep_all(m->d))
-                        arm(m->table_later, PLAN_RETRY_NS);
+                keep_all(m->d);
                 uint64_t took = monotonic_ns() - now;
                 m->keep_next_ns = now + MAX(KEEP_SPACING_NS, 10 * took);
                 arm(m->housekeeping, HOUSEKEEPING_NS);
@@ -997,8 +998,7 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
                          tree_set_housekeep(d->trees);
         if (why[0])
                 run_log(o, LOG_WARNING, "%s; the reservation's members are found in /proc", why);
-        if (keep_all(d))
-                arm(m->table_later, PLAN_RETRY_NS);
+        keep_all(d);
         watched += any_owned(d);
         uint64_t took = monotonic_ns() - started;
         if (m->class_due_ns > 0 && monotonic_ns() >= m->class_due_ns)
@@ -1059,6 +1059,7 @@ static void consider(MainLoop *m) {
         uint64_t burst_ns = (uint64_t) (TABLE_LOOK_BURST - 1) * TABLE_LOOK_INTERVAL_NS;
         d->look_full_ns = MAX(d->look_full_ns, now) + TABLE_LOOK_INTERVAL_NS;
         d->next_look_ns = d->look_full_ns > now + burst_ns ? d->look_full_ns - burst_ns : 0;
+        atomic_store(&d->watch_not_before_ns, d->next_look_ns);
 
         r = table_guard_snapshot(d->reader, d->scratch, &gen);
         if (r == -EFAULT) {
@@ -1085,22 +1086,17 @@ static void consider(MainLoop *m) {
         d->scratch = t;
         d->planned_gen = gen;
         d->have_planned = true;
-        bool waiting = false;
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];
                 if (!loop_running(l))
                         continue;
                 (void) keeper_collect(d->keeper, l);
                 r = keeper_plan(d->keeper, l, d->planned, gen, config);
-                if (r == -EBUSY)
-                        waiting = true;
-                else if (r < 0)
+                if (r < 0)
                         run_log(o, LOG_ERR, "CPU %" PRIi32 ": cannot plan table generation %" PRIu64 ": %s", l->cpu,
                                 gen, strerror(-r));
         }
         loop_shared_wake_idle(&d->shared);
-        if (waiting)
-                arm(m->table_later, PLAN_RETRY_NS);
         apply_nice(d, o);
         if (any_owned(d)) {
                 arm(m->housekeeping, HOUSEKEEPING_NS);
@@ -1122,11 +1118,7 @@ static int on_table(sd_event_source *s, int fd, uint32_t revents, void *userdata
 }
 
 static int on_table_later(sd_event_source *s, uint64_t usec, void *userdata) {
-        MainLoop *m = userdata;
-
-        consider(m);
-        if (keep_all(m->d))
-                arm(s, PLAN_RETRY_NS);
+        consider(userdata);
         return 0;
 }
 

@@ -43,6 +43,10 @@ struct Group {
         uint64_t id;
         unsigned refs;
         bool entered;
+        /* Emptied and removed before the last reference went (its process
+         * exited): only the object is left, for a loop that may still read
+         * its descriptors. */
+        bool retired;
         uint32_t scope;
         pid_t pid, tid;
         char cpus[64]; /* the reservation's CPUs (a kernel list), "" if unconfined */
@@ -77,6 +81,10 @@ struct Group {
 struct GroupSet {
         const GroupBackend *backend;
         pthread_mutex_t lock;
+        /* Released groups whose directories could not be removed yet (a
+         * member not yet reaped keeps a cgroup busy): removal is tried
+         * again at every housekeeping round and at the end. Main thread. */
+        Group *graves;
         /* Unified and managed (systemd): groups are "pace" subgroups of a
          * delegated transient scope the manager creates for each reserved
          * tree (group_set_housekeep()'s make_scope), never cgroups of

@@ -127,6 +127,9 @@ int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet
         return group_unified_set_new(name, owner, ret, why, why_size);
 }
 
+static size_t graves_dig(GroupSet *s);
+static void group_free(Group *g);
+
 GroupSet *group_set_free(GroupSet *s) {
         if (!s)
                 return NULL;
@@ -134,6 +137,15 @@ GroupSet *group_set_free(GroupSet *s) {
                 Group *g = s->groups;
                 g->refs = 1;
                 group_release(s, g);
+        }
+        /* A member not reaped yet keeps its group: its parent reaps it
+         * soon, so wait for that a little (200 ms at most). */
+        for (unsigned i = 0; i < 20 && graves_dig(s) > 0; i++)
+                (void) usleep(10000);
+        while (s->graves) {
+                Group *g = s->graves;
+                s->graves = g->next;
+                group_free(g);
         }
         if (s->owner_dir[0])
                 (void) rmdir(s->owner_dir);
@@ -272,10 +284,29 @@ static int list_read(const GroupSet *s, Group *g, int which, bool fresh, pid_t *
         return r;
 }
 
-void group_release(GroupSet *s, Group *g) {
+/* Everything inside goes back (children it forked included) and the
+ * directories go. */
+static void group_empty_and_remove(GroupSet *s, Group *g) {
         pid_t ids[256];
         size_t n;
 
+        if (!g->dir[0] || g->retired) /* (a delegated group never entered has none) */
+                return;
+        /* A fork racing with the move leaves a straggler: go round a few
+         * times. */
+        int which = g->scope == PACE_TABLE_SCOPE_THREAD ? LIST_TASKS : LIST_PROCS;
+        for (int round = 0; round < 8; round++) {
+                if (list_read(s, g, which, true, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
+                        break;
+                for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
+                        s->backend->move_out(s, g, s->backend->list_file[which], ids[i]);
+        }
+        s->backend->destroy(s, g);
+        /* Still there (a member not yet reaped): tried again later. */
+        g->retired = access(g->dir, F_OK) < 0;
+}
+
+void group_release(GroupSet *s, Group *g) {
         if (!g)
                 return;
         pthread_mutex_lock(&s->lock);
@@ -289,21 +320,37 @@ void group_release(GroupSet *s, Group *g) {
                         break;
                 }
         pthread_mutex_unlock(&s->lock);
-
-        if (g->dir[0]) { /* (a delegated group never entered has none) */
-                /* Everything inside goes back, children it forked included.
-                 * A fork racing with the move leaves a straggler: go round
-                 * a few times. */
-                int which = g->scope == PACE_TABLE_SCOPE_THREAD ? LIST_TASKS : LIST_PROCS;
-                for (int round = 0; round < 8; round++) {
-                        if (list_read(s, g, which, true, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
-                                break;
-                        for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
-                                s->backend->move_out(s, g, s->backend->list_file[which], ids[i]);
-                }
-                s->backend->destroy(s, g);
+        group_empty_and_remove(s, g);
+        if (g->dir[0] && !g->retired) {
+                g->next = s->graves;
+                s->graves = g;
+                return;
         }
         group_free(g);
+}
+
+/* Tries again to remove the groups released before they could be. Returns
+ * how many are still there. */
+static size_t graves_dig(GroupSet *s) {
+        size_t left = 0;
+
+        for (Group **p = &s->graves; *p;) {
+                Group *g = *p;
+                group_empty_and_remove(s, g);
+                if (g->retired) {
+                        *p = g->next;
+                        group_free(g);
+                } else {
+                        p = &g->next;
+                        left++;
+                }
+        }
+        return left;
+}
+
+void group_retire(GroupSet *s, Group *g) {
+        if (g)
+                group_empty_and_remove(s, g);
 }
 
 int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus) {
@@ -403,6 +450,7 @@ size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdat
         Group *held[PACE_MAX_GROUPS_HOUSEKEPT];
         size_t n = 0;
 
+        (void) graves_dig(s);
         /* A reference each, so a loop that lets go meanwhile leaves the
          * clean-up to whoever drops the last one. */
         pthread_mutex_lock(&s->lock);

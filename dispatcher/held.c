@@ -643,10 +643,13 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
                 held_mine_remove(h, e);
                 registry_release(ctx->registry, e, false);
         }
-        if (atomic_load(&h->gone))
-                return 0;
-        if (pidfd_alive(h->pidfd) < 0) {
+        if (atomic_load(&h->gone) || pidfd_alive(h->pidfd) < 0) {
                 atomic_store(&h->gone, true);
+                /* Its cgroups go now rather than when the table drops it:
+                 * a tree's descendants that live on go back where they
+                 * came from (a loop reading the group fails and skips). */
+                if (h->group && ctx->groups)
+                        group_retire(ctx->groups, h->group);
                 return 0;
         }
         /* Threads that exited: the loop drops them when it next moves the

@@ -139,6 +139,7 @@ typedef struct Held {
         _Atomic uint32_t threads_skipped; /* past capacity at the last look (the loop logs it) */
         bool limit_logged;
         bool inert;   /* failed its identity check: never promoted */
+        bool kept;    /* keeper_collect()'s mark: a plan still names it */
         bool thread_taken; /* a thread scope's thread was registered once */
 
         /* Between the two. */

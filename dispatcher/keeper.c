@@ -85,24 +85,17 @@ static Held *find_owned(CpuLoop *l, const PaceTableReservation *res) {
         return NULL;
 }
 
-/* The plan buffer the loop is not using: the one not last published. */
-static LoopPlan *spare_plan(CpuLoop *l) {
-        uint64_t v = atomic_load(&l->published);
-        return &l->plans[v == 0 ? 0 : !(v & 1)];
-}
-
 int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, const PaceConfig *config) {
-        uint64_t v = atomic_load(&l->published);
+        uint32_t w = atomic_load(&l->plan_word);
         const PaceTableCpu *tc = NULL;
         int r;
 
-        /* The loop may still be reading the last plan it was given. */
-        if (v != 0 && atomic_load(&l->acked_seq) != v >> 1) {
-                l->plan_waiting = true;
-                return -EBUSY;
-        }
-        l->plan_waiting = false;
-        LoopPlan *p = spare_plan(l);
+        /* A buffer the loop neither runs nor may take: it only ever takes
+         * the waiting one, which this replaces. */
+        unsigned f = 0;
+        while (f == LOOP_PLAN_CUR(w) || f == LOOP_PLAN_WAITING(w))
+                f++;
+        LoopPlan *p = &l->plans[f];
         HeldContext *ctx = &l->ctx;
 
         for (uint32_t c = 0; c < t->n_cpus; c++)
@@ -156,16 +149,12 @@ int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, c
                 frame_compile(&t->slots[tc->first_slot], p->frame_slots, k->owner_live, k->owner_period,
                               k->owner_scratch, p->runs, &p->n_runs, &p->rot);
 
-        uint64_t seq = (v >> 1) + 1;
-        atomic_store_explicit(&l->published, seq << 1 | (uint64_t) (p - l->plans), memory_order_release);
+        /* The loop may have taken the waiting one meanwhile: whatever it
+         * runs now stays its own. */
+        w = atomic_load(&l->plan_word);
+        while (!atomic_compare_exchange_weak(&l->plan_word, &w, LOOP_PLAN_WORD(LOOP_PLAN_CUR(w), f)))
+                ;
         return 0;
-}
-
-static bool plan_has(const LoopPlan *p, const Held *h) {
-        for (size_t i = 0; i < p->n_entries; i++)
-                if (p->entries[i].held == h)
-                        return true;
-        return false;
 }
 
 static void held_release(CpuLoop *l, Held *h) {
@@ -174,24 +163,35 @@ static void held_release(CpuLoop *l, Held *h) {
         held_free(h, &l->ctx);
 }
 
-bool keeper_collect(Keeper *k, CpuLoop *l) {
-        uint64_t v = atomic_load(&l->published), acked = atomic_load(&l->acked_seq);
+static void mark_plan(const CpuLoop *l, unsigned buffer) {
+        if (buffer == LOOP_PLAN_NONE)
+                return;
+        const LoopPlan *p = &l->plans[buffer];
+        for (size_t i = 0; i < p->n_entries; i++)
+                p->entries[i].held->kept = true;
+}
 
-        /* Only once the loop runs the newest plan is nothing else read. */
-        if (v == 0 || acked != v >> 1 || acked == l->collected_seq)
-                return false;
-        l->collected_seq = acked;
-        const LoopPlan *cur = &l->plans[v & 1];
-        size_t kept = 0;
+size_t keeper_collect(Keeper *k, CpuLoop *l) {
+        /* What the loop runs and what it may take next, read at once: the
+         * loop only ever moves the waiting plan to the one it runs. */
+        uint32_t w = atomic_load(&l->plan_word);
+        size_t kept = 0, freed = 0;
+
+        for (size_t i = 0; i < l->n_owned; i++)
+                l->owned[i]->kept = false;
+        mark_plan(l, LOOP_PLAN_CUR(w));
+        mark_plan(l, LOOP_PLAN_WAITING(w));
         for (size_t i = 0; i < l->n_owned; i++) {
                 Held *h = l->owned[i];
-                if (plan_has(cur, h))
+                if (h->kept)
                         l->owned[kept++] = h;
-                else
+                else {
                         held_release(l, h);
+                        freed++;
+                }
         }
         l->n_owned = kept;
-        return true;
+        return freed;
 }
 
 size_t keeper_keep(Keeper *k, CpuLoop *l) {
@@ -199,8 +199,9 @@ size_t keeper_keep(Keeper *k, CpuLoop *l) {
 
         for (size_t i = 0; i < l->n_owned; i++) {
                 Held *h = l->owned[i];
-                if (h->inert || atomic_load(&h->gone))
+                if (h->inert)
                         continue;
+                /* A gone one too: its groups go at once (held_keep()). */
                 (void) held_keep(h, &l->ctx);
                 n++;
         }

@@ -30,13 +30,10 @@ Keeper *keeper_free(Keeper *k);
 void keeper_set_stats(Keeper *k, PaceStatsFile *stats);
 
 /* Hands loop l the part of table t (generation gen, already checked) that
- * is its CPU's. -EBUSY if l has not yet taken the last plan (l->plan_waiting
- * is then set: try again after keeper_collect() says it did). */
+ * is its CPU's; it replaces a plan the loop has not taken yet. */
 int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, const PaceConfig *config);
-/* Frees what l no longer runs once it has taken the newest plan. Returns
- * true if l took a plan since the last call (a table that waited may go
- * out now). */
-bool keeper_collect(Keeper *k, CpuLoop *l);
+/* Frees what l neither runs nor may take next. Returns how many. */
+size_t keeper_collect(Keeper *k, CpuLoop *l);
 /* Registers the threads that came, takes back the ones that went, and
  * settles reservations that wait for their group. Returns how many
  * reservations it looked at. */

@@ -103,18 +103,25 @@ static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
                 stats_file_publish(h->stats, &h->acct, (uint32_t) h->n_threads, u, t);
 }
 
-/* Takes the plan the main thread published, if it is new: the runs, the
- * grants into the Helds (the loop's own fields), and the budget servers.
- * What the last plan held and this one does not is the main thread's to
- * restore and free once it sees the acknowledgement; the caller has
- * demoted whoever this loop promoted. Returns 1 if a new plan is in force. */
+/* Takes the plan waiting for this loop, if any: the runs, the grants into
+ * the Helds (the loop's own fields), and the budget servers. What the last
+ * plan held and this one does not is the main thread's to restore and
+ * free once it sees the switch; the caller has demoted whoever this loop
+ * promoted. Returns 1 if a new plan is in force. */
 static int loop_take_plan(CpuLoop *l) {
-        uint64_t v = atomic_load_explicit(&l->published, memory_order_acquire);
-        uint64_t seq = v >> 1;
+        uint32_t w = atomic_load_explicit(&l->plan_word, memory_order_acquire);
 
-        if (seq == l->cur_seq)
-                return 0;
-        const LoopPlan *p = &l->plans[v & 1];
+        for (;;) {
+                uint32_t waiting = LOOP_PLAN_WAITING(w);
+                if (waiting == LOOP_PLAN_NONE)
+                        return 0;
+                /* On failure w is reloaded: a newer plan replaced it. */
+                if (atomic_compare_exchange_weak_explicit(&l->plan_word, &w,
+                                                          LOOP_PLAN_WORD(waiting, LOOP_PLAN_NONE),
+                                                          memory_order_acq_rel, memory_order_acquire))
+                        break;
+        }
+        const LoopPlan *p = &l->plans[LOOP_PLAN_WAITING(w)];
         for (size_t i = 0; i < p->n_entries; i++) {
                 Held *h = p->entries[i].held;
                 h->period_slots = p->entries[i].period_slots;
@@ -128,8 +135,6 @@ static int loop_take_plan(CpuLoop *l) {
                         l->servers[l->n_servers++] = h;
         }
         l->cur = p;
-        l->cur_seq = seq;
-        atomic_store_explicit(&l->acked_seq, seq, memory_order_release);
         loop_log(l, LOG_INFO,
                  "CPU %" PRIi32 ": table generation %" PRIu64 " in force: %zu reservation(s), frame of %" PRIu32
                  " slots, %" PRIu32 " wake-ups per frame",
@@ -138,7 +143,7 @@ static int loop_take_plan(CpuLoop *l) {
 }
 
 static bool loop_plan_waiting(const CpuLoop *l) {
-        return (atomic_load_explicit(&l->published, memory_order_acquire) >> 1) != l->cur_seq;
+        return LOOP_PLAN_WAITING(atomic_load_explicit(&l->plan_word, memory_order_acquire)) != LOOP_PLAN_NONE;
 }
 
 static bool loop_stopping(CpuLoop *l) {
@@ -609,6 +614,7 @@ int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_sl
         l->late_ns = LOOP_EARLY_INITIAL_NS;
         l->cpu = cpu;
         l->config = &shared->configs[0];
+        atomic_init(&l->plan_word, LOOP_PLAN_WORD(LOOP_PLAN_NONE, LOOP_PLAN_NONE));
         for (size_t i = 0; i < ELEMENTSOF(l->plans); i++) {
                 LoopPlan *p = &l->plans[i];
                 p->entries = calloc(PACE_MAX_RESERVATIONS, sizeof(PlanEntry));
@@ -635,8 +641,8 @@ void loop_done(CpuLoop *l) {
 }
 
 uint64_t loop_memory_needs(uint32_t max_frame_slots) {
-        return 2 * ((uint64_t) max_frame_slots + 1) * sizeof(FrameRun) +
-               2 * (uint64_t) PACE_MAX_RESERVATIONS * (sizeof(PlanEntry) + sizeof(Held *)) +
+        return 3 * ((uint64_t) max_frame_slots + 1) * sizeof(FrameRun) +
+               3 * (uint64_t) PACE_MAX_RESERVATIONS * (sizeof(PlanEntry) + sizeof(Held *)) +
                3 * ((uint64_t) PACE_MAX_RESERVATIONS + 1) * sizeof(Held *) + LOOP_STACK_SIZE + 2 * 4096;
 }
 

@@ -38,6 +38,11 @@ typedef struct PlanEntry {
         bool server;
 } PlanEntry;
 
+#define LOOP_PLAN_NONE 3u
+#define LOOP_PLAN_WORD(cur, waiting) ((uint32_t) (cur) | (uint32_t) (waiting) << 2)
+#define LOOP_PLAN_CUR(word) ((word) & 3u)
+#define LOOP_PLAN_WAITING(word) (((word) >> 2) & 3u)
+
 typedef struct LoopPlan {
         uint64_t gen; /* the table generation it comes from */
         PlanEntry *entries;
@@ -88,13 +93,16 @@ typedef struct CpuLoop {
         pthread_t thread;
         bool created;
         _Atomic int state;
-        /* The plan handover: the main thread publishes (seq << 1 | buffer)
-         * only once the loop has taken the one before (acked_seq, at a
-         * frame boundary or when idle), so the other buffer is never read
-         * while it is being filled. */
-        LoopPlan plans[2];
-        _Atomic uint64_t published;
-        _Atomic uint64_t acked_seq;
+        /* The plan handover, three buffers and one word: the buffer the
+         * loop runs (bits 0-1) and the one waiting for it (bits 2-3;
+         * LOOP_PLAN_NONE: none). The main thread fills a buffer that is
+         * neither and makes it the waiting one with a compare-and-swap (one
+         * that was still waiting is free again); the loop, at a frame
+         * boundary or when idle, makes the waiting one its own the same way.
+         * So the newest table always goes out at once, and no buffer is
+         * written while it may be read. */
+        LoopPlan plans[3];
+        _Atomic uint32_t plan_word;
         /* Bumped when the loop enters and leaves every sleep, and on every
          * idle pass: what the watchdog (watchdog.h) looks at. */
         _Atomic uint64_t beats;
@@ -107,15 +115,11 @@ typedef struct CpuLoop {
         const PaceConfig *config; /* the one in force on this CPU */
         uint64_t config_gen;
         const LoopPlan *cur;      /* in force (NULL: none yet) */
-        uint64_t cur_seq;
 
         /* The main thread's (keeper.c): every Held it made for this CPU
-         * and has not freed yet, and a table it could not hand over yet
-         * because the loop had not taken the last plan. */
+         * and has not freed yet. */
         Held **owned;
         size_t n_owned;
-        bool plan_waiting;
-        uint64_t collected_seq;
 
         /* Budget servers (server.h) of the plan in force, and what their
          * priorities depend on: the run in force (its table owner, or
