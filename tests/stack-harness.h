@@ -82,6 +82,9 @@ void stack_start(Stack *s);
 /* The dispatcher on s->broker's directory and configuration: waits for its
  * monitor to watch the dispatch process, then half a second. */
 void stack_start_dispatcher(Stack *s);
+/* The same, without failing the test: whether it came up. Where it did not,
+ * s->dispatcher is still the pid started (maybe exited, not reaped). */
+bool stack_try_start_dispatcher(Stack *s);
 /* SIGTERM and wait up to 5 s; the exit status, -1 if not an exit. */
 int stack_stop_dispatcher(Stack *s);
 /* stack_stop_dispatcher(), then broker_stop(): the end of a case, which
