@@ -131,6 +131,8 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
 
         if (atomic_load_explicit(&h->gone, memory_order_relaxed))
                 return -ESRCH;
+        if (atomic_load_explicit(&h->leaving, memory_order_relaxed))
+                return -EAGAIN;
         if (h->revoked)
                 return -EPERM;
         if (pidfd_alive(h->pidfd) < 0) {

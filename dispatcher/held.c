@@ -406,8 +406,63 @@ static pid_t tgid_of_owned(pid_t tid, uid_t uid) {
         return (pid_t) strtol(line + 6, NULL, 10);
 }
 
+typedef struct HeldParked {
+        pid_t tid, tgid;
+        PaceSchedAttr orig;
+} HeldParked;
+
+static int parked_find(const Held *h, pid_t tid) {
+        for (size_t i = 0; i < h->n_parked; i++)
+                if (h->parked[i].tid == tid)
+                        return (int) i;
+        return -1;
+}
+
+/* Threads past the reservation's capacity are never promoted; left at
+ * their own policy they would take free time that is non-real-time work's
+ * wherever no cpu controller weighs the reservation's members down (the
+ * unified hierarchy without one, the /proc fallback): the soak test saw a
+ * 51-thread client take 99-141% of a CPU that way. So the main thread puts
+ * each once at the waiting policy, recording what it had, and gives that
+ * back with the reservation (held_free()). Real-time policies are left to
+ * the sweeps; at most HELD_PARKED_MAX per reservation. tgid as for
+ * held_take_thread(). */
+static void held_park(Held *h, pid_t tid, pid_t tgid) {
+        PaceSchedAttr a, waiting;
+
+        if (h->n_parked == HELD_PARKED_MAX || parked_find(h, tid) >= 0)
+                return;
+        if (tgid != h->pid) {
+                pid_t found = tgid_of_owned(tid, h->uid);
+                if (found <= 0 || (tgid > 0 && found != tgid))
+                        return;
+                tgid = found;
+        }
+        if (!h->parked && !(h->parked = calloc(HELD_PARKED_MAX, sizeof(HeldParked))))
+                return;
+        if (!held_tid_alive(h, tid, tgid) || sched_attr_get(tid, &a) < 0 || sched_attr_is_realtime(&a) ||
+            a.sched_policy == SCHED_IDLE || sched_attr_is_ours(&a))
+                return;
+        sched_attr_waiting_nice(&waiting);
+        if (sched_attr_set(tid, &waiting) < 0)
+                return;
+        h->parked[h->n_parked++] = (HeldParked) { .tid = tid, .tgid = tgid, .orig = a };
+}
+
+/* Gives parked threads back what they had, if they still are as we left
+ * them. */
+static void held_unpark_all(Held *h) {
+        for (size_t i = 0; i < h->n_parked; i++) {
+                const HeldParked *p = &h->parked[i];
+                PaceSchedAttr now;
+                if (held_tid_alive(h, p->tid, p->tgid) && sched_attr_get(p->tid, &now) == 0 && sched_attr_is_ours(&now))
+                        (void) sched_attr_set(p->tid, &p->orig);
+        }
+        h->n_parked = 0;
+}
+
 /* Registers one listed thread if it is new and there is room, and hands it
- * to the loop. Returns 1 if it was taken. */
+ * to the loop; parks it if there is none. Returns 1 if it was taken. */
 static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tgid) {
         RegistryEntry *e;
         int r;
@@ -416,8 +471,13 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
                 return 0;
         if (h->n_mine >= h->capacity) {
                 h->threads_skipped++;
+                held_park(h, tid, tgid);
                 return 0;
         }
+        /* Registered now: the registry records its state from here on. */
+        int k = parked_find(h, tid);
+        if (k >= 0)
+                h->parked[k] = h->parked[--h->n_parked];
         _cleanup_close_ int proc_pidfd = -EBADF;
         if (tgid != h->pid) {
                 /* Another process of the tree: its owner is checked anew,
@@ -710,6 +770,8 @@ Held *held_free(Held *h, const HeldContext *ctx) {
         for (size_t i = 0; i < h->n_mine; i++)
                 registry_release(ctx->registry, h->mine[i], held_entry_alive(h, h->mine[i]));
         h->n_mine = 0;
+        held_unpark_all(h);
+        free(h->parked);
         freezer_v1_leave(h->freezer);
         safe_close(h->pidfd);
         safe_close(h->procfd);

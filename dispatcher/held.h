@@ -97,6 +97,10 @@ struct RegistryEntry {
         RegistryEntry *next;
 };
 
+/* Threads past a reservation's capacity the main thread puts at the
+ * waiting policy, at most (the rest keep their own). */
+#define HELD_PARKED_MAX 1024u
+
 /* Threads of a reservation whose stat file the runnable probe may read
  * (held_any_runnable() looks at no more at once). */
 #define HELD_STAT_FDS 4u
@@ -138,6 +142,10 @@ typedef struct Held {
         uint64_t next_keep_ns;
         _Atomic uint32_t threads_skipped; /* past capacity at the last look (the loop logs it) */
         bool limit_logged;
+        /* Threads past capacity, put once at the waiting policy (held.c,
+         * held_park()), and what they had. */
+        struct HeldParked *parked;
+        size_t n_parked;
         bool inert;   /* failed its identity check: never promoted */
         bool kept;    /* keeper_collect()'s mark: a plan still names it */
         bool thread_taken; /* a thread scope's thread was registered once */
@@ -152,6 +160,11 @@ typedef struct Held {
         _Atomic int ready_error; /* why it never will be (0: it may) */
         int freeze_fd;           /* strict mode on the unified hierarchy; set before ready */
         _Atomic bool gone;       /* its process (a thread scope: its thread) exited */
+        /* The newest plan no longer names it (released, or the broker
+         * dropped it): the loop promotes it no more and demotes it at its
+         * next change, without waiting for the frame boundary where it
+         * takes that plan. */
+        _Atomic bool leaving;
         _Atomic bool grouped;    /* a group holds the members (set before ready) */
         _Atomic bool confined;   /* a cpuset of its one CPU holds them */
 

@@ -149,6 +149,15 @@ int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, c
                 frame_compile(&t->slots[tc->first_slot], p->frame_slots, k->owner_live, k->owner_period,
                               k->owner_scratch, p->runs, &p->n_runs, &p->rot);
 
+        /* What the plan does not name is on its way out: the loop stops
+         * promoting it now (a server in the middle of a long frame would
+         * otherwise keep its priority until the frame ends). */
+        for (size_t i = 0; i < l->n_owned; i++)
+                l->owned[i]->kept = false;
+        for (size_t i = 0; i < p->n_entries; i++)
+                p->entries[i].held->kept = true;
+        for (size_t i = 0; i < l->n_owned; i++)
+                atomic_store(&l->owned[i]->leaving, !l->owned[i]->kept);
         /* The loop may have taken the waiting one meanwhile: whatever it
          * runs now stays its own. */
         w = atomic_load(&l->plan_word);

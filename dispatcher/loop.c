@@ -248,7 +248,7 @@ static void loop_server_usage(CpuLoop *l, Held *h, uint64_t now) {
 static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
         uint64_t slot_ns = l->config->slot_ns;
 
-        if (h->gone || h->revoked) {
+        if (h->gone || h->revoked || atomic_load_explicit(&h->leaving, memory_order_relaxed)) {
                 h->srv.next_look_ns = 0; /* nothing to look at any more */
                 return 0;
         }
