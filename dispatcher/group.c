@@ -284,9 +284,9 @@ static int list_read(const GroupSet *s, Group *g, int which, bool fresh, pid_t *
         return r;
 }
 
-/* Everything inside goes back (children it forked included) and the
- * directories go. */
-static void group_empty_and_remove(GroupSet *s, Group *g) {
+/* Everything inside goes back (children it forked included, unless
+ * move is false) and the directories go if they are empty. */
+static void group_empty_and_remove(GroupSet *s, Group *g, bool move) {
         pid_t ids[256];
         size_t n;
 
@@ -295,7 +295,7 @@ static void group_empty_and_remove(GroupSet *s, Group *g) {
         /* A fork racing with the move leaves a straggler: go round a few
          * times. */
         int which = g->scope == PACE_TABLE_SCOPE_THREAD ? LIST_TASKS : LIST_PROCS;
-        for (int round = 0; round < 8; round++) {
+        for (int round = 0; move && round < 8; round++) {
                 if (list_read(s, g, which, true, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
                         break;
                 for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
@@ -320,7 +320,7 @@ void group_release(GroupSet *s, Group *g) {
                         break;
                 }
         pthread_mutex_unlock(&s->lock);
-        group_empty_and_remove(s, g);
+        group_empty_and_remove(s, g, true);
         if (g->dir[0] && !g->retired) {
                 g->next = s->graves;
                 s->graves = g;
@@ -336,7 +336,7 @@ static size_t graves_dig(GroupSet *s) {
 
         for (Group **p = &s->graves; *p;) {
                 Group *g = *p;
-                group_empty_and_remove(s, g);
+                group_empty_and_remove(s, g, true);
                 if (g->retired) {
                         *p = g->next;
                         group_free(g);
@@ -349,8 +349,11 @@ static size_t graves_dig(GroupSet *s) {
 }
 
 void group_retire(GroupSet *s, Group *g) {
+        /* Members that live on (a tree's, after its root exited) stay
+         * until the reservation is released: the loop may have them at its
+         * priority, and a dead dispatcher's sweep finds them in the group. */
         if (g)
-                group_empty_and_remove(s, g);
+                group_empty_and_remove(s, g, false);
 }
 
 int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus) {

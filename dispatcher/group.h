@@ -60,9 +60,10 @@ int group_acquire(GroupSet *s, uint64_t id, Group **ret);
 /* Moves every member back to where the first one came from (or the root if
  * that group is gone) and removes the group once nobody holds it. */
 void group_release(GroupSet *s, Group *g);
-/* The same moves and removal while references remain (the reservation's
- * process exited, but a loop may still read the group's descriptors, which
- * then fail): the object goes with the last group_release(). */
+/* The removal, if nobody is left inside, while references remain (the
+ * reservation's process exited, but a loop may still read the group's
+ * descriptors, which then fail): the object goes with the last
+ * group_release(), which moves out whoever lives on. */
 void group_retire(GroupSet *s, Group *g);
 
 /* scope as in pace-table.h. Moves the members in, once: the process (all its

@@ -217,16 +217,25 @@ bool held_thread_stays(Held *h, const HeldContext *ctx) {
         return true;
 }
 
-/* The first number of a small /proc or cgroup file read through fd. */
-static int fd_read_u64(int fd, uint64_t *ret) {
-        char buf[64];
-
+/* A small /proc or cgroup file, read whole through fd (opened by the main
+ * thread), as a string. An empty read: the thread is gone. */
+static int fd_read_text(int fd, char *buf, size_t size) {
         if (fd < 0)
                 return -EBADF;
-        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        ssize_t n = pread(fd, buf, size - 1, 0);
         if (n <= 0)
                 return n < 0 ? negative_errno() : -ESRCH;
         buf[n] = '\0';
+        return 0;
+}
+
+/* The first number of such a file. */
+static int fd_read_u64(int fd, uint64_t *ret) {
+        char buf[64];
+        int r = fd_read_text(fd, buf, sizeof(buf));
+
+        if (r < 0)
+                return r;
         *ret = strtoull(buf, NULL, 10);
         return 0;
 }
@@ -269,13 +278,10 @@ bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint
  * not, negative if it is gone. */
 static int stat_fd_runnable(int fd) {
         char buf[512];
+        int r = fd_read_text(fd, buf, sizeof(buf));
 
-        if (fd < 0)
-                return -EBADF;
-        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-        if (n <= 0)
-                return n < 0 ? negative_errno() : -ESRCH;
-        buf[n] = '\0';
+        if (r < 0)
+                return r;
         /* "tid (comm) S ...": comm may hold spaces and parentheses. */
         const char *p = strrchr(buf, ')');
         return p && p[1] == ' ' && p[2] == 'R';

@@ -692,6 +692,21 @@ void held_prepare(Held *h, const HeldContext *ctx) {
 
 static size_t held_list(Held *h, const HeldContext *ctx);
 
+void held_stand_down(Held *h) {
+        PaceSchedAttr a, waiting;
+
+        if (h->stood_down)
+                return;
+        h->stood_down = true;
+        sched_attr_waiting_nice(&waiting);
+        for (size_t i = 0; i < h->n_mine; i++) {
+                const RegistryEntry *e = h->mine[i];
+                if (!atomic_load(&e->dead) && sched_attr_get(e->tid, &a) == 0 && sched_attr_is_realtime(&a) &&
+                    held_entry_alive(h, e))
+                        (void) sched_attr_set(e->tid, &waiting);
+        }
+}
+
 size_t held_keep(Held *h, const HeldContext *ctx) {
         RegistryEntry *e;
         size_t n_new = 0;
@@ -705,9 +720,12 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
         }
         if (atomic_load(&h->gone) || pidfd_alive(h->pidfd) < 0) {
                 atomic_store(&h->gone, true);
-                /* Its cgroups go now rather than when the table drops it:
-                 * a tree's descendants that live on go back where they
-                 * came from (a loop reading the group fails and skips). */
+                /* A tree's members live on after its root: not one more
+                 * run at our priority, whatever the loop is doing. */
+                held_stand_down(h);
+                /* Its cgroups go now rather than when the table drops it,
+                 * if nobody lives on in them (a loop reading the group then
+                 * fails and skips). */
                 if (h->group && ctx->groups)
                         group_retire(ctx->groups, h->group);
                 return 0;

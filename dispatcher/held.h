@@ -149,6 +149,7 @@ typedef struct Held {
         bool inert;   /* failed its identity check: never promoted */
         bool kept;    /* keeper_collect()'s mark: a plan still names it */
         bool thread_taken; /* a thread scope's thread was registered once */
+        bool stood_down;   /* held_stand_down() done */
 
         /* Between the two. */
         SpscRing incoming; /* main → loop: RegistryEntry * */
@@ -217,6 +218,12 @@ void held_prepare(Held *h, const HeldContext *ctx);
  * and registers new threads (bounded by capacity) for the loop to take.
  * Returns the number of new ones. */
 size_t held_keep(Held *h, const HeldContext *ctx);
+/* Main thread: the reservation is over (its process exited, or the newest
+ * plan drops it, h->leaving): every thread registered for it that is
+ * real-time goes to the waiting policy now, once. The loop, which promotes
+ * it no more, demotes it too at its next change; a promotion under way at
+ * this very moment lasts at most to the end of its run. */
+void held_stand_down(Held *h);
 /* Main thread, once no loop refers to h any more: restores every thread it
  * registered to its original state, leaves its groups, closes and frees.
  * Accepts NULL. */

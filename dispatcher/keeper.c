@@ -156,8 +156,12 @@ int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, c
                 l->owned[i]->kept = false;
         for (size_t i = 0; i < p->n_entries; i++)
                 p->entries[i].held->kept = true;
-        for (size_t i = 0; i < l->n_owned; i++)
-                atomic_store(&l->owned[i]->leaving, !l->owned[i]->kept);
+        for (size_t i = 0; i < l->n_owned; i++) {
+                Held *h = l->owned[i];
+                atomic_store(&h->leaving, !h->kept);
+                if (!h->kept)
+                        held_stand_down(h);
+        }
         /* The loop may have taken the waiting one meanwhile: whatever it
          * runs now stays its own. */
         w = atomic_load(&l->plan_word);
