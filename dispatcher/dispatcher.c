@@ -889,6 +889,12 @@ static void apply_nice(Dispatcher *d, const DispatcherRunOptions *o) {
         snprintf(d->nice_why, sizeof(d->nice_why), "%s", why);
 }
 
+static void log_class_put_back(const DispatcherRunOptions *o, unsigned n) {
+        run_log(o, LOG_WARNING,
+                "%u thread(s) of reserved processes found in the real-time class behind a non-real-time policy "
+                "(born as their parent was promoted); put back in their own", n);
+}
+
 static bool any_owned(const Dispatcher *d) {
         for (uint32_t i = 0; i < d->n_loops; i++)
                 if (d->loops[i].n_owned > 0)
@@ -899,13 +905,17 @@ static bool any_owned(const Dispatcher *d) {
 /* The keeper's round for every loop: what they no longer run freed,
  * threads registered and taken back. */
 static void keep_all(Dispatcher *d) {
+        unsigned put_back = 0;
+
         for (uint32_t i = 0; i < d->n_loops; i++) {
                 CpuLoop *l = &d->loops[i];
                 if (!loop_running(l))
                         continue;
                 (void) keeper_collect(d->keeper, l);
-                (void) keeper_keep(d->keeper, l);
+                (void) keeper_keep(d->keeper, l, &put_back);
         }
+        if (put_back > 0 && d->run)
+                log_class_put_back(d->run, put_back);
 }
 
 /* A child born as its parent was first promoted runs in the real-time
@@ -928,10 +938,7 @@ static void class_check_run(MainLoop *m) {
                 unsigned n = sweep_reclass_table(d->scratch, d->config.reserve_root_processes, CLASS_CHECK_THREADS,
                                                  &m->class_cursor);
                 if (n > 0)
-                        run_log(m->o, LOG_WARNING,
-                                "%u thread(s) of reserved processes found in the real-time class behind a "
-                                "non-real-time policy (born as their parent was promoted); put back in their own",
-                                n);
+                        log_class_put_back(m->o, n);
         }
         uint64_t now = monotonic_ns();
         m->class_due_ns = now + MAX(CLASS_CHECK_NS, CLASS_CHECK_STRETCH * (now - started));

@@ -443,9 +443,13 @@ static void held_park(Held *h, pid_t tid, pid_t tgid) {
         if (!held_tid_alive(h, tid, tgid) || sched_attr_get(tid, &a) < 0 || sched_attr_is_realtime(&a) ||
             a.sched_policy == SCHED_IDLE || sched_attr_is_ours(&a))
                 return;
+        /* In the real-time class behind its policy (held_take_thread()):
+         * the policy set below puts it back in its own, and says so. */
+        bool leaked = sched_thread_class_leaked(tgid, tid) > 0;
         sched_attr_waiting_nice(&waiting);
         if (sched_attr_set(tid, &waiting) < 0)
                 return;
+        h->put_back += leaked;
         h->parked[h->n_parked++] = (HeldParked) { .tid = tid, .tgid = tgid, .orig = a };
 }
 
@@ -511,8 +515,8 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
         }
         /* Born in the real-time class behind its policy's back (its parent
          * turned real-time as it was being made): put in its own class. */
-        if (sched_thread_class_leaked(tgid, tid) > 0)
-                (void) sched_attr_reclass(tid);
+        if (sched_thread_class_leaked(tgid, tid) > 0 && sched_attr_reclass(tid) >= 0)
+                h->put_back++;
         /* The stat files the loop reads, opened here: a thread's own
          * (/proc/TID/... of a thread that is not the leader describes its
          * whole process). Its state for the runnable probe, which looks at

@@ -150,6 +150,9 @@ typedef struct Held {
         bool kept;    /* keeper_collect()'s mark: a plan still names it */
         bool thread_taken; /* a thread scope's thread was registered once */
         bool stood_down;   /* held_stand_down() done */
+        /* Threads found in the real-time class behind their policy and put
+         * back since the caller last took the count. */
+        unsigned put_back;
 
         /* Between the two. */
         SpscRing incoming; /* main → loop: RegistryEntry * */

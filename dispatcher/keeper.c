@@ -207,7 +207,7 @@ size_t keeper_collect(Keeper *k, CpuLoop *l) {
         return freed;
 }
 
-size_t keeper_keep(Keeper *k, CpuLoop *l) {
+size_t keeper_keep(Keeper *k, CpuLoop *l, unsigned *ret_put_back) {
         size_t n = 0;
 
         for (size_t i = 0; i < l->n_owned; i++) {
@@ -216,6 +216,8 @@ size_t keeper_keep(Keeper *k, CpuLoop *l) {
                         continue;
                 /* A gone one too: its groups go at once (held_keep()). */
                 (void) held_keep(h, &l->ctx);
+                *ret_put_back += h->put_back;
+                h->put_back = 0;
                 n++;
         }
         return n;

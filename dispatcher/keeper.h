@@ -35,8 +35,9 @@ int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, c
 /* Frees what l neither runs nor may take next. Returns how many. */
 size_t keeper_collect(Keeper *k, CpuLoop *l);
 /* Registers the threads that came, takes back the ones that went, and
- * settles reservations that wait for their group. Returns how many
- * reservations it looked at. */
-size_t keeper_keep(Keeper *k, CpuLoop *l);
+ * settles reservations that wait for their group. Adds to *ret_put_back
+ * the threads it found in the real-time class behind their policy and put
+ * back. Returns how many reservations it looked at. */
+size_t keeper_keep(Keeper *k, CpuLoop *l, unsigned *ret_put_back);
 /* After the loop has exited: restores and frees everything of l's. */
 void keeper_release_all(Keeper *k, CpuLoop *l);

@@ -738,6 +738,7 @@ typedef struct Stray {
         uint64_t tstart, first, last, scan;
         unsigned policy, prio;
         char comm[32];
+        bool dumped;
 } Stray;
 
 typedef struct Soak {
@@ -1047,6 +1048,19 @@ static void scan(Soak *k, bool grace) {
                 s->scan = k->scans;
                 s->policy = t->thread.policy;
                 s->prio = t->thread.rt_priority;
+                if (getenv("PACE_SOAK_DEBUG") && !s->dumped && s->last - s->first > 300 * NSEC_PER_MSEC) {
+                        char cmd[1024];
+                        s->dumped = true;
+                        printf("  DEBUG stray tid %d pid %d:\n", (int) s->tid, (int) s->pid);
+                        snprintf(cmd, sizeof(cmd), "grep -E 'PPid|State|Uid' /proc/%d/status; cat /proc/%d/cgroup | grep -E 'cpuacct|cpuset|::'; ps -o pid,ppid,cls,rtprio,ni,comm -p $(grep PPid /proc/%d/status | cut -f2) ; ps -eLo pid,tid,ppid,cls,rtprio,ni,comm | awk '$4==\"FF\"' | grep -v '\\[' | head; grep -c . %s/dispatcher.log; tail -4 %s/dispatcher.log",
+                                 (int) s->pid, (int) s->pid, (int) s->pid, k->s.broker.dir, k->s.broker.dir);
+                        fflush(stdout);
+                        (void) !system(cmd);
+                        printf("  table: ");
+                        for (size_t r = 0; r < k->table.n; r++)
+                                printf("%d/%u ", (int) k->table.res[r].pid, k->table.res[r].scope);
+                        printf("\n");
+                }
         }
         /* Not seen this time: demoted or gone. */
         for (size_t j = 0; j < k->n_open;)
