@@ -152,14 +152,28 @@ static unsigned demote_descendants(const Held *h, SweepWindow *window) {
                     proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, h->uid))
                         continue;
                 demoted += demote_process(kids[i], window ? 0 : rt_ceiling_of(kids[i]), window);
-                if (!window)
-                        thaw_scope_group(kids[i]);
         }
         return demoted;
 }
 
+/* Their scope groups thawed, once every thread is demoted. */
+static void thaw_descendants(const Held *h) {
+        static pid_t kids[1024];
+        size_t n = 0;
+
+        if (proc_list_descendants("/proc", h->pid, kids, ELEMENTSOF(kids), &n) < 0)
+                return;
+        for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++)
+                thaw_scope_group(kids[i]);
+}
+
 /* The table's processes, identity checked like a promotion: only the very
- * process the table names, never pid 1 or a kernel thread. */
+ * process the table names, never pid 1 or a kernel thread. Every thread is
+ * demoted before any cgroup is looked at: reading /proc/PID/cgroup waits
+ * for the kernel's cgroup lock, which a dying dispatcher's main thread
+ * (SCHED_OTHER, and with clients left at FIFO 98 on every CPU hardly
+ * running) may hold; the second client then stayed real-time 19 ms and,
+ * once, a second. */
 static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, SweepWindow *window) {
         HeldContext none = {};
         unsigned n = 0;
@@ -176,10 +190,18 @@ static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, SweepWind
                 if (!dir)
                         safe_close(taskfd);
                 n += demote_task_dir(dir, h->rt_ceiling, window);
-                if (!window)
-                        thaw_scope_group(h->pid);
                 if (h->scope == PACE_TABLE_SCOPE_TREE)
                         n += demote_descendants(h, window);
+                held_free(h, &none);
+        }
+        for (uint32_t i = 0; !window && i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++) {
+                Held *h;
+
+                if (held_new(&t->reservations[i], allow_root, 1, &h) < 0)
+                        continue;
+                thaw_scope_group(h->pid);
+                if (h->scope == PACE_TABLE_SCOPE_TREE)
+                        thaw_descendants(h);
                 held_free(h, &none);
         }
         return n;
