@@ -379,9 +379,12 @@ static void housekeeping_wanted(const HeldContext *ctx) {
 #define TASK_SLICES_PER_LOOK 2
 /* The longest record a thread id's entry can take (a 10-digit name). */
 #define LIST_MAX_RECLEN 32
-/* How often a reservation's threads are looked for while nothing tells the
- * main thread they came or went (a loop that sees one end asks at once). */
-#define KEEP_INTERVAL_NS (20 * NSEC_PER_MSEC)
+/* How long a reservation whose last look found no new thread goes
+ * without one (a loop that saw one of its threads end asks at once): what
+ * a thread born to a quiet process waits, at its parent's waiting policy,
+ * before it is registered; a look at a 10,000-thread process costs the
+ * main thread about 1 ms. */
+#define KEEP_QUIET_NS (200 * NSEC_PER_MSEC)
 
 struct linux_dirent64 {
         uint64_t d_ino;
@@ -718,9 +721,11 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
         if (h->inert)
                 return 0;
         /* What the loop let go: its thread exited (or was never ours). */
+        bool churned = false;
         while ((e = spsc_pop(&h->dropped))) {
                 held_mine_remove(h, e);
                 registry_release(ctx->registry, e, false);
+                churned = true;
         }
         if (atomic_load(&h->gone) || pidfd_alive(h->pidfd) < 0) {
                 atomic_store(&h->gone, true);
@@ -740,7 +745,16 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
         for (size_t i = 0; i < h->n_mine; i++)
                 if (!atomic_load(&h->mine[i]->dead) && !held_entry_alive(h, h->mine[i]))
                         atomic_store(&h->mine[i]->dead, true);
-        n_new = held_list(h, ctx);
+        /* Listing costs the kernel a dentry per thread listed: a process
+         * whose last look found nobody new is looked at again only after
+         * KEEP_QUIET_NS, unless threads went meanwhile (their places may
+         * be taken) or it is not settled yet. */
+        uint64_t now = monotonic_ns();
+        if (churned || now >= h->next_keep_ns || !atomic_load(&h->ready)) {
+                size_t parked = h->n_parked;
+                n_new = held_list(h, ctx);
+                h->next_keep_ns = n_new > 0 || h->n_parked != parked ? 0 : now + KEEP_QUIET_NS;
+        }
         /* After the listing: a thread's original affinity is recorded
          * before a cpuset narrows it. */
         if (!atomic_load(&h->ready))
