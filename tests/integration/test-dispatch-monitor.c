@@ -252,10 +252,10 @@ TEST(sigkill_demotes_within_10ms_and_resumes) {
  * 99, as one livelocked in the kernel on a /proc lookup does (the test hook
  * makes every loop spin from its next promotion on, both CPUs at once,
  * which a monitor at FIFO 99 would never get past): the monitor, a
- * SCHED_DEADLINE task, notices within its grace (stall.h: 20 ms, plus a
- * second look 2 ms later), puts the loops to SCHED_OTHER, kills the process
+ * SCHED_DEADLINE task, notices within its grace (stall.h: 100 ms, plus a
+ * second look 10 ms later), puts the loops to SCHED_OTHER, kills the process
  * and starts a new dispatcher, which dispatches both clients again. The
- * bound on what the monitor reports, 100 ms, leaves room for its timer and
+ * bound on what the monitor reports, 300 ms, leaves room for its timer and
  * the VM. The new dispatcher is a whole start (configuration, privileges,
  * sweeps, locking its memory) beside two spinning clients: 60-65 ms in
  * three runs here, 1.06 s in one CI run, so 2 s; the clients are then
@@ -320,8 +320,8 @@ TEST(a_loop_that_stops_advancing_is_demoted_and_replaced) {
                "dispatcher gone and a new one started %.0f ms after the hook, both clients real-time again at "
                "%.0f ms\n", late_ms, (double) replaced_ns / 1e6, (double) resumed_ns / 1e6);
         ASSERT_TRUE(said);
-        ASSERT_CMP(late_ms, >=, 20);
-        ASSERT_CMP(late_ms, <=, 100);
+        ASSERT_CMP(late_ms, >=, 100);
+        ASSERT_CMP(late_ms, <=, 300);
         ASSERT_TRUE(victim_gone);
         ASSERT_TRUE(next > 0 && next != victim);
         ASSERT_CMP(replaced_ns, <=, STALL_REPLACE_LIMIT_NS);

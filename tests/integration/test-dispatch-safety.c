@@ -544,7 +544,7 @@ TEST(wrong_owner_and_own_pid_are_ignored) {
  * up (±2 context switches for anything incidental, e.g. the log write). With
  * a frame of 4 ownership changes per 50 ms, about 80 wake-ups a second, not
  * one per 1 ms slot; the monitor's stall guard, counted apart, looks about
- * once per STALL_GRACE_NS (20 ms) while a loop is active: at most 60. */
+ * once per STALL_GRACE_NS (100 ms) while a loop is active: at most 60. */
 TEST(wakeups_idle_and_active) {
         DispatchEnv e;
 
