@@ -1048,6 +1048,10 @@ static void scan(Soak *k, bool grace) {
                 s->scan = k->scans;
                 s->policy = t->thread.policy;
                 s->prio = t->thread.rt_priority;
+                /* PACE_SOAK_DEBUG=1: what a stray is, once it has lasted 300
+                 * ms (its parent, cgroups, who else is real-time, the
+                 * dispatcher's last lines, the table): for the strays that
+                 * issue 25 still has open. */
                 if (getenv("PACE_SOAK_DEBUG") && !s->dumped && s->last - s->first > 300 * NSEC_PER_MSEC) {
                         char cmd[1024];
                         s->dumped = true;
