@@ -18,7 +18,6 @@ struct Keeper {
         bool *owner_live;
         uint32_t *owner_period;
         FrameScratch *owner_scratch;
-        bool *keep; /* per owned Held, while collecting */
 };
 
 int keeper_new(PaceStatsFile *stats, KeeperIgnored ignored, void *userdata, Keeper **ret) {
@@ -32,8 +31,7 @@ int keeper_new(PaceStatsFile *stats, KeeperIgnored ignored, void *userdata, Keep
         k->owner_live = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(bool));
         k->owner_period = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(uint32_t));
         k->owner_scratch = calloc(PACE_MAX_RESERVATIONS + 1, sizeof(FrameScratch));
-        k->keep = calloc(2 * PACE_MAX_RESERVATIONS, sizeof(bool));
-        if (!k->owner_live || !k->owner_period || !k->owner_scratch || !k->keep) {
+        if (!k->owner_live || !k->owner_period || !k->owner_scratch) {
                 keeper_free(k);
                 return -ENOMEM;
         }
@@ -47,7 +45,6 @@ Keeper *keeper_free(Keeper *k) {
         free(k->owner_live);
         free(k->owner_period);
         free(k->owner_scratch);
-        free(k->keep);
         free(k);
         return NULL;
 }
