@@ -75,6 +75,26 @@ static bool affinity_is_only(pid_t tid, int cpu) {
         return CPU_COUNT(&set) == 1 && CPU_ISSET(cpu, &set);
 }
 
+/* Thread i of a split reservation belongs to the loop of another piece
+ * now: that loop moved it to its CPU and demotes it. */
+static bool held_taken_elsewhere(const Held *h, const HeldContext *ctx, size_t i) {
+        const RegistryEntry *e = h->threads[i].entry;
+        return e->affinity_saved && atomic_load(&e->pinned_cpu) != ctx->cpu;
+}
+
+/* Revokes h for what thread i was found allowed, which the log says. */
+static void held_revoke(Held *h, size_t i) {
+        cpu_set_t set;
+
+        h->revoked = true;
+        h->revoked_tid = h->threads[i].tid;
+        h->revoked_cpus = 0;
+        if (sched_getaffinity(h->revoked_tid, sizeof(set), &set) == 0)
+                for (int c = 0; c < 64; c++)
+                        if (CPU_ISSET(c, &set))
+                                h->revoked_cpus |= UINT64_C(1) << c;
+}
+
 /* Promotes one held thread on this CPU. A piece of a split reservation on
  * this CPU first moves the thread here: pieces never coincide and a free
  * slot separates them, so the loop that had it has demoted it by now.
@@ -89,9 +109,13 @@ static int held_move_thread(Held *h, const HeldContext *ctx, size_t i, const Pac
                 cpu_set_t set;
                 CPU_ZERO(&set);
                 CPU_SET(ctx->cpu, &set);
+                /* Claimed before it is moved: the loop that had it, late
+                 * with its demotion (a vCPU held up by the host), then sees
+                 * the thread is ours now, and neither demotes it nor takes
+                 * the move for the thread's own (held_demote()). */
+                atomic_store(&entry->pinned_cpu, ctx->cpu);
                 if (sched_setaffinity(tid, sizeof(set), &set) < 0)
                         return negative_errno();
-                atomic_store(&entry->pinned_cpu, ctx->cpu);
         }
         return sched_attr_set(tid, running);
 }
@@ -186,19 +210,21 @@ int held_demote(Held *h, const HeldContext *ctx) {
         } else {
                 sched_attr_waiting_nice(&waiting);
                 for (size_t i = h->n_threads; i-- > 0;)
-                        if (sched_attr_set(h->threads[i].tid, &waiting) == -ESRCH)
+                        if (!held_taken_elsewhere(h, ctx, i) && sched_attr_set(h->threads[i].tid, &waiting) == -ESRCH)
                                 held_drop(h, i);
         }
 
         /* Unconfined, a member can move itself to another CPU while it
          * runs at our priority there; found at the end of its run, it has
-         * done so, and the reservation is never promoted again. */
+         * done so, and the reservation is never promoted again. Unless the
+         * loop of another piece claimed it meanwhile (held_move_thread()):
+         * the claim is looked at again after the affinity, which it
+         * precedes. */
         if (!held_confined(h))
                 for (size_t i = 0; i < h->n_threads; i++)
-                        if (h->threads[i].entry->affinity_saved &&
-                            atomic_load(&h->threads[i].entry->pinned_cpu) == ctx->cpu &&
-                            !affinity_is_only(h->threads[i].tid, ctx->cpu)) {
-                                h->revoked = true;
+                        if (h->threads[i].entry->affinity_saved && !held_taken_elsewhere(h, ctx, i) &&
+                            !affinity_is_only(h->threads[i].tid, ctx->cpu) && !held_taken_elsewhere(h, ctx, i)) {
+                                held_revoke(h, i);
                                 break;
                         }
         held_ask_keep(h, ctx);
@@ -211,7 +237,8 @@ bool held_thread_stays(Held *h, const HeldContext *ctx) {
         for (size_t i = 0; i < h->n_threads; i++)
                 if (!h->threads[i].entry->affinity_saved || !affinity_is_only(h->threads[i].tid, ctx->cpu)) {
                         /* Moved itself away, as at the end of a run. */
-                        h->revoked = h->threads[i].entry->affinity_saved;
+                        if (h->threads[i].entry->affinity_saved)
+                                held_revoke(h, i);
                         return false;
                 }
         return true;

@@ -178,6 +178,8 @@ typedef struct Held {
         size_t n_threads;
         bool running;
         bool revoked; /* a member ran somewhere else than its CPU */
+        pid_t revoked_tid;       /* which member, for the log */
+        uint64_t revoked_cpus; /* the CPUs it was found allowed (0-63) */
         unsigned rotation;
         bool logged;
         bool logged_unconfined;

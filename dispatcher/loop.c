@@ -183,9 +183,10 @@ static int loop_promote(CpuLoop *l, Held *to, int priority) {
                                  l->cpu, to->pid, to->id);
                 else if (r == -EPERM && to->revoked)
                         loop_log(l, LOG_WARNING,
-                                 "CPU %" PRIi32 ": a thread of pid %" PRIi32 " (reservation %" PRIu64
-                                 ") left CPU %" PRIi32 " while it ran at our priority; the reservation is "
-                                 "no longer promoted", l->cpu, to->pid, to->id, l->cpu);
+                                 "CPU %" PRIi32 ": thread %" PRIi32 " of pid %" PRIi32 " (reservation %" PRIu64
+                                 ") left CPU %" PRIi32 " while it ran at our priority (allowed CPUs 0x%" PRIx64
+                                 " when looked at); the reservation is no longer promoted",
+                                 l->cpu, to->revoked_tid, to->pid, to->id, l->cpu, to->revoked_cpus);
                 else
                         loop_log(l, LOG_ERR,
                                  "CPU %" PRIi32 ": cannot promote pid %" PRIi32 " (reservation %" PRIu64

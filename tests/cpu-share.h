@@ -66,6 +66,8 @@ static inline uint64_t share_cpu_idle_ns(int cpu) {
  * counts as others: it takes from every process on the CPU alike, and
  * where one of pids also runs on other CPUs the idle arithmetic alone
  * cannot see it. */
+static double share_last_others;
+
 static inline void share_measure(int cpu, const pid_t *pids, unsigned n, unsigned ms, double *ret) {
         double best_others = 1e9;
 
@@ -90,11 +92,19 @@ static inline void share_measure(int cpu, const pid_t *pids, unsigned n, unsigne
                 double stolen = 100.0 * (double) (share_cpu_stat_ns(cpu, 7) - s0) / (double) (t1 - t0);
                 others = MAX(others, stolen);
                 if (others < best_others) {
-                        best_others = others;
+                        best_others = share_last_others = others;
                         memcpy(ret, got, n * sizeof(double));
                 }
                 if (others <= 1.5)
                         return;
                 printf("  CPU %d busy with something else (%.1f points): measuring again\n", cpu, others);
         }
+}
+
+/* What others took in share_measure()'s window beyond the 1.5 points
+ * it allows: the most a reserved client can have lost to them (the
+ * host's steal, a neighbour's load on this shared VM) besides what pace
+ * owes it. For lower bounds on a grant only; upper bounds never give way. */
+static inline double share_foreign(void) {
+        return share_last_others > 1.5 ? share_last_others - 1.5 : 0.0;
 }

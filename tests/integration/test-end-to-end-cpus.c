@@ -143,7 +143,7 @@ static uint64_t cross_cpu_overlap_ns(const SplitLog *log) {
 typedef struct SplitResult {
         int status;
         unsigned pieces;
-        double piece_share[2], on_cpu[2], others[2], overlap_ms;
+        double piece_share[2], on_cpu[2], others[2], stolen[2], overlap_ms;
 } SplitResult;
 
 /* The client's time on `cpu` within [t0, t1], in ns. */
@@ -226,6 +226,7 @@ static void split_run(SplitResult *ret) {
                 double idle = 100.0 * (double) (share_cpu_idle_ns(c) - idle0[c]) / window;
                 double stolen = 100.0 * (double) (share_cpu_stat_ns(c, 7) - steal0[c]) / window;
                 res.others[c] = MAX(100.0 - client_share - hog_share - idle, stolen);
+                res.stolen[c] = stolen;
         }
         for (int c = 0; c < 2; c++) {
                 reap(hogs[c]);
@@ -240,9 +241,10 @@ static void split_run(SplitResult *ret) {
                 res.on_cpu[c] = 100.0 * (double) split_time_on(split_log, c, 0, UINT64_MAX) / (double) SPLIT_RUN_NS;
         res.overlap_ms = (double) cross_cpu_overlap_ns(split_log) / 1e6;
         printf("  split 60%% into %u pieces (CPU 0 %.0f%%, CPU 1 %.0f%%); ran %.2f%% on CPU 0 and %.2f%% on CPU 1, "
-               "%.2f%% in all over 4 s; on both CPUs at once: %.3f ms; others took %.2f and %.2f points\n",
+               "%.2f%% in all over 4 s; on both CPUs at once: %.3f ms; others took %.2f and %.2f points, "
+               "the host's steal %.2f and %.2f\n",
                res.pieces, res.piece_share[0], res.piece_share[1], res.on_cpu[0], res.on_cpu[1],
-               res.on_cpu[0] + res.on_cpu[1], res.overlap_ms, res.others[0], res.others[1]);
+               res.on_cpu[0] + res.on_cpu[1], res.overlap_ms, res.others[0], res.others[1], res.stolen[0], res.stolen[1]);
         *ret = res;
 }
 
@@ -276,13 +278,21 @@ TEST(a_split_reservation_runs_on_both_cpus_never_at_once) {
 
         ASSERT_TRUE(WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0);
         ASSERT_EQ(res.pieces, 2);
-        /* The whole grant, within 2 points; each CPU gave
-         * about its piece (3 points: the nice-19 leftovers of the free time
-         * land on whichever CPU the threads were last pinned to). */
-        ASSERT_CMP(res.on_cpu[0] + res.on_cpu[1], >=, 58.0);
+        /* The whole grant, within 2 points; each CPU gave about its piece
+         * (3 points: the nice-19 leftovers of the free time land on
+         * whichever CPU the threads were last pinned to). Only the lower
+         * bounds give way to what others took above the dispatcher's own
+         * 2.3 points (the host's steal, a neighbour's load: on this shared
+         * VM 3-9 points on a bad day, and the client lost up to as much of
+         * its runs), never the upper ones. A piece whose loop stopped
+         * promoting loses 20 points or more. */
+        double foreign[2];
+        for (int c = 0; c < 2; c++)
+                foreign[c] = MAX(res.others[c] - 2.3, 0.0);
+        ASSERT_CMP(res.on_cpu[0] + res.on_cpu[1], >=, 58.0 - foreign[0] - foreign[1]);
         ASSERT_CMP(res.on_cpu[0] + res.on_cpu[1], <=, 62.0);
         for (int c = 0; c < 2; c++) {
-                ASSERT_CMP(res.on_cpu[c], >=, res.piece_share[c] - 3.0);
+                ASSERT_CMP(res.on_cpu[c], >=, res.piece_share[c] - 3.0 - foreign[c]);
                 ASSERT_CMP(res.on_cpu[c], <=, res.piece_share[c] + 3.0);
         }
         /* Never on two CPUs at the same instant: both threads follow the
