@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -299,4 +300,45 @@ bool tid_listed(const pid_t *list, size_t n, pid_t tid) {
                 if (list[i] == tid)
                         return true;
         return false;
+}
+
+/* Removes a cgroup tree a dead or stopped instance left: children first;
+ * in each, thawed, its tasks moved to the hierarchy's root (their
+ * real-time threads demoted first: a task cannot join a group without
+ * real-time runtime at a real-time policy), its real-time runtime given
+ * back (a removed cpu group's runtime stays counted for a while
+ * otherwise), then removed. Works on v1 and v2 alike. */
+void remove_cgroup_tree(const char *root, const char *path) {
+        char sub[PATH_MAX], line[64];
+        DIR *d = opendir(path);
+        for (struct dirent *de; d && (de = readdir(d));)
+                if (de->d_type == DT_DIR && de->d_name[0] != '.') {
+                        snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+                        remove_cgroup_tree(root, sub);
+                }
+        if (d)
+                closedir(d);
+        snprintf(sub, sizeof(sub), "%s/freezer.state", path);
+        (void) write_string_file(sub, "THAWED");
+        snprintf(sub, sizeof(sub), "%s/cgroup.freeze", path);
+        (void) write_string_file(sub, "0");
+        bool v2 = access(sub, F_OK) == 0;
+        snprintf(sub, sizeof(sub), "%s/%s", path, v2 ? "cgroup.procs" : "tasks");
+        FILE *f = fopen(sub, "re");
+        while (f && fgets(line, sizeof(line), f)) {
+                char dest[PATH_MAX];
+                pid_t tid = (pid_t) atoi(line);
+                int policy = tid > 0 ? policy_of(tid) : -1;
+                if (policy == SCHED_FIFO || policy == SCHED_RR)
+                        (void) sched_setscheduler(tid, SCHED_OTHER, &(struct sched_param) { 0 });
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(dest, sizeof(dest), "%s/%s", root, v2 ? "cgroup.procs" : "tasks");
+                (void) write_string_file(dest, line);
+        }
+        if (f)
+                fclose(f);
+        snprintf(sub, sizeof(sub), "%s/cpu.rt_runtime_us", path);
+        (void) write_string_file(sub, "0");
+        if (rmdir(path) < 0 && errno != ENOENT)
+                printf("  could not remove %s: %s\n", path, strerror(errno));
 }

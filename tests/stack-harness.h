@@ -115,3 +115,5 @@ bool have_cpuacct(void);
 void reserved_hog(const void *arg);
 /* Whether tid is one of the n in list. */
 bool tid_listed(const pid_t *list, size_t n, pid_t tid);
+/* Removes cgroup tree path under root, its tasks moved to root first. */
+void remove_cgroup_tree(const char *root, const char *path);

@@ -97,34 +97,6 @@ static unsigned groups_present(const GroupNames *g) {
         return n;
 }
 
-/* Removes a cgroup tree a dead instance left: children first, each one's
- * tasks moved to the root and its real-time runtime given back first (a
- * removed cpu group's runtime stays counted for a while otherwise). */
-static void remove_cgroup_tree(const char *root, const char *path) {
-        char sub[PATH_MAX], line[64];
-        DIR *d = opendir(path);
-        for (struct dirent *de; d && (de = readdir(d));)
-                if (de->d_type == DT_DIR && de->d_name[0] != '.') {
-                        snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-                        remove_cgroup_tree(root, sub);
-                }
-        if (d)
-                closedir(d);
-        snprintf(sub, sizeof(sub), "%s/tasks", path);
-        FILE *f = fopen(sub, "re");
-        while (f && fgets(line, sizeof(line), f)) {
-                char dest[PATH_MAX];
-                line[strcspn(line, "\n")] = '\0';
-                snprintf(dest, sizeof(dest), "%s/tasks", root);
-                (void) write_string_file(dest, line);
-        }
-        if (f)
-                fclose(f);
-        snprintf(sub, sizeof(sub), "%s/cpu.rt_runtime_us", path);
-        (void) write_string_file(sub, "0");
-        if (rmdir(path) < 0 && errno != ENOENT)
-                printf("  could not remove %s: %s\n", path, strerror(errno));
-}
 
 static void remove_groups(const GroupNames *g) {
         for (unsigned i = 0; i < g->n; i++)

@@ -1535,42 +1535,6 @@ static size_t instance_dirs(const Soak *k, char (*out)[256], size_t max) {
         return n;
 }
 
-/* Removes a group tree this instance left: children first; in each, thawed,
- * its tasks moved to the hierarchy's root (their real-time threads demoted
- * first), its real-time runtime given back, then removed. */
-static void remove_group_tree(const char *root, const char *path) {
-        char sub[PATH_MAX], line[64];
-        DIR *d = opendir(path);
-        for (struct dirent *de; d && (de = readdir(d));)
-                if (de->d_type == DT_DIR && de->d_name[0] != '.') {
-                        snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-                        remove_group_tree(root, sub);
-                }
-        if (d)
-                closedir(d);
-        snprintf(sub, sizeof(sub), "%s/freezer.state", path);
-        (void) write_string_file(sub, "THAWED");
-        snprintf(sub, sizeof(sub), "%s/cgroup.freeze", path);
-        (void) write_string_file(sub, "0");
-        bool v2 = access(sub, F_OK) == 0;
-        snprintf(sub, sizeof(sub), "%s/%s", path, v2 ? "cgroup.procs" : "tasks");
-        FILE *f = fopen(sub, "re");
-        while (f && fgets(line, sizeof(line), f)) {
-                char dest[PATH_MAX];
-                pid_t tid = (pid_t) atoi(line);
-                if (tid > 0 && is_rt(policy_of(tid)))
-                        (void) sched_setscheduler(tid, SCHED_OTHER, &(struct sched_param) { 0 });
-                line[strcspn(line, "\n")] = '\0';
-                snprintf(dest, sizeof(dest), "%s/%s", root, v2 ? "cgroup.procs" : "tasks");
-                (void) write_string_file(dest, line);
-        }
-        if (f)
-                fclose(f);
-        snprintf(sub, sizeof(sub), "%s/cpu.rt_runtime_us", path);
-        (void) write_string_file(sub, "0");
-        if (rmdir(path) < 0 && errno != ENOENT)
-                printf("  could not remove %s: %s\n", path, strerror(errno));
-}
 
 static void remove_instance_groups(const Soak *k) {
         char dirs[32][256];
@@ -1579,7 +1543,7 @@ static void remove_instance_groups(const Soak *k) {
                 char root[256];
                 snprintf(root, sizeof(root), "%s", dirs[i]);
                 *strrchr(root, '/') = '\0';
-                remove_group_tree(root, dirs[i]);
+                remove_cgroup_tree(root, dirs[i]);
         }
 }
 
