@@ -1003,11 +1003,15 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
         size_t watched = (d->groups ? group_set_housekeep(d->groups, o->make_scope, o->userdata, why, sizeof(why)) :
                                       0) +
                          tree_set_housekeep(d->trees);
+        /* Only the lists stretch the rounds: the keeper's own work is
+         * spaced per reservation (KEEP_QUIET_NS), and a round slowed by it
+         * (registering a restarted dispatcher's clients, say) must not
+         * leave a reservation that is not ready waiting a second. */
+        uint64_t took = monotonic_ns() - started;
         if (why[0])
                 run_log(o, LOG_WARNING, "%s; the reservation's members are found in /proc", why);
         keep_all(d);
         watched += any_owned(d);
-        uint64_t took = monotonic_ns() - started;
         if (m->class_due_ns > 0 && monotonic_ns() >= m->class_due_ns)
                 class_check_run(m);
         if (watched > 0) {

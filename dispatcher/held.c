@@ -753,7 +753,11 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
         if (churned || now >= h->next_keep_ns || !atomic_load(&h->ready)) {
                 size_t parked = h->n_parked;
                 n_new = held_list(h, ctx);
-                h->next_keep_ns = n_new > 0 || h->n_parked != parked ? 0 : now + KEEP_QUIET_NS;
+                /* Nobody registered yet is not quiet: a listing that
+                 * found its members and could not take them (they were
+                 * being demoted by a dying predecessor's monitor, say)
+                 * looks again at the next round. */
+                h->next_keep_ns = n_new > 0 || h->n_parked != parked || h->n_mine == 0 ? 0 : now + KEEP_QUIET_NS;
         }
         /* After the listing: a thread's original affinity is recorded
          * before a cpuset narrows it. */
