@@ -425,13 +425,14 @@ static int parked_find(const Held *h, pid_t tid) {
  * their own policy they would take free time that is non-real-time work's
  * wherever no cpu controller weighs the reservation's members down (the
  * unified hierarchy without one, the /proc fallback): the soak test saw a
- * 51-thread client take 99-141% of a CPU that way. So the main thread puts
- * each once at the waiting policy, recording what it had, and gives that
- * back with the reservation (held_free()). Real-time policies are left to
- * the sweeps; at most HELD_PARKED_MAX per reservation. tgid as for
- * held_take_thread(). */
+ * 51-thread client take 99-141% of a CPU that way, and at nice 19 still
+ * half the free time beside a nice-0 hog. So the main thread puts each
+ * once at SCHED_IDLE (sched_attr_parked()), recording what it had, and
+ * gives that back with the reservation (held_free()). Real-time policies
+ * are left to the sweeps; at most HELD_PARKED_MAX per reservation. tgid as
+ * for held_take_thread(). */
 static void held_park(Held *h, pid_t tid, pid_t tgid) {
-        PaceSchedAttr a, waiting;
+        PaceSchedAttr a, parked;
 
         if (h->n_parked == HELD_PARKED_MAX || parked_find(h, tid) >= 0)
                 return;
@@ -444,13 +445,19 @@ static void held_park(Held *h, pid_t tid, pid_t tgid) {
         if (!h->parked && !(h->parked = calloc(HELD_PARKED_MAX, sizeof(HeldParked))))
                 return;
         if (!held_tid_alive(h, tid, tgid) || sched_attr_get(tid, &a) < 0 || sched_attr_is_realtime(&a) ||
-            a.sched_policy == SCHED_IDLE || sched_attr_is_ours(&a))
+            sched_attr_is_parked(&a))
                 return;
+        /* Our waiting policy, inherited from a registered creator: what it
+         * gets back is what the process's main thread had (as in
+         * registry_acquire()). Skipped, it would be looked up again at every
+         * round. */
+        if (sched_attr_is_ours(&a))
+                a = h->main_orig_set ? h->main_orig : (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
         /* In the real-time class behind its policy (held_take_thread()):
          * the policy set below puts it back in its own, and says so. */
         bool leaked = sched_thread_class_leaked(tgid, tid) > 0;
-        sched_attr_waiting_nice(&waiting);
-        if (sched_attr_set(tid, &waiting) < 0)
+        sched_attr_parked(&parked);
+        if (sched_attr_set(tid, &parked) < 0)
                 return;
         h->put_back += leaked;
         h->parked[h->n_parked++] = (HeldParked) { .tid = tid, .tgid = tgid, .orig = a };
@@ -462,7 +469,8 @@ static void held_unpark_all(Held *h) {
         for (size_t i = 0; i < h->n_parked; i++) {
                 const HeldParked *p = &h->parked[i];
                 PaceSchedAttr now;
-                if (held_tid_alive(h, p->tid, p->tgid) && sched_attr_get(p->tid, &now) == 0 && sched_attr_is_ours(&now))
+                if (held_tid_alive(h, p->tid, p->tgid) && sched_attr_get(p->tid, &now) == 0 &&
+                    (sched_attr_is_parked(&now) || sched_attr_is_ours(&now)))
                         (void) sched_attr_set(p->tid, &p->orig);
         }
         h->n_parked = 0;
@@ -481,10 +489,15 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
                 held_park(h, tid, tgid);
                 return 0;
         }
-        /* Registered now: the registry records its state from here on. */
+        /* Registered now: the registry records its state from here on,
+         * which is the one it had before it was parked. */
         int k = parked_find(h, tid);
-        if (k >= 0)
+        if (k >= 0) {
+                PaceSchedAttr now;
+                if (sched_attr_get(tid, &now) == 0 && sched_attr_is_parked(&now))
+                        (void) sched_attr_set(tid, &h->parked[k].orig);
                 h->parked[k] = h->parked[--h->n_parked];
+        }
         _cleanup_close_ int proc_pidfd = -EBADF;
         if (tgid != h->pid) {
                 /* Another process of the tree: its owner is checked anew,
@@ -745,19 +758,23 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
         for (size_t i = 0; i < h->n_mine; i++)
                 if (!atomic_load(&h->mine[i]->dead) && !held_entry_alive(h, h->mine[i]))
                         atomic_store(&h->mine[i]->dead, true);
-        /* Listing costs the kernel a dentry per thread listed: a process
-         * whose last look found nobody new is looked at again only after
+        /* Listing costs the kernel a dentry per thread listed: a full
+         * reservation (max_threads_per_reservation registered) whose last
+         * look found nobody new is looked at again only after
          * KEEP_QUIET_NS, unless threads went meanwhile (their places may
-         * be taken) or it is not settled yet. */
+         * be taken) or it is not settled yet; its newcomers could only be
+         * parked. One with room is looked at every round (HOUSEKEEPING_NS),
+         * so that a new thread is promoted within about a frame; that
+         * costs at most max_threads_per_reservation dentries a round. A
+         * listing that found members and could not take them (being
+         * demoted by a dying predecessor's monitor, say) is not quiet
+         * either. */
         uint64_t now = monotonic_ns();
         if (churned || now >= h->next_keep_ns || !atomic_load(&h->ready)) {
                 size_t parked = h->n_parked;
                 n_new = held_list(h, ctx);
-                /* Nobody registered yet is not quiet: a listing that
-                 * found its members and could not take them (they were
-                 * being demoted by a dying predecessor's monitor, say)
-                 * looks again at the next round. */
-                h->next_keep_ns = n_new > 0 || h->n_parked != parked || h->n_mine == 0 ? 0 : now + KEEP_QUIET_NS;
+                bool full = h->n_mine >= h->capacity;
+                h->next_keep_ns = n_new > 0 || h->n_parked != parked || !full ? 0 : now + KEEP_QUIET_NS;
         }
         /* After the listing: a thread's original affinity is recorded
          * before a cpuset narrows it. */

@@ -56,6 +56,17 @@ void sched_attr_waiting_nice(PaceSchedAttr *ret) {
         };
 }
 
+void sched_attr_parked(PaceSchedAttr *ret) {
+        *ret = (PaceSchedAttr) {
+                .sched_policy = SCHED_IDLE,
+                .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
+        };
+}
+
+bool sched_attr_is_parked(const PaceSchedAttr *a) {
+        return a->sched_policy == SCHED_IDLE && (a->sched_flags & PACE_SCHED_FLAG_RESET_ON_FORK);
+}
+
 bool sched_attr_is_ours(const PaceSchedAttr *a) {
         if (a->sched_policy == SCHED_FIFO &&
             (a->sched_priority == PACE_RUNNING_PRIORITY || a->sched_priority == PACE_SERVER_PRIORITY))

@@ -52,6 +52,13 @@ void sched_attr_running(PaceSchedAttr *ret);
  * PACE_SERVER_PRIORITY), reset on fork. */
 void sched_attr_running_at(int priority, PaceSchedAttr *ret);
 void sched_attr_waiting_nice(PaceSchedAttr *ret);
+/* What a thread past a reservation's capacity waits at (held.c): SCHED_IDLE,
+ * reset on fork. Weight 3 against nice 19's 15: on a host where no cpu
+ * controller weighs a reservation's members down, 60 of them at nice 19
+ * took half the free time from a nice-0 process; parked, they take a
+ * sixth of what they took. */
+void sched_attr_parked(PaceSchedAttr *ret);
+bool sched_attr_is_parked(const PaceSchedAttr *a);
 bool sched_attr_is_ours(const PaceSchedAttr *a);
 /* SCHED_FIFO, SCHED_RR or SCHED_DEADLINE. */
 bool sched_attr_is_realtime(const PaceSchedAttr *a);

@@ -11,8 +11,9 @@
  *
  * Here: thread count and thread churn. Whatever the dispatcher does per
  * thread of a reservation, at every promotion, at SCHED_FIFO 99, is paid by
- * the CPU's other processes. And a thread the kernel runs in the real-time
- * class behind a non-real-time policy, which no policy check sees. */
+ * the CPU's other processes. A thread the kernel runs in the real-time
+ * class behind a non-real-time policy, which no policy check sees. And
+ * threads past max_threads_per_reservation, which wait at SCHED_IDLE. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -243,6 +244,105 @@ TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
         ASSERT_TRUE(put_back);
         ASSERT_CMP(after_ms, <=, 2500.0);
         ASSERT_EQ(logged, 1);
+}
+
+/* Threads past max_threads_per_reservation: never promoted, and parked at
+ * SCHED_IDLE meanwhile (held.c, held_park()), so that where no cpu
+ * controller weighs a reservation's members down they do not take the
+ * free time from everyone else; what they had comes back with the end of
+ * the reservation. */
+#define CAP_EXTRA_THREADS 6
+
+static void *cap_sleeper(void *arg) {
+        for (;;)
+                pause();
+        return NULL;
+}
+
+static void cap_client(const void *arg) {
+        /* One thread when it is reserved (the broker refuses a process
+         * with more than the cap), the rest once told. */
+        while (!atomic_load(&sh->release))
+                sleep_ms(1);
+        for (int i = 0; i < CAP_EXTRA_THREADS; i++) {
+                pthread_t t;
+                if (pthread_create(&t, NULL, cap_sleeper, NULL) == 0)
+                        atomic_fetch_add(&sh->threads, 1);
+        }
+        for (;;)
+                pause();
+}
+
+/* Threads of pid at SCHED_IDLE, and threads at SCHED_OTHER nice 0. */
+static void count_policies(pid_t pid, unsigned *ret_idle, unsigned *ret_plain) {
+        char path[64];
+        *ret_idle = *ret_plain = 0;
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        DIR *d = opendir(path);
+        for (struct dirent *de; d && (de = readdir(d));) {
+                pid_t tid = atoi(de->d_name);
+                if (tid <= 0)
+                        continue;
+                int pol = policy_of(tid);
+                errno = 0;
+                int nice = getpriority(PRIO_PROCESS, (id_t) tid);
+                *ret_idle += pol == SCHED_IDLE;
+                *ret_plain += pol == SCHED_OTHER && errno == 0 && nice == 0;
+        }
+        if (d)
+                closedir(d);
+}
+
+TEST(threads_past_the_cap_wait_at_sched_idle_and_get_their_policy_back) {
+        Stack s = {};
+        pace *p = NULL;
+        pace_grant g;
+        unsigned idle = 0, plain = 0;
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        alarm(CASE_ALARM_S);
+        shared_reset();
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1], \"reserve_root_processes\": true, "
+                             "\"max_threads_per_reservation\": 2 }");
+        pid_t client = spawn(cap_client, NULL);
+        ASSERT_OK(pace_connect(s.broker.socket, &p));
+        pace_reserve_params params = { .period_ns = 20 * NSEC_PER_MSEC, .utilization_ppm = 100000, .pid = client,
+                                       .cpu = STACK_CPU };
+        ASSERT_OK(pace_reserve(p, &params, &g));
+        atomic_store(&sh->release, 1);
+        /* 7 threads, 2 registered: 5 past the cap. The main thread lists a
+         * process again within its quiet time (200 ms) of a change. */
+        uint64_t t0 = monotonic_ns(), end = t0 + 3 * NSEC_PER_SEC;
+        while (monotonic_ns() < end) {
+                count_policies(client, &idle, &plain);
+                if (atomic_load(&sh->threads) == CAP_EXTRA_THREADS && idle >= CAP_EXTRA_THREADS - 1)
+                        break;
+                sleep_ms(10);
+        }
+        double parked_ms = (double) (monotonic_ns() - t0) / 1e6;
+        unsigned idle_reserved = idle, plain_reserved = plain;
+        /* The end of the reservation gives them back what they had. */
+        ASSERT_OK(pace_release(p, g.id));
+        t0 = monotonic_ns();
+        end = t0 + 3 * NSEC_PER_SEC;
+        while (monotonic_ns() < end) {
+                count_policies(client, &idle, &plain);
+                if (idle == 0 && plain == CAP_EXTRA_THREADS + 1)
+                        break;
+                sleep_ms(10);
+        }
+        double back_ms = (double) (monotonic_ns() - t0) / 1e6;
+        pace_close(p);
+        reap(client);
+        stack_stop(&s);
+        alarm(0);
+        printf("  %u threads, cap 2: %u at SCHED_IDLE after %.0f ms (%u at SCHED_OTHER nice 0); released: %u at "
+               "SCHED_IDLE, %u at SCHED_OTHER nice 0 after %.0f ms\n",
+               atomic_load(&sh->threads) + 1, idle_reserved, parked_ms, plain_reserved, idle, plain, back_ms);
+        ASSERT_EQ(idle_reserved, CAP_EXTRA_THREADS - 1);
+        ASSERT_EQ(idle, 0);
+        ASSERT_EQ(plain, CAP_EXTRA_THREADS + 1);
 }
 
 /* The dispatcher's real-time thread for cpu: SCHED_FIFO, held to it. */
