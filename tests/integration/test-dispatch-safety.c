@@ -542,9 +542,13 @@ TEST(wrong_owner_and_own_pid_are_ignored) {
 
 /* Idle means idle: with an empty table, no thread of the dispatcher wakes
  * up (±2 context switches for anything incidental, e.g. the log write). With
- * a frame of 4 ownership changes per 50 ms, about 80 wake-ups a second, not
- * one per 1 ms slot; the monitor's stall guard, counted apart, looks about
- * once per STALL_GRACE_NS (100 ms) while a loop is active: at most 60. */
+ * a frame of 4 ownership changes per 50 ms, about 80 wake-ups a second of
+ * the loop, not one per 1 ms slot (1,000); beside them the main thread's
+ * housekeeping rounds (20 a second while a reservation has a group), its
+ * look at the reserved threads' classes (1), and a loop preempted by the
+ * stall guard (one switch for each of the guard's own): at most 130. The
+ * guard, counted apart, looks about once per STALL_GRACE_NS (100 ms) while
+ * a loop is active: at most 60. */
 TEST(wakeups_idle_and_active) {
         DispatchEnv e;
 
@@ -576,7 +580,7 @@ TEST(wakeups_idle_and_active) {
         env_cleanup(&e);
         ASSERT_CMP(idle, <=, 2);
         ASSERT_CMP(active, >=, 70);
-        ASSERT_CMP(active, <=, 100);
+        ASSERT_CMP(active, <=, 130);
         ASSERT_CMP(guard_idle, <=, 2);
         ASSERT_CMP(guard_active, <=, 60);
 }

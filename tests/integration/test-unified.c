@@ -201,7 +201,7 @@ TEST(strict_mode_on_a_unified_host_holds_a_spinner_to_its_grant) {
          * task next returns to user space, which costs each run a little
          * (measured 58.97% with 2.2 points of foreign load on the CPU);
          * half a point more for that noise below. */
-        ASSERT_CMP(sh[0], >=, 58.5);
+        ASSERT_CMP(sh[0], >=, 58.5 - share_foreign());
         ASSERT_CMP(sh[0], <=, 61.0);
 }
 
