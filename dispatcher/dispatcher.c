@@ -714,6 +714,7 @@ typedef struct MainLoop {
         int inotify_fd;
         unsigned retries;
         uint64_t look_every_ns;
+        uint64_t tick_next_ns; /* watch_tick()'s next look */
         /* When the next look for threads in the real-time class behind
          * their policy is due (0: none, no reservations). */
         uint64_t class_due_ns;
@@ -840,6 +841,18 @@ static void watch(MainLoop *m, bool probe) {
         }
 }
 
+/* The look, from inside a long call on the main thread (the manager's
+ * answer to a scope request): as the look timer would, no more often. */
+static void watch_tick(void *userdata) {
+        MainLoop *m = userdata;
+        uint64_t now = monotonic_ns();
+
+        if (m->look_every_ns == 0 || now < m->tick_next_ns)
+                return;
+        m->tick_next_ns = now + m->look_every_ns;
+        watch(m, false);
+}
+
 static int on_look(sd_event_source *s, uint64_t usec, void *userdata) {
         MainLoop *m = userdata;
         uint64_t every_usec = m->look_every_ns / NSEC_PER_USEC, next = usec + every_usec, now = monotonic_ns() / NSEC_PER_USEC;
@@ -850,6 +863,7 @@ static int on_look(sd_event_source *s, uint64_t usec, void *userdata) {
                 next += every_usec;
         (void) sd_event_source_set_time(s, next);
         (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        m->tick_next_ns = monotonic_ns() + m->look_every_ns;
         watch(m, false);
         return 0;
 }
@@ -1302,11 +1316,16 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         if (r < 0)
                 return r;
 
+        if (o->set_scope_tick)
+                o->set_scope_tick(o->userdata, watch_tick, &m);
+
         /* Before the loops see any table: nothing of ours is running yet. */
         sweep(d, o, true);
 
         check_soon(&m);
         r = sd_event_loop(m.event);
+        if (o->set_scope_tick)
+                o->set_scope_tick(o->userdata, NULL, NULL); /* m ends with us */
         if (r < 0)
                 return r;
 

@@ -49,6 +49,11 @@ typedef struct DispatcherRunOptions {
          * thread) for a delegated scope holding pid's tree; see
          * group_set_housekeep(). NULL: no scopes, members found in /proc. */
         int (*make_scope)(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size);
+        /* Hands make_scope the main thread's watchdog look (tick(), with
+         * tick_userdata), for it to call while it waits on the manager: a
+         * busy manager has taken over 2 s (WatchdogSec) to answer. May be
+         * NULL. */
+        void (*set_scope_tick)(void *userdata, void (*tick)(void *tick_userdata), void *tick_userdata);
         void *userdata;
 } DispatcherRunOptions;
 

@@ -141,6 +141,7 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                                                            LOOP_HANG_NONE,
                 .stopping = on_stopping,
                 .make_scope = scope_make,
+                .set_scope_tick = scope_set_tick,
                 .userdata = &ready_fd,
         };
         if (run.test_hooks)

@@ -47,6 +47,70 @@ static int append_property_s(sd_bus_message *m, const char *name, const char *va
  * where the tree was (orig, the client's unit): the manager moves them
  * after it, a few rounds for what they fork meanwhile. Best effort: one
  * left behind runs outside the reservation, at its own policy. */
+/* The main thread's watchdog look, for the waits below: one process, one
+ * main thread, one scope request at a time. */
+static void (*tick_fn)(void *);
+static void *tick_userdata;
+
+void scope_set_tick(void *userdata, void (*tick)(void *tick_userdata), void *tick_userdata_) {
+        tick_fn = tick;
+        tick_userdata = tick_userdata_;
+}
+
+static void tick(void) {
+        if (tick_fn)
+                tick_fn(tick_userdata);
+}
+
+typedef struct CallState {
+        bool done;
+        sd_bus_message *reply;
+} CallState;
+
+static int on_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        CallState *c = userdata;
+
+        c->done = true;
+        c->reply = sd_bus_message_ref(reply);
+        return 0;
+}
+
+/* sd_bus_call(), looking (tick()) every 100 ms while the manager has not
+ * answered: a manager busy with its own work (a loaded machine, an
+ * emulated one) has taken over 2 s, the watchdog's limit. */
+static int bus_call_ticking(sd_bus *bus, sd_bus_message *m, uint64_t timeout_usec, sd_bus_error *ret_error,
+                            sd_bus_message **ret_reply) {
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        CallState c = {};
+        int r;
+
+        r = sd_bus_call_async(bus, &slot, m, on_reply, &c, timeout_usec);
+        if (r < 0)
+                return r;
+        while (!c.done) {
+                r = sd_bus_process(bus, NULL);
+                if (r < 0)
+                        return r;
+                if (r > 0)
+                        continue;
+                tick();
+                r = sd_bus_wait(bus, 100 * 1000);
+                if (r < 0 && r != -EINTR)
+                        return r;
+        }
+        r = sd_bus_message_get_errno(c.reply);
+        if (r > 0) {
+                (void) sd_bus_error_copy(ret_error, sd_bus_message_get_error(c.reply));
+                sd_bus_message_unref(c.reply);
+                return -r;
+        }
+        if (ret_reply)
+                *ret_reply = c.reply;
+        else
+                sd_bus_message_unref(c.reply);
+        return 1;
+}
+
 static void attach_stragglers(sd_bus *bus, const char *name, pid_t pid, const char *orig) {
         static pid_t kids[SCOPE_MAX_PIDS];
 
@@ -73,7 +137,7 @@ static void attach_stragglers(sd_bus *bus, const char *name, pid_t pid, const ch
                         r = sd_bus_message_append(m, "u", (uint32_t) kids[i]);
                 if (r >= 0)
                         r = sd_bus_message_close_container(m);
-                if (r < 0 || sd_bus_call(bus, m, 5 * 1000000ULL, NULL, NULL) < 0)
+                if (r < 0 || bus_call_ticking(bus, m, 5 * 1000000ULL, NULL, NULL) < 0)
                         return;
         }
 }
@@ -144,7 +208,7 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
         if (r < 0)
                 return r;
-        r = sd_bus_call(bus, m, 5 * 1000000ULL, &error, &reply);
+        r = bus_call_ticking(bus, m, 5 * 1000000ULL, &error, &reply);
         /* A restarted dispatcher asks again for a scope its predecessor
          * got: the process is in it already. */
         if (r < 0 && !sd_bus_error_has_name(&error, "org.freedesktop.systemd1.UnitExists"))
@@ -166,6 +230,7 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
                                 return k < 0 || (size_t) k >= size ? -ENAMETOOLONG : 0;
                         }
                 }
+                tick();
                 nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
         }
         return -ETIMEDOUT;

@@ -17,3 +17,6 @@
  * manager runs (its units are not the system manager's to move from).
  * The dispatcher's edge: libsystemd here, never in the core library. */
 int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size);
+/* What scope_make() calls while it waits on the manager (the watchdog's
+ * look); NULL: nothing. */
+void scope_set_tick(void *userdata, void (*tick)(void *tick_userdata), void *tick_userdata);
