@@ -171,6 +171,7 @@ typedef struct Held {
         _Atomic bool leaving;
         _Atomic bool grouped;    /* a group holds the members (set before ready) */
         _Atomic bool confined;   /* a cpuset of its one CPU holds them */
+        _Atomic bool begun;      /* members wait at nice 19 from registration on (held_settle()) */
 
         /* The loop's. */
         HeldThread *threads;
