@@ -38,8 +38,17 @@
 /* The dispatch threads plus, in case, the main thread. */
 #define MAX_WATCHED (PACE_MAX_CPUS + 1u)
 #define MAX_RESTARTS_KEPT 64u
-/* While a dying dispatcher's last thread exits, say so once after this. */
+/* A dispatcher that died (not one stopping in order) and is still exiting
+ * after this is left to exit on its own: see watch_child(). */
 #define EXIT_SLOW_MS 2000
+/* Dead dispatchers still exiting, reaped when they are done. */
+#define MAX_DYING 4u
+
+typedef struct Dying {
+        pid_t pid;
+        int pidfd;
+        uint64_t since_ns; /* when its death was noticed */
+} Dying;
 
 typedef struct Monitor {
         const MonitorOptions *o;
@@ -75,6 +84,8 @@ typedef struct Monitor {
         uint64_t sweep_ns;
         uint64_t restarts[MAX_RESTARTS_KEPT];
         unsigned n_restarts;
+        Dying dying[MAX_DYING];
+        unsigned n_dying;
 } Monitor;
 
 /* Every line says it is the monitor's: fmt is a literal. */
@@ -328,6 +339,26 @@ static int on_died(sd_event_source *s, int fd, uint32_t revents, void *userdata)
         return sd_event_exit(sd_event_source_get_event(s), 0);
 }
 
+/* A dead dispatcher left exiting (watch_child()) has exited: reaped. */
+static int on_dying_exited(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Monitor *m = userdata;
+
+        for (unsigned i = 0; i < m->n_dying; i++) {
+                Dying *d = &m->dying[i];
+                if (d->pidfd != fd)
+                        continue;
+                while (waitpid(d->pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                mlog(m, LOG_INFO, "the dispatcher pid %d that died before has exited, %" PRIu64 " ms after its death",
+                     (int) d->pid, (uint64_t) ((monotonic_ns() - d->since_ns) / NSEC_PER_MSEC));
+                (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
+                safe_close(d->pidfd);
+                m->dying[i] = m->dying[--m->n_dying];
+                break;
+        }
+        return 0;
+}
+
 /* Until a dispatch thread or the process is gone. Of what one wake-up
  * brings the pipe comes first (an orderly stop announces itself before
  * any thread exits), then a death, then a signal. */
@@ -335,11 +366,15 @@ static int watch_deaths(Monitor *m) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_(sd_event_source_unrefp) sd_event_source *sig = NULL, *ready = NULL, *child = NULL,
                                           *stall = NULL;
+        sd_event_source *dying[MAX_DYING] = {};
         int r;
 
         r = sd_event_new(&e);
         if (r < 0)
                 return r;
+        /* Added first, released last: on_dying_exited() may close the fd. */
+        for (unsigned i = 0; i < m->n_dying; i++)
+                (void) sd_event_add_io(e, &dying[i], m->dying[i].pidfd, EPOLLIN, on_dying_exited, m);
         r = sd_event_add_io(e, &sig, m->sfd, EPOLLIN, on_signal, m);
         if (r < 0)
                 return r;
@@ -360,6 +395,8 @@ static int watch_deaths(Monitor *m) {
         stall_guard_watch(m->guard, 0);
         close_threads(m);
         m->event = NULL;
+        for (unsigned i = 0; i < MAX_DYING; i++)
+                sd_event_source_disable_unref(dying[i]);
         return r;
 }
 
@@ -375,9 +412,17 @@ static int watch_child(Monitor *m) {
                 mlog(m, LOG_ERR, "cannot watch dispatcher pid %d: %s", (int) m->child, strerror(-r));
 
         /* The main thread may still be exiting (it is SCHED_OTHER, and its
-         * memory is locked): nothing of it can promote any more. */
+         * memory is locked): nothing of it can promote any more, since its
+         * dispatch threads are gone (or, stalled, were put to SCHED_OTHER
+         * and killed) and it never promotes. One that died and is still at
+         * it after EXIT_SLOW_MS is left to finish on its own and reaped
+         * later (on_dying_exited()), so that dispatching resumes: once, a
+         * SIGKILLed dispatcher's last thread took 21.6 s to exit under the
+         * soak test's churn, and every reservation waited for it; a thread
+         * stuck in the kernel may take longer. One stopping in order, or
+         * with us, is waited for: its exit status decides what comes next. */
         uint64_t t0 = monotonic_ns();
-        bool slow = false;
+        bool slow = false, left = false;
         for (;;) {
                 struct pollfd p = { .fd = m->pidfd, .events = POLLIN };
                 r = poll(&p, 1, slow ? -1 : EXIT_SLOW_MS);
@@ -385,15 +430,23 @@ static int watch_child(Monitor *m) {
                         break;
                 if (r == 0 && !slow) {
                         slow = true;
-                        mlog(m, LOG_WARNING, "dispatcher pid %d still exiting after %d ms",
-                             (int) m->child, EXIT_SLOW_MS);
+                        left = m->swept && !m->orderly && !m->stopping && m->n_dying < MAX_DYING;
+                        mlog(m, LOG_WARNING, "dispatcher pid %d still exiting after %d ms%s", (int) m->child,
+                             EXIT_SLOW_MS, left ? ": left to exit on its own, reaped when it has" : "");
+                        if (left)
+                                break;
                 }
                 if (r < 0 && errno != EINTR)
                         break;
         }
         uint64_t exit_ns = monotonic_ns() - t0;
-        while (waitpid(m->child, &status, 0) < 0 && errno == EINTR)
-                ;
+        if (left) {
+                m->dying[m->n_dying++] = (Dying) { .pid = m->child, .pidfd = m->pidfd, .since_ns = t0 };
+                m->pidfd = -EBADF;
+                status = SIGKILL; /* as a wait status: killed by it */
+        } else
+                while (waitpid(m->child, &status, 0) < 0 && errno == EINTR)
+                        ;
         m->pidfd = safe_close(m->pidfd);
         m->ready_fd = safe_close(m->ready_fd);
 
@@ -405,21 +458,25 @@ static int watch_child(Monitor *m) {
                      (int) m->stall.tid, m->stall.cpu, (uint64_t) (m->stall.late_ns / NSEC_PER_MSEC),
                      m->stall.demoted, (int) m->child);
         if (m->swept) {
-                char how[64];
-                if (WIFSIGNALED(status))
+                char how[64], exited[64];
+                if (left)
+                        snprintf(how, sizeof(how), "died");
+                else if (WIFSIGNALED(status))
                         snprintf(how, sizeof(how), "died of signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
                 else
                         snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
+                snprintf(exited, sizeof(exited), left ? "still exiting after %" PRIu64 " ms" :
+                                                        "its last thread exited %" PRIu64 " ms later",
+                         (uint64_t) (exit_ns / NSEC_PER_MSEC));
                 if (m->sweep_error < 0 && m->sweep_error != -ENOENT)
                         mlog(m, LOG_ERR, "dispatcher pid %d %s; cannot read the table %s: %s",
                              (int) m->child, how, m->table_path, strerror(-m->sweep_error));
                 else
                         mlog(m, m->demoted > 0 ? LOG_WARNING : LOG_INFO,
                              "dispatcher pid %d %s; %u thread(s) demoted from SCHED_FIFO %d to SCHED_OTHER, %u "
-                             "freezer group(s) thawed, %" PRIu64 " us after noticing; its last thread exited %" PRIu64
-                             " ms later",
+                             "freezer group(s) thawed, %" PRIu64 " us after noticing; %s",
                              (int) m->child, how, m->demoted, PACE_RUNNING_PRIORITY, m->groups,
-                             (uint64_t) (m->sweep_ns / NSEC_PER_USEC), (uint64_t) (exit_ns / NSEC_PER_MSEC));
+                             (uint64_t) (m->sweep_ns / NSEC_PER_USEC), exited);
                 (void) freezer_v1_sweep(m->o->freezer, true);
                 if (m->o->group_name)
                         (void) group_set_remove(m->o->group_name);

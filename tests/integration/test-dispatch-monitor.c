@@ -15,6 +15,10 @@
  * returns to SCHED_OTHER at once. Spinning is kept short (about 4 s). */
 
 #include <dirent.h>
+#include <unistd.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 
 #include "cpu-share.h"
 #include "sched-util.h"
@@ -339,6 +343,118 @@ TEST(a_loop_that_stops_advancing_is_demoted_and_replaced) {
 /* systemd stops the main pid, the monitor: the dispatcher stops in order
  * (restoring its clients), the monitor exits with its status, nothing stays
  * real-time and no dispatcher is left. */
+/* Writes text to path; whether it worked. */
+static bool write_text(const char *path, const char *text) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        bool ok = write(fd, text, strlen(text)) == (ssize_t) strlen(text);
+        close(fd);
+        return ok;
+}
+
+#define FREEZER_V1 "/sys/fs/cgroup/freezer"
+
+/* A killed dispatcher whose last thread takes long to exit (once 21.6 s
+ * under the soak test's churn; a thread stuck in the kernel may take
+ * longer): its dispatch threads are gone and its clients demoted, so the
+ * monitor starts the next dispatcher after EXIT_SLOW_MS (2 s) without it,
+ * and reaps it when it has exited. Made slow here by freezing its main
+ * thread in a v1 freezer group of the test's own, where SIGKILL does not
+ * reach it until thawed. */
+TEST(a_dispatcher_slow_to_exit_is_not_waited_for) {
+        DispatchEnv e;
+        char group[128], path[192], state[32] = "";
+
+        DISPATCH_REQUIRE();
+        if (access(FREEZER_V1 "/tasks", F_OK) < 0)
+                TEST_SKIP("no v1 freezer hierarchy at " FREEZER_V1);
+        env_init(&e, CONFIG_2CPUS);
+        pin_to(-1);
+        env_start(&e);
+        if (!env_wait_log(&e, "monitor: watching dispatcher pid", 2000)) {
+                env_dump_log(&e);
+                env_cleanup(&e);
+                TEST_FAIL_("no monitor");
+        }
+        env_create_table(&e);
+        pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
+        publish_both(&e, client);
+        if (!env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000)) {
+                env_dump_log(&e);
+                env_cleanup(&e);
+                TEST_FAIL_("table not adopted");
+        }
+
+        pid_t victim = monitor_child(e.dispatcher);
+        ASSERT_TRUE(victim > 0);
+        snprintf(group, sizeof(group), FREEZER_V1 "/pace-test-slow-exit-%d", (int) getpid());
+        ASSERT_TRUE(mkdir(group, 0755) == 0 || errno == EEXIST);
+        snprintf(path, sizeof(path), "%s/tasks", group);
+        char tid[16];
+        snprintf(tid, sizeof(tid), "%d", (int) victim);
+        bool moved = write_text(path, tid), frozen = false;
+        snprintf(path, sizeof(path), "%s/freezer.state", group);
+        if (moved && write_text(path, "FROZEN"))
+                for (int i = 0; i < 200 && !frozen; i++) {
+                        FILE *f = fopen(path, "re");
+                        frozen = f && fgets(state, sizeof(state), f) && strncmp(state, "FROZEN", 6) == 0;
+                        if (f)
+                                fclose(f);
+                        if (!frozen)
+                                usleep(5000);
+                }
+
+        /* Killed with its main thread frozen: the dispatch threads die,
+         * the process does not exit. */
+        /* Sampled at FIFO 99 (the clients hold both CPUs in their slots):
+         * real-time again 100 ms after the kill. The monitor demoted both
+         * within a millisecond (the test above) and the old process
+         * promotes nothing more, so only a new dispatcher can have. (The
+         * monitor has two children meanwhile.) Within enter_fifo99()'s 5 s
+         * alarm. */
+        uint64_t t0 = 0, resumed = 0;
+        bool seen[2] = { false, false };
+        if (frozen) {
+                enter_fifo99();
+                t0 = monotonic_ns();
+                kill(victim, SIGKILL);
+                while (!(seen[0] && seen[1]) && monotonic_ns() < t0 + 4500 * 1000000ULL) {
+                        if (monotonic_ns() > t0 + 100 * 1000000ULL) {
+                                seen[0] = seen[0] || is_fifo(client[0]);
+                                seen[1] = seen[1] || is_fifo(client[1]);
+                        }
+                        nap(SAMPLE_NS);
+                }
+                if (seen[0] && seen[1])
+                        resumed = monotonic_ns() - t0;
+                leave_fifo99();
+        }
+        bool victim_alive = kill(victim, 0) == 0;
+
+        /* Thawed, it exits; the monitor reaps it. */
+        (void) write_text(path, "THAWED");
+        bool reaped = env_wait_log(&e, "that died before has exited", 3000);
+        bool monitor_alive = waitpid(e.dispatcher, NULL, WNOHANG) == 0;
+        print_monitor_lines(&e, "monitor: ");
+        if (!resumed || !reaped)
+                env_dump_log(&e);
+        env_cleanup(&e);
+        for (int i = 0; i < 100 && rmdir(group) < 0 && errno == EBUSY; i++)
+                usleep(10000);
+        printf("  main thread frozen: %s; killed: dispatching again after %.0f ms, the old process still there "
+               "meanwhile: %s; reaped once thawed: %s\n", frozen ? "yes" : state, (double) resumed / 1e6,
+               victim_alive ? "yes" : "no", reaped ? "yes" : "no");
+        ASSERT_TRUE(frozen);
+        ASSERT_TRUE(victim_alive);
+        ASSERT_TRUE(resumed > 0);
+        /* EXIT_SLOW_MS, then a whole start: 2 s plus RESUME_LIMIT_NS. */
+        ASSERT_CMP(resumed, <=, 2 * NSEC_PER_SEC + RESUME_LIMIT_NS);
+        ASSERT_TRUE(reaped);
+        ASSERT_TRUE(monitor_alive);
+        ASSERT_TRUE(access(group, F_OK) < 0);
+}
+
 TEST(sigterm_to_monitor_stops_everything) {
         DispatchEnv e;
 
