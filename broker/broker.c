@@ -49,7 +49,7 @@ int broker_new(const BrokerOptions *options, Broker **ret) {
         b->hooks = options->hooks;
         b->next_id = 1;
         b->runtime_dir_fd = -EBADF;
-        b->delegate_uid = geteuid();
+        b->delegate_uid = options->delegate_uid;
         b->proc_root = strdup(options->proc_root ? options->proc_root : "/proc");
         if (!b->proc_root)
                 return -ENOMEM;

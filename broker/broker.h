@@ -52,6 +52,11 @@ typedef struct BrokerOptions {
         const PaceConfig *config; /* cpus resolved */
         int runtime_dir_fd;       /* where the table is created; -1: no table (fuzzing) */
         const char *proc_root;    /* "/proc" */
+        /* Who besides root may ask on behalf of another process (pace-rtkit's
+         * uid, the broker's own); 0: root alone. Never a uid that other
+         * daemons share (nobody): whoever runs as it could speak for anyone,
+         * root's processes included. */
+        uid_t delegate_uid;
         BrokerHooks hooks;
 } BrokerOptions;
 

@@ -25,7 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* The target is this process, which runs as root under CI: without
          * the key every reservation would stop at the root-process check. */
         config.reserve_root_processes = !(size > 0 && (data[0] & 2));
-        BrokerOptions options = { .config = &config, .runtime_dir_fd = -1, .proc_root = "/proc" };
+        BrokerOptions options = { .config = &config, .runtime_dir_fd = -1, .proc_root = "/proc",
+                                  .delegate_uid = geteuid() };
         if (broker_new(&options, &b) < 0)
                 abort();
 

@@ -221,6 +221,35 @@ static int cap_own_resources(void) {
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cap_t, cap_free);
 
+/* The overflow uid, as the kernel calls "nobody": 65534 unless set. */
+static uid_t overflow_uid(void) {
+        char buf[32];
+        if (read_small_file("/proc/sys/kernel/overflowuid", buf, sizeof(buf)) >= 0)
+                return (uid_t) strtoul(buf, NULL, 10);
+        return 65534;
+}
+
+/* Who besides root may ask on behalf of another process: the uid we run
+ * as (pace-rtkit runs as user pace too), unless other daemons share it.
+ * Many run as nobody, the fallback where there is no user pace: trusting
+ * it let any of them reserve for root's processes (issue 26). Returns 0
+ * (root alone) then, and says why in ret_why. */
+static uid_t delegate_uid_for(uid_t self, char *ret_why, size_t size) {
+        const struct passwd *pw = getpwuid(self);
+
+        if (self == 0) {
+                snprintf(ret_why, size, "root alone (the broker runs as root)");
+                return 0;
+        }
+        if (self == overflow_uid() || (pw && strcmp(pw->pw_name, "nobody") == 0)) {
+                snprintf(ret_why, size, "root alone: uid %u (nobody) is shared with other daemons; run the broker "
+                         "as user pace for pace-rtkit", (unsigned) self);
+                return 0;
+        }
+        snprintf(ret_why, size, "root and uid %u (%s)", (unsigned) self, pw ? pw->pw_name : "no name");
+        return self;
+}
+
 /* Started as root by hand (systemd starts it as User=pace): the broker needs
  * no privilege at all once its socket is bound, so it becomes an ordinary
  * user with no capabilities, an empty bounding set and no_new_privs, and
@@ -338,7 +367,9 @@ static int run(int argc, char **argv) {
         /* A client that hangs up mid-reply must not kill us. */
         signal(SIGPIPE, SIG_IGN);
 
+        char delegates[200];
         ServerOptions options = {
+                .delegate_uid = delegate_uid_for(geteuid(), delegates, sizeof(delegates)),
                 .config = &config,
                 .listen_fd = listen_fd,
                 .runtime_dir_fd = dir_fd,
@@ -359,6 +390,7 @@ static int run(int argc, char **argv) {
         snprintf(slot, sizeof(slot), "%lluus", (unsigned long long) (config.slot_ns / NSEC_PER_USEC));
         log_fmt(PROGRAM, LOG_INFO, "ready: %s, %u CPU(s), slot %s, non-RT share %u.%02u%%", arg.runtime_dir,
                 config.n_cpus, slot, config.non_rt_share_ppm / 10000, (config.non_rt_share_ppm / 100) % 100);
+        log_fmt(PROGRAM, LOG_INFO, "on behalf of others may ask: %s", delegates);
         (void) sd_notify(0, "READY=1\nSTATUS=Serving reservations");
 
         r = sd_event_loop(event);

@@ -54,10 +54,15 @@ static int delegated_peer(Broker *b, const BrokerPeer *delegate, const Pace__Cal
         ProcOwner owner;
         int r;
 
-        if (delegate->uid != 0 && delegate->uid != b->delegate_uid)
+        if (!is_delegate(b, delegate)) {
+                if (b->delegate_uid == 0)
+                        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                                      "uid %u may not ask on behalf of another process; only root may (this broker "
+                                      "has no user of its own: run it as user pace)", (unsigned) delegate->uid);
                 return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                               "uid %u may not ask on behalf of another process; only root and pace's own "
                               "services (uid %u) may", (unsigned) delegate->uid, (unsigned) b->delegate_uid);
+        }
         if (caller->pid <= 1)
                 return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
                               "on_behalf_of names pid %" PRIi32 ", not a user process", caller->pid);

@@ -388,6 +388,7 @@ int server_new(sd_event *event, const ServerOptions *options, Server **ret) {
                 .config = options->config,
                 .runtime_dir_fd = options->runtime_dir_fd,
                 .proc_root = options->proc_root,
+                .delegate_uid = options->delegate_uid,
                 .hooks = {
                         .userdata = s,
                         .watch_pidfd = watch_pidfd,

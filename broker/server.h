@@ -26,6 +26,7 @@ typedef struct ServerOptions {
         /* Where the online CPUs are listed, polled every second for hotplug
          * (NULL: /sys/devices/system/cpu/online). */
         const char *cpu_online_path;
+        uid_t delegate_uid; /* BrokerOptions.delegate_uid */
         /* Reads the configuration anew (for reloads); NULL: no reloading. */
         int (*load_config)(void *userdata, PaceConfig *ret, char *why, size_t why_size);
 } ServerOptions;

@@ -118,8 +118,8 @@ int broker_launch(BrokerInstance *b) {
                 return -errno;
         if (b->pid == 0) {
                 harness_redirect_output(b->log);
-                if (geteuid() == 0 && !b->keep_root && (setgroups(0, NULL) < 0 || setgid(HARNESS_BROKER_UID) < 0 ||
-                                       setuid(HARNESS_BROKER_UID) < 0))
+                if (geteuid() == 0 && !b->keep_root && (setgroups(0, NULL) < 0 || setgid(b->run_as) < 0 ||
+                                       setuid(b->run_as) < 0))
                         _exit(126);
                 /* After setuid, which clears it: a test that dies takes its broker along. */
                 prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -157,12 +157,13 @@ static int broker_spawn(BrokerInstance *b) {
         return -ETIMEDOUT;
 }
 
-static int broker_prepare_full(BrokerInstance *b, const char *config_json, bool keep_root) {
+static int broker_prepare_full(BrokerInstance *b, const char *config_json, bool keep_root, uid_t run_as) {
         const char *exe = getenv("PACE_BROKER");
         int r;
 
         memset(b, 0, sizeof(*b));
         b->keep_root = keep_root;
+        b->run_as = run_as;
         if (!exe)
                 return -ENOENT;
         snprintf(b->dir, sizeof(b->dir), "/tmp/pace-test-XXXXXX");
@@ -191,29 +192,33 @@ static int broker_prepare_full(BrokerInstance *b, const char *config_json, bool 
                 if (r < 0)
                         return r;
         }
-        if (geteuid() == 0 && !keep_root && chown(b->dir, HARNESS_BROKER_UID, HARNESS_BROKER_UID) < 0)
+        if (geteuid() == 0 && !keep_root && chown(b->dir, run_as, run_as) < 0)
                 return -errno;
         b->with_config = config_json != NULL;
         return 0;
 }
 
 int broker_prepare(BrokerInstance *b, const char *config_json) {
-        return broker_prepare_full(b, config_json, false);
+        return broker_prepare_full(b, config_json, false, HARNESS_BROKER_UID);
 }
 
-static int broker_start_full(BrokerInstance *b, const char *config_json, bool keep_root) {
-        int r = broker_prepare_full(b, config_json, keep_root);
+static int broker_start_full(BrokerInstance *b, const char *config_json, bool keep_root, uid_t run_as) {
+        int r = broker_prepare_full(b, config_json, keep_root, run_as);
         if (r < 0)
                 return r;
         return broker_spawn(b);
 }
 
 int broker_start(BrokerInstance *b, const char *config_json) {
-        return broker_start_full(b, config_json, false);
+        return broker_start_full(b, config_json, false, HARNESS_BROKER_UID);
+}
+
+int broker_start_as(BrokerInstance *b, const char *config_json, uid_t uid) {
+        return broker_start_full(b, config_json, false, uid);
 }
 
 int broker_start_as_root(BrokerInstance *b, const char *config_json) {
-        return broker_start_full(b, config_json, true);
+        return broker_start_full(b, config_json, true, 0);
 }
 
 int broker_restart(BrokerInstance *b, int sig) {

@@ -16,7 +16,9 @@
 #include "pace.pb-c.h"
 #include "pace/pace.h"
 
-#define HARNESS_BROKER_UID 65534 /* nobody */
+/* A uid of the broker's own, as user pace would be: the broker trusts it as
+ * a delegate. Not nobody, whom it never trusts (issue 26). */
+#define HARNESS_BROKER_UID 60099
 
 typedef struct BrokerInstance {
         pid_t pid;
@@ -26,6 +28,7 @@ typedef struct BrokerInstance {
         char log[300];
         int with_config;
         int keep_root; /* run as root is: the broker drops its privileges itself */
+        uid_t run_as;  /* as root: the uid it runs as (HARNESS_BROKER_UID) */
 } BrokerInstance;
 
 /* A broker that is still running when the test exits, e.g. after a failed
@@ -33,6 +36,8 @@ typedef struct BrokerInstance {
 
 /* config_json NULL: no --config at all (built-in defaults). */
 int broker_start(BrokerInstance *b, const char *config_json);
+/* As broker_start(), but a root caller starts the broker as uid. */
+int broker_start_as(BrokerInstance *b, const char *config_json, uid_t uid);
 /* As broker_start(), but a root caller starts the broker as root. */
 int broker_start_as_root(BrokerInstance *b, const char *config_json);
 /* The two halves of broker_start(), for a test that watches the start-up

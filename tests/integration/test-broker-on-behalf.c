@@ -3,7 +3,7 @@
  * RealtimeKit1 caller) and nice levels, over a real broker socket: only a
  * delegate may speak for someone, the process it names must be the one it
  * says, and everything is judged as if that process had asked: ownership,
- * per-user limits, rate limits. As root the broker runs as nobody, so root
+ * per-user limits, rate limits. As root the broker runs as a uid of its own (HARNESS_BROKER_UID), so root
  * is a delegate and uid OTHER_UID is not. */
 #include <pthread.h>
 #include <signal.h>
@@ -279,6 +279,39 @@ ON_BEHALF_TEST(only_a_delegate_speaks_for_another, config_default) {
         ASSERT_EQ(n_reservations(fd), 1);
 
         child_stop(&c);
+}
+
+/* Issue 26, case 1: with no user pace the broker runs as nobody, as many
+ * daemons do; taking nobody's word let any of them reserve for root's
+ * processes (a root spinner made SCHED_FIFO 98 and pinned). Nobody is never
+ * a delegate; a uid of the broker's own (user pace, pace-rtkit's) is. */
+TEST(nobody_is_never_a_delegate_but_the_brokers_own_user_is) {
+        BrokerInstance b;
+        char msg[600];
+
+        if (geteuid() != 0)
+                TEST_SKIP("needs root: callers of several uids");
+        Child victim = child_start(0, false, 0);
+        OnBehalf o;
+        on_behalf_init(&o, 0, victim.pid, victim.pid, victim.tid);
+
+        ASSERT_OK(broker_start_as(&b, config_default, 65534));
+        ASSERT_EQ(exchange_as(65534, b.socket, &o.req, msg, sizeof(msg)), PACE__ERROR_CODE__ERROR_PERMISSION_DENIED);
+        ASSERT_CONTAINS(msg, "only root may");
+        assert_broker_log_contains(&b, "on behalf of others may ask: root alone: uid 65534 (nobody)");
+        int fd = raw_connect(b.socket);
+        ASSERT_EQ(n_reservations(fd), 0);
+        close(fd);
+        broker_stop(&b);
+
+        ASSERT_OK(broker_start_as(&b, config_default, HARNESS_BROKER_UID));
+        assert_broker_log_contains(&b, "on behalf of others may ask: root and uid 60099");
+        ASSERT_EQ(exchange_as(HARNESS_BROKER_UID, b.socket, &o.req, msg, sizeof(msg)), 0);
+        fd = raw_connect(b.socket);
+        ASSERT_EQ(n_reservations(fd), 1);
+        close(fd);
+        broker_stop(&b);
+        child_stop(&victim);
 }
 
 ON_BEHALF_TEST(the_named_caller_must_be_who_the_delegate_says, config_default) {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The whole stack on the real kernel: pace-broker (as nobody) admits through
+/* The whole stack on the real kernel: pace-broker (as a uid of its own) admits through
  * pace-run, publishes the table, pace-dispatcher enforces it. Root only;
  * every process it starts is pinned to CPU 1, bounded in time and reaped.
  *

@@ -71,6 +71,8 @@ static Broker *broker_for(FakeEmbedder *f, uint32_t max_requests_per_second) {
                 .config = &config,
                 .runtime_dir_fd = -1,
                 .proc_root = "/proc",
+                /* The test speaks as itself for others (self_peer()). */
+                .delegate_uid = getuid(),
                 .hooks = {
                         .userdata = f,
                         .watch_pidfd = fake_watch,
