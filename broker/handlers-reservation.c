@@ -46,6 +46,13 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                         NULL, ret_refusal);
         if (r != 0)
                 return r;
+        /* Whose it is before anything grows with it: a tree's count reads a
+         * file per thread, and any pid may be named (issue 26: another
+         * user's status request waited 8.5 s behind tree requests for
+         * 20,000-thread strangers). */
+        r = target_permitted(b, peer, pid, ret_info, &reserve_words, ret_refusal);
+        if (r != 0)
+                return r;
         uint32_t threads = 1;
         if (scope == PACE_TABLE_SCOPE_THREAD) {
                 char task[96];
@@ -54,19 +61,18 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 if (stat(task, &st) < 0)
                         return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_NO_SUCH_PROCESS,
                                       "pid %" PRIi32 " has no thread %" PRIi32, (int32_t) pid, req->tid);
-        } else if ((scope == PACE_TABLE_SCOPE_TREE ? proc_count_tree_threads(b->proc_root, pid, 4096, &threads)
+        } else if ((scope == PACE_TABLE_SCOPE_TREE ? proc_count_tree_threads(b->proc_root, pid,
+                                                                             b->config.max_threads_per_reservation,
+                                                                             4096, &threads)
                                                    : proc_count_threads(b->proc_root, pid, &threads)) == 0 &&
                    threads > b->config.max_threads_per_reservation)
                 return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_LIMIT_EXCEEDED,
-                              "pid %" PRIi32 " has %" PRIu32 " threads%s; a reservation covers at most %" PRIu32
+                              "pid %" PRIi32 " has %s%" PRIu32 " threads%s; a reservation covers at most %" PRIu32
                               " (max_threads_per_reservation): the dispatcher moves each of them at every "
-                              "switch", (int32_t) pid, threads,
+                              "switch", (int32_t) pid, scope == PACE_TABLE_SCOPE_TREE ? "at least " : "", threads,
                               scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
                               b->config.max_threads_per_reservation);
         *ret_threads = threads;
-        r = target_permitted(b, peer, pid, ret_info, &reserve_words, ret_refusal);
-        if (r != 0)
-                return r;
         for (size_t i = 0; i < b->n_reservations; i++) {
                 const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
                 /* Same pid, even with another start time: that one's exit

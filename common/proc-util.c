@@ -133,42 +133,47 @@ int proc_count_threads(const char *proc_root, pid_t pid, uint32_t *ret) {
         return 0;
 }
 
+/* Appends the children of process pid (every thread's children file) to
+ * out, which holds *n of max. Whether pid's task directory could be read. */
+static bool list_children(const char *proc_root, pid_t pid, pid_t *out, size_t max, size_t *n) {
+        char path[160];
+        DIR *d;
+
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/task", proc_root, (int32_t) pid);
+        d = opendir(path);
+        if (!d)
+                return false;
+        for (struct dirent *de; (de = readdir(d));) {
+                char cpath[PATH_MAX], buf[4096];
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(cpath, sizeof(cpath), "%s/%s/children", path, de->d_name);
+                int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                ssize_t k = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+                if (k <= 0)
+                        continue;
+                buf[k] = '\0';
+                for (char *q = buf, *end; *q; q = end) {
+                        long v = strtol(q, &end, 10);
+                        if (end == q)
+                                break;
+                        if (v > 1 && *n < max)
+                                out[(*n)++] = (pid_t) v;
+                }
+        }
+        closedir(d);
+        return true;
+}
+
 int proc_list_descendants(const char *proc_root, pid_t pid, pid_t *out, size_t max, size_t *ret_n) {
         size_t n = 0, head = 0;
 
         for (pid_t cur = pid;; cur = out[head++]) {
-                char path[160];
-                DIR *d;
-
-                snprintf(path, sizeof(path), "%s/%" PRIi32 "/task", proc_root, (int32_t) cur);
-                d = opendir(path);
-                if (!d) {
-                        if (cur == pid)
-                                return errno == ENOENT ? -ESRCH : negative_errno();
-                } else {
-                        for (struct dirent *de; (de = readdir(d));) {
-                                char cpath[PATH_MAX], buf[4096];
-                                if (de->d_name[0] < '0' || de->d_name[0] > '9')
-                                        continue;
-                                snprintf(cpath, sizeof(cpath), "%s/%s/children", path, de->d_name);
-                                int fd = open(cpath, O_RDONLY | O_CLOEXEC);
-                                if (fd < 0)
-                                        continue;
-                                ssize_t k = read(fd, buf, sizeof(buf) - 1);
-                                close(fd);
-                                if (k <= 0)
-                                        continue;
-                                buf[k] = '\0';
-                                for (char *q = buf, *end; *q; q = end) {
-                                        long v = strtol(q, &end, 10);
-                                        if (end == q)
-                                                break;
-                                        if (v > 1 && n < max)
-                                                out[n++] = (pid_t) v;
-                                }
-                        }
-                        closedir(d);
-                }
+                if (!list_children(proc_root, cur, out, max, &n) && cur == pid)
+                        return errno == ENOENT ? -ESRCH : negative_errno();
                 if (head >= n)
                         break;
         }
@@ -176,23 +181,31 @@ int proc_list_descendants(const char *proc_root, pid_t pid, pid_t *out, size_t m
         return 0;
 }
 
-int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret) {
+int proc_count_tree_threads(const char *proc_root, pid_t pid, uint32_t max_threads, size_t max_processes,
+                            uint32_t *ret) {
         _cleanup_free_ pid_t *kids = calloc(max_processes ? max_processes : 1, sizeof(pid_t));
-        uint32_t total, threads;
-        size_t n;
+        uint32_t total = 0, threads;
+        size_t n = 0, head = 0;
         int r;
 
         if (!kids)
                 return -ENOMEM;
-        r = proc_count_threads(proc_root, pid, &total);
-        if (r < 0)
-                return r;
-        r = proc_list_descendants(proc_root, pid, kids, max_processes ? max_processes - 1 : 0, &n);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < n; i++)
-                if (proc_count_threads(proc_root, kids[i], &threads) == 0) /* may have exited meanwhile */
+        for (pid_t cur = pid;; cur = kids[head++]) {
+                r = proc_count_threads(proc_root, cur, &threads);
+                if (r < 0 && cur == pid)
+                        return r;
+                if (r == 0) { /* a descendant may have exited meanwhile */
                         total += threads;
+                        /* Over the limit: that is the whole answer. Listing
+                         * this process's children would read one file per
+                         * thread, as many as its owner likes. */
+                        if (total > max_threads)
+                                break;
+                        (void) list_children(proc_root, cur, kids, max_processes, &n);
+                }
+                if (head >= n)
+                        break;
+        }
         *ret = total;
         return 0;
 }

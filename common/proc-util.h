@@ -40,8 +40,11 @@ int proc_cgroup_v2_path(const char *text, char *ret, size_t size);
 int write_string_file(const char *path, const char *text);
 
 /* Threads of pid and all its descendants (/proc/P/task/T/children), at most
- * max_processes processes visited. */
-int proc_count_tree_threads(const char *proc_root, pid_t pid, size_t max_processes, uint32_t *ret);
+ * max_processes processes visited. Stops once the count passes max_threads
+ * (*ret is then more than max_threads, not the whole count): the reads grow
+ * with the threads looked at, and a caller needs no more than that. */
+int proc_count_tree_threads(const char *proc_root, pid_t pid, uint32_t max_threads, size_t max_processes,
+                            uint32_t *ret);
 
 /* A process's credentials as the kernel holds them, from the text of its
  * /proc/PID/status: the real, effective, saved and file-system uids (the

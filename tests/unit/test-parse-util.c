@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 
 #include "macro.h"
 #include "parse-util.h"
@@ -455,6 +458,57 @@ TEST(cgroup_v2_path) {
         ASSERT_ERR(proc_cgroup_v2_path("2:cpu:/\n1:name=systemd:/\n", p, sizeof(p)), -ENOENT);
         ASSERT_ERR(proc_cgroup_v2_path("0::/a/very/long/path/that/does/not/fit/in/the/buffer/given/here", p, 8),
                    -ENAMETOOLONG);
+}
+
+/* A fake /proc: process pid with n task directories, each with a children
+ * file listing kids (or, trap: a FIFO, which blocks whoever opens it). */
+static void fake_process(const char *root, pid_t pid, unsigned n, const char *kids, bool trap) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%d", root, (int) pid);
+        ASSERT_OK(mkdir(path, 0755));
+        snprintf(path, sizeof(path), "%s/%d/task", root, (int) pid);
+        ASSERT_OK(mkdir(path, 0755));
+        for (unsigned i = 0; i < n; i++) {
+                snprintf(path, sizeof(path), "%s/%d/task/%u", root, (int) pid, (unsigned) pid + i);
+                ASSERT_OK(mkdir(path, 0755));
+                snprintf(path, sizeof(path), "%s/%d/task/%u/children", root, (int) pid, (unsigned) pid + i);
+                if (trap) {
+                        ASSERT_OK(mkfifo(path, 0644));
+                        continue;
+                }
+                FILE *f = fopen(path, "we");
+                ASSERT_TRUE(f);
+                fputs(i == 0 ? kids : "", f);
+                fclose(f);
+        }
+}
+
+/* A tree's thread count stops at the limit: past it, a process's children
+ * are not listed, which would read one file per thread of it (issue 26: a
+ * broker walked 20,000 threads per tree request, 8.5 s). Here every
+ * children file of the large process is a FIFO: listing them would block
+ * (alarm: the test fails). */
+TEST(tree_thread_count_stops_at_the_limit) {
+        char root[128], cmd[200];
+        uint32_t n = 0;
+        int fd = test_temp_dir("fakeproc", root, sizeof(root));
+        close(fd);
+
+        fake_process(root, 100, 3, "200 300 ", false);
+        fake_process(root, 200, 2, "", false);
+        fake_process(root, 300, 40, "", true);
+        alarm(10);
+        /* Under the limit: the whole (one-process) tree. */
+        ASSERT_OK(proc_count_tree_threads(root, 200, 32, 64, &n));
+        ASSERT_EQ(n, 2);
+        /* 3 + 2 + 40 passes 32 at process 300, whose children are never
+         * listed (FIFOs): more than the limit, and that is the answer. */
+        ASSERT_OK(proc_count_tree_threads(root, 100, 32, 64, &n));
+        ASSERT_EQ(n, 45);
+        ASSERT_EQ(proc_count_tree_threads(root, 999, 32, 64, &n), -ESRCH);
+        alarm(0);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+        ASSERT_EQ(system(cmd), 0);
 }
 
 TEST_MAIN()
