@@ -21,6 +21,7 @@
 #include <fcntl.h>
 
 #include "cpu-share.h"
+#include "proc-util.h"
 #include "sched-util.h"
 #include "dispatch-harness.h"
 
@@ -190,6 +191,21 @@ static Kill kill_once(pid_t monitor, const pid_t client[2], int how) {
         return k;
 }
 
+/* Both CPUs, the monitor watching its first dispatcher, an empty table.
+ * The monitor floats (it must reach whichever CPU is free of FIFO 99
+ * work); env_init pinned us to CPU 1. */
+static void start_monitored(DispatchEnv *e) {
+        env_init(e, CONFIG_2CPUS);
+        pin_to(-1);
+        env_start(e);
+        if (!env_wait_log(e, "monitor: watching dispatcher pid", 2000)) {
+                env_dump_log(e);
+                env_cleanup(e);
+                TEST_FAIL_("no monitor");
+        }
+        env_create_table(e);
+}
+
 TEST(sigkill_demotes_within_10ms_and_resumes) {
         DispatchEnv e;
         Kill kills[KILLS];
@@ -197,17 +213,7 @@ TEST(sigkill_demotes_within_10ms_and_resumes) {
         double shares[2];
 
         DISPATCH_REQUIRE();
-        env_init(&e, CONFIG_2CPUS);
-        /* The monitor floats (it must reach whichever CPU is free of
-         * FIFO 99 work); env_init pinned us to CPU 1. */
-        pin_to(-1);
-        env_start(&e);
-        if (!env_wait_log(&e, "monitor: watching dispatcher pid", 2000)) {
-                env_dump_log(&e);
-                env_cleanup(&e);
-                TEST_FAIL_("no monitor");
-        }
-        env_create_table(&e);
+        start_monitored(&e);
         pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
         pid_t hog = spawn_on(&e, 1, 0);
         publish_both(&e, client);
@@ -343,16 +349,6 @@ TEST(a_loop_that_stops_advancing_is_demoted_and_replaced) {
 /* systemd stops the main pid, the monitor: the dispatcher stops in order
  * (restoring its clients), the monitor exits with its status, nothing stays
  * real-time and no dispatcher is left. */
-/* Writes text to path; whether it worked. */
-static bool write_text(const char *path, const char *text) {
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return false;
-        bool ok = write(fd, text, strlen(text)) == (ssize_t) strlen(text);
-        close(fd);
-        return ok;
-}
-
 #define FREEZER_V1 "/sys/fs/cgroup/freezer"
 
 /* A killed dispatcher whose last thread takes long to exit (once 21.6 s
@@ -369,15 +365,7 @@ TEST(a_dispatcher_slow_to_exit_is_not_waited_for) {
         DISPATCH_REQUIRE();
         if (access(FREEZER_V1 "/tasks", F_OK) < 0)
                 TEST_SKIP("no v1 freezer hierarchy at " FREEZER_V1);
-        env_init(&e, CONFIG_2CPUS);
-        pin_to(-1);
-        env_start(&e);
-        if (!env_wait_log(&e, "monitor: watching dispatcher pid", 2000)) {
-                env_dump_log(&e);
-                env_cleanup(&e);
-                TEST_FAIL_("no monitor");
-        }
-        env_create_table(&e);
+        start_monitored(&e);
         pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
         publish_both(&e, client);
         if (!env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000)) {
@@ -393,9 +381,9 @@ TEST(a_dispatcher_slow_to_exit_is_not_waited_for) {
         snprintf(path, sizeof(path), "%s/tasks", group);
         char tid[16];
         snprintf(tid, sizeof(tid), "%d", (int) victim);
-        bool moved = write_text(path, tid), frozen = false;
+        bool moved = write_string_file(path, tid) == 0, frozen = false;
         snprintf(path, sizeof(path), "%s/freezer.state", group);
-        if (moved && write_text(path, "FROZEN"))
+        if (moved && write_string_file(path, "FROZEN") == 0)
                 for (int i = 0; i < 200 && !frozen; i++) {
                         FILE *f = fopen(path, "re");
                         frozen = f && fgets(state, sizeof(state), f) && strncmp(state, "FROZEN", 6) == 0;
@@ -433,7 +421,7 @@ TEST(a_dispatcher_slow_to_exit_is_not_waited_for) {
         bool victim_alive = kill(victim, 0) == 0;
 
         /* Thawed, it exits; the monitor reaps it. */
-        (void) write_text(path, "THAWED");
+        (void) write_string_file(path, "THAWED");
         bool reaped = env_wait_log(&e, "that died before has exited", 3000);
         bool monitor_alive = waitpid(e.dispatcher, NULL, WNOHANG) == 0;
         print_monitor_lines(&e, "monitor: ");
