@@ -135,8 +135,9 @@ static void thaw_scope_group(pid_t pid) {
         (void) write_string_file(file, "0");
 }
 
-/* A tree's other processes (the table names only its root), owned by the
- * same user: where no group lists them they are found under /proc. */
+/* The descendants of a reservation's process (a tree's other members, or
+ * a process or thread reservation's children), owned by the same user:
+ * where no group lists them they are found under /proc. */
 static unsigned demote_descendants(const Held *h, SweepWindow *window) {
         static pid_t kids[1024];
         size_t n = 0;
@@ -190,8 +191,10 @@ static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, SweepWind
                 if (!dir)
                         safe_close(taskfd);
                 n += demote_task_dir(dir, h->rt_ceiling, window);
-                if (h->scope == PACE_TABLE_SCOPE_TREE)
-                        n += demote_descendants(h, window);
+                /* Every scope: a process or a thread reservation's children
+                 * are none of its members, but one forked as its parent was
+                 * promoted is born in the real-time class all the same. */
+                n += demote_descendants(h, window);
                 held_free(h, &none);
         }
         for (uint32_t i = 0; !window && i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++) {

@@ -151,8 +151,11 @@ static bool self_leaked(void) {
 }
 
 static void *leak_child(void *arg) {
-        if (!self_leaked())
+        if (!self_leaked()) {
+                if (arg)
+                        _exit(0);
                 return NULL;
+        }
         /* The one: says so, then sleeps (no CPU taken at its real-time
          * priority) and looks at itself every 2 ms until it is put back. */
         if (atomic_exchange(&sh->tid, (pid_t) syscall(SYS_gettid)) != 0)
@@ -166,23 +169,32 @@ static void *leak_child(void *arg) {
                 pause();
 }
 
+/* arg non-NULL: child processes instead of threads, which a process-scope
+ * reservation does not hold either. */
 static void leak_maker(const void *arg) {
         atomic_store(&sh->threads, (unsigned) syscall(SYS_gettid));
         /* One thread when it is reserved: the broker refuses a process with
          * more than max_threads_per_reservation. */
         while (!atomic_load(&sh->release))
                 sleep_ms(1);
+        if (arg)
+                signal(SIGCHLD, SIG_IGN); /* the children that are not the one */
         while (atomic_load(&sh->tid) == 0) {
                 pthread_t t;
-                if (pthread_create(&t, NULL, leak_child, NULL) == 0)
-                        pthread_detach(t);
+                if (!arg) {
+                        if (pthread_create(&t, NULL, leak_child, NULL) == 0)
+                                pthread_detach(t);
+                } else if (fork() == 0) {
+                        (void) leak_child((void *) arg);
+                        _exit(0);
+                }
                 sleep_ms(0);
         }
         for (;;)
                 pause();
 }
 
-TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
+static void leaked_one_is_put_back(bool child_processes) {
         LeakSchedAttr other = { .size = sizeof(LeakSchedAttr), .policy = SCHED_OTHER };
         LeakSchedAttr fifo = { .size = sizeof(LeakSchedAttr), .policy = SCHED_FIFO, .priority = 98,
                                .flags = 1 /* SCHED_FLAG_RESET_ON_FORK */ };
@@ -196,7 +208,7 @@ TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
         shared_reset();
         stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1], \"reserve_root_processes\": true, "
                              "\"max_threads_per_reservation\": 1 }");
-        pid_t client = spawn(leak_maker, NULL);
+        pid_t client = spawn(leak_maker, child_processes ? "processes" : NULL);
         for (int i = 0; i < 500 && atomic_load(&sh->threads) == 0; i++)
                 sleep_ms(1);
         pid_t maker = (pid_t) atomic_load(&sh->threads);
@@ -222,7 +234,7 @@ TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
         }
         (void) syscall(SYS_sched_setattr, maker, &other, 0);
         pid_t leaked = atomic_load(&sh->tid);
-        printf("  %u flips of the thread that creates threads: %s\n", flips,
+        printf("  %u flips of the thread that creates %s: %s\n", flips, child_processes ? "processes" : "threads",
                leaked ? "one child in the real-time class behind SCHED_OTHER" : "no such child");
         if (leaked == 0) {
                 pace_close(p);
@@ -236,6 +248,15 @@ TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
         int logged = dispatcher_log_line(&s, "real-time class behind", line, sizeof(line));
         pace_close(p);
         reap(client);
+        if (child_processes) {
+                /* Not the client's thread but its own process: out of the
+                 * real-time class first, or a group without real-time
+                 * runtime would keep it from dying. */
+                (void) syscall(SYS_sched_setattr, leaked, &other, 0);
+                (void) kill(leaked, SIGKILL);
+                for (int i = 0; i < 1000 && kill(leaked, 0) == 0; i++)
+                        sleep_ms(1);
+        }
         stack_stop(&s);
         alarm(0);
         printf("  put back in its own class %s (%.0f ms after it saw itself there); dispatcher: %s\n",
@@ -244,6 +265,17 @@ TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
         ASSERT_TRUE(put_back);
         ASSERT_CMP(after_ms, <=, 2500.0);
         ASSERT_EQ(logged, 1);
+}
+
+TEST(a_thread_in_the_real_time_class_behind_its_policy_is_put_back) {
+        leaked_one_is_put_back(false);
+}
+
+/* A process-scope reservation holds one process; a child it forks as it is
+ * promoted is none of its members, and the look once walked a tree's
+ * descendants only: that child stayed real-time for as long as it lived. */
+TEST(a_child_process_in_the_real_time_class_behind_its_policy_is_put_back) {
+        leaked_one_is_put_back(true);
 }
 
 /* Threads past max_threads_per_reservation: never promoted, and parked at
