@@ -181,6 +181,63 @@ int proc_list_descendants(const char *proc_root, pid_t pid, pid_t *out, size_t m
         return 0;
 }
 
+/* Owner and thread count of pid, from its status file. */
+static int status_owner_threads(const char *proc_root, pid_t pid, ProcOwner *ret_owner, uint32_t *ret_threads) {
+        char path[128], buf[4096];
+        int r;
+
+        snprintf(path, sizeof(path), "%s/%" PRIi32 "/status", proc_root, (int32_t) pid);
+        r = read_small_file(path, buf, sizeof(buf));
+        if (r < 0)
+                return r == -ENOENT ? -ESRCH : r;
+        r = proc_status_owner(buf, ret_owner);
+        if (r < 0)
+                return r;
+        const char *line = strstr(buf, "\nThreads:");
+        char *end;
+        unsigned long v = line ? strtoul(line + 9, &end, 10) : 0;
+        if (!line || end == line + 9 || v > UINT32_MAX)
+                return -EBADMSG;
+        *ret_threads = (uint32_t) v;
+        return 0;
+}
+
+int proc_list_owned_descendants(const char *proc_root, pid_t pid, uid_t uid, uint32_t max_threads, pid_t *out,
+                                int *ret_pidfds, size_t max, size_t *ret_n) {
+        ProcOwner owner;
+        uint32_t threads;
+        size_t n = 0, head = 0;
+        int r;
+
+        r = status_owner_threads(proc_root, pid, &owner, &threads);
+        if (r < 0)
+                return r;
+        for (pid_t cur = pid;; cur = out[head++]) {
+                size_t first = n;
+                (void) list_children(proc_root, cur, out, max, &n);
+                for (size_t i = first; i < n;) {
+                        int pidfd = -EBADF;
+                        uint32_t t = 0;
+                        bool keep = (!ret_pidfds || pidfd_open_checked(out[i], &pidfd) >= 0) &&
+                                    status_owner_threads(proc_root, out[i], &owner, &t) >= 0 &&
+                                    proc_owner_is(&owner, uid) && t <= max_threads - MIN(threads, max_threads);
+                        if (keep) {
+                                threads += t;
+                                if (ret_pidfds)
+                                        ret_pidfds[i] = pidfd;
+                                i++;
+                                continue;
+                        }
+                        safe_close(pidfd);
+                        out[i] = out[--n];
+                }
+                if (head >= n)
+                        break;
+        }
+        *ret_n = n;
+        return 0;
+}
+
 int proc_count_tree_threads(const char *proc_root, pid_t pid, uint32_t max_threads, size_t max_processes,
                             uint32_t *ret) {
         _cleanup_free_ pid_t *kids = calloc(max_processes ? max_processes : 1, sizeof(pid_t));

@@ -39,6 +39,18 @@ int proc_cgroup_v2_path(const char *text, char *ret, size_t size);
 /* Writes text to an existing file (cgroupfs, procfs): one write. */
 int write_string_file(const char *path, const char *text);
 
+/* pid's descendants that may be moved with it: each owned by exactly uid
+ * (a set-uid child, or another user's process that took a listed pid, is
+ * skipped with everything below it), breadth first, while the threads of
+ * pid and of those listed stay within max_threads (a process past that is
+ * left out and its children are not even listed: the walk reads a file per
+ * thread). Up to max into out. Each is opened as a pidfd before its owner
+ * is read (into ret_pidfds when not NULL, for the caller to close), so
+ * that after acting on a number a caller can tell whether it still named
+ * that process. -ESRCH if pid is gone. */
+int proc_list_owned_descendants(const char *proc_root, pid_t pid, uid_t uid, uint32_t max_threads, pid_t *out,
+                                int *ret_pidfds, size_t max, size_t *ret_n);
+
 /* Threads of pid and all its descendants (/proc/P/task/T/children), at most
  * max_processes processes visited. Stops once the count passes max_threads
  * (*ret is then more than max_threads, not the whole count): the reads grow

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "group.h"
 #include "log-sink.h"
 
 typedef struct Dispatcher Dispatcher;
@@ -48,7 +49,7 @@ typedef struct DispatcherRunOptions {
         /* Under a manager on the unified hierarchy: asks it (from the main
          * thread) for a delegated scope holding pid's tree; see
          * group_set_housekeep(). NULL: no scopes, members found in /proc. */
-        int (*make_scope)(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size);
+        GroupMakeScope make_scope;
         /* Hands make_scope the main thread's watchdog look (tick(), with
          * tick_userdata), for it to call while it waits on the manager: a
          * busy manager has taken over 2 s (WatchdogSec) to answer. May be

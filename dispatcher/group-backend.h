@@ -25,8 +25,8 @@
 #include "group.h"
 
 #define GROUP_CANDIDATES_MAX 256
-/* Descendants moved with a tree-scope reservation at its first promotion,
- * at SCHED_FIFO 99: the broker admitted the tree with at most
+/* Descendants moved with a tree-scope reservation as it settles (main
+ * thread): the broker admitted the tree with at most
  * max_threads_per_reservation (32 by default) threads in all, so more
  * processes than this were forked since, and are left where they are. */
 #define GROUP_TREE_MAX 64
@@ -49,6 +49,10 @@ struct Group {
         bool retired;
         uint32_t scope;
         pid_t pid, tid;
+        /* Who owns the members, and how many threads a tree's moves carry
+         * (GroupMembers). */
+        uid_t uid;
+        uint32_t max_threads;
         char cpus[64]; /* the reservation's CPUs (a kernel list), "" if unconfined */
         char dir[PATH_MAX + 64];
         /* Where the members came from, relative to the hierarchy's root. */
@@ -126,8 +130,9 @@ struct GroupBackend {
         /* Moves the members in (proc_cgroup: the member's /proc/…/cgroup). */
         int (*enter)(GroupSet *s, Group *g, const char *proc_cgroup);
         /* One process or thread (file: a list_file) back where the members
-         * came from, or to the root if that group is gone. */
-        void (*move_out)(const GroupSet *s, const Group *g, const char *file, pid_t id);
+         * came from, or to the root if that group is gone; to_root: to the
+         * root anyway (whoever it is, it did not come from there). */
+        void (*move_out)(const GroupSet *s, const Group *g, const char *file, pid_t id, bool to_root);
         /* The emptied group's directories removed. */
         void (*destroy)(GroupSet *s, Group *g);
         /* The members' CPU time on cpu, in ns. */
@@ -177,3 +182,9 @@ bool group_unified_usable(void);
 void group_unified_remove(const char *base);
 
 #define GROUP_UNIFIED_ROOT "/sys/fs/cgroup"
+
+/* A tree's other processes into g, as GroupMembers says who may go
+ * (move_in: the backend's move of one process). One that exited between
+ * its check and its move may have left its number to anyone: that number
+ * is moved to the root again. Main thread. */
+void group_move_descendants(GroupSet *s, Group *g, int (*move_in)(GroupSet *s, Group *g, pid_t pid));

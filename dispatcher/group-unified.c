@@ -288,6 +288,10 @@ static int unified_create(GroupSet *s, Group *g) {
         return r;
 }
 
+static int unified_move_process_in(GroupSet *s, Group *g, pid_t pid) {
+        return group_write_id(g->dir, "cgroup.procs", pid);
+}
+
 static int unified_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
         if (g->scope == PACE_TABLE_SCOPE_THREAD)
                 return -EOPNOTSUPP;
@@ -301,19 +305,14 @@ static int unified_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
         /* Before anyone is inside: a member must never run unconfined. */
         controllers_apply(s, g);
         r = group_write_id(g->dir, "cgroup.procs", g->pid);
-        if (r >= 0 && g->scope == PACE_TABLE_SCOPE_TREE) {
-                /* Those forked before the grant; later ones are born inside. */
-                static pid_t kids[GROUP_TREE_MAX];
-                size_t n = 0;
-                (void) proc_list_descendants("/proc", g->pid, kids, ELEMENTSOF(kids), &n);
-                for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++)
-                        (void) group_write_id(g->dir, "cgroup.procs", kids[i]);
-        }
+        /* Those forked before the grant; later ones are born inside. */
+        if (r >= 0 && g->scope == PACE_TABLE_SCOPE_TREE)
+                group_move_descendants(s, g, unified_move_process_in);
         return r;
 }
 
-static void unified_move_out(const GroupSet *s, const Group *g, const char *file, pid_t id) {
-        group_move_back(s->root, g->orig, file, id);
+static void unified_move_out(const GroupSet *s, const Group *g, const char *file, pid_t id, bool to_root) {
+        group_move_back(s->root, to_root ? "/" : g->orig, file, id);
 }
 
 static void unified_destroy(GroupSet *s, Group *g) {
@@ -373,7 +372,9 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
         /* Weights count among siblings only: our subgroup is the scope's
          * one child, so the scope itself must weigh little against the
          * slice's other units (the client's own among them). */
-        r = make_scope ? make_scope(userdata, g->pid, g->id, s->use_cpu ? 1 : 0, scope, sizeof(scope)) : -EOPNOTSUPP;
+        GroupScopeRequest req = { .pid = g->pid, .uid = g->uid, .max_threads = g->max_threads, .id = g->id,
+                                  .cpu_weight = s->use_cpu ? 1 : 0 };
+        r = make_scope ? make_scope(userdata, &req, scope, sizeof(scope)) : -EOPNOTSUPP;
         if (r < 0) {
                 snprintf(why, why_size, "no scope for reservation %" PRIu64 " of pid %" PRIi32 ": %s", g->id, g->pid,
                          strerror(-r));

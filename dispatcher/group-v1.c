@@ -346,6 +346,10 @@ static int v1_move_in(GroupSet *s, Group *g, const char *file, pid_t id, bool cp
         return r;
 }
 
+static int v1_move_process_in(GroupSet *s, Group *g, pid_t pid) {
+        return v1_move_in(s, g, "cgroup.procs", pid, s->cpu_base[0] && g->cpu_orig[0]);
+}
+
 static int v1_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
         int r = group_read_orig(proc_cgroup, "cpuacct", g->orig, sizeof(g->orig));
         if (r < 0)
@@ -359,25 +363,20 @@ static int v1_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
                 r = v1_move_in(s, g, "tasks", g->tid, cpu);
         else
                 r = v1_move_in(s, g, "cgroup.procs", g->pid, cpu);
-        if (r >= 0 && g->scope == PACE_TABLE_SCOPE_TREE) {
-                /* Those forked before the grant; later ones are born inside. */
-                static pid_t kids[GROUP_TREE_MAX];
-                size_t n = 0;
-                (void) proc_list_descendants("/proc", g->pid, kids, ELEMENTSOF(kids), &n);
-                for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++)
-                        (void) v1_move_in(s, g, "cgroup.procs", kids[i], cpu);
-        }
+        /* Those forked before the grant; later ones are born inside. */
+        if (r >= 0 && g->scope == PACE_TABLE_SCOPE_TREE)
+                group_move_descendants(s, g, v1_move_process_in);
         g->confined = g->cpuset_dir[0] != '\0';
         g->weighed = cpu;
         return r;
 }
 
-static void v1_move_out(const GroupSet *s, const Group *g, const char *file, pid_t id) {
-        group_move_back(s->root, g->orig, file, id);
+static void v1_move_out(const GroupSet *s, const Group *g, const char *file, pid_t id, bool to_root) {
+        group_move_back(s->root, to_root ? "/" : g->orig, file, id);
         if (s->cpu_base[0] && g->cpu_orig[0])
-                group_move_back(s->cpu_root, g->cpu_orig, file, id);
+                group_move_back(s->cpu_root, to_root ? "/" : g->cpu_orig, file, id);
         if (g->cpuset_dir[0])
-                group_move_back(s->cpuset_root, g->cpuset_orig, file, id);
+                group_move_back(s->cpuset_root, to_root ? "/" : g->cpuset_orig, file, id);
 }
 
 static void v1_destroy(GroupSet *s, Group *g) {

@@ -299,7 +299,7 @@ static void group_empty_and_remove(GroupSet *s, Group *g, bool move) {
                 if (list_read(s, g, which, true, ids, ELEMENTSOF(ids), &n) < 0 || n == 0)
                         break;
                 for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
-                        s->backend->move_out(s, g, s->backend->list_file[which], ids[i]);
+                        s->backend->move_out(s, g, s->backend->list_file[which], ids[i], false);
         }
         s->backend->destroy(s, g);
         /* Still there (a member not yet reaped): tried again later. */
@@ -356,25 +356,27 @@ void group_retire(GroupSet *s, Group *g) {
                 group_empty_and_remove(s, g, false);
 }
 
-int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus) {
+int group_enter(GroupSet *s, Group *g, const GroupMembers *m) {
         char path[96];
         int r = 0;
 
         pthread_mutex_lock(&s->lock);
         if (g->entered || g->pending)
                 goto done;
-        if (scope == PACE_TABLE_SCOPE_THREAD)
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/cgroup", pid, tid);
+        if (m->scope == PACE_TABLE_SCOPE_THREAD)
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/cgroup", m->pid, m->tid);
         else
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/cgroup", pid);
-        g->scope = scope;
-        g->pid = pid;
-        g->tid = tid;
-        snprintf(g->cpus, sizeof(g->cpus), "%s", cpus ?: "");
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/cgroup", m->pid);
+        g->scope = m->scope;
+        g->pid = m->pid;
+        g->tid = m->tid;
+        g->uid = m->uid;
+        g->max_threads = m->max_threads;
+        snprintf(g->cpus, sizeof(g->cpus), "%s", m->cpus ?: "");
         r = s->backend->enter(s, g, path);
         if (r >= 0 && !g->pending) {
                 __atomic_store_n(&g->entered, true, __ATOMIC_RELEASE);
-                if (scope == PACE_TABLE_SCOPE_TREE)
+                if (m->scope == PACE_TABLE_SCOPE_TREE)
                         group_refresh_candidates(s, g);
         }
 done:
@@ -406,13 +408,56 @@ int group_freeze_fd(Group *g) {
         return fd < 0 ? (errno == ENOENT ? -EOPNOTSUPP : negative_errno()) : fd;
 }
 
+void group_move_descendants(GroupSet *s, Group *g, int (*move_in)(GroupSet *s, Group *g, pid_t pid)) {
+        static pid_t kids[GROUP_TREE_MAX];
+        static int pidfds[GROUP_TREE_MAX];
+        size_t n = 0;
+
+        if (proc_list_owned_descendants("/proc", g->pid, g->uid, g->max_threads, kids, pidfds, ELEMENTSOF(kids),
+                                        &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (move_in(s, g, kids[i]) >= 0 && pidfd_alive(pidfds[i]) < 0)
+                        s->backend->move_out(s, g, "cgroup.procs", kids[i], true);
+                safe_close(pidfds[i]);
+        }
+}
+
+/* A tree's processes that are not its owner's: born inside (a set-uid
+ * program a member ran) and no member, so not to be confined or weighed
+ * with it; back where the tree came from, which is where they would be
+ * had it never been reserved. One status read per process a round. */
+static int evict_foreign_owners(GroupSet *s, Group *g) {
+        pid_t ids[GROUP_CANDIDATES_MAX];
+        unsigned evicted = 0;
+        size_t n;
+        int r;
+
+        r = list_read(s, g, LIST_PROCS, false, ids, ELEMENTSOF(ids), &n);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++) {
+                char path[64], status[4096];
+                ProcOwner owner;
+                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", ids[i]);
+                if (ids[i] == g->pid || read_small_file(path, status, sizeof(status)) < 0 ||
+                    proc_status_owner(status, &owner) < 0 || proc_owner_is(&owner, g->uid))
+                        continue;
+                s->backend->move_out(s, g, "cgroup.procs", ids[i], false);
+                evicted++;
+        }
+        return (int) evicted;
+}
+
 int group_evict_strangers(GroupSet *s, Group *g) {
         pid_t ids[64];
         size_t n;
         int r;
 
-        if (!group_entered(g) || g->scope == PACE_TABLE_SCOPE_TREE)
+        if (!group_entered(g))
                 return 0;
+        if (g->scope == PACE_TABLE_SCOPE_TREE)
+                return evict_foreign_owners(s, g);
         /* The common case, the member and nobody else, costs one read. */
         int which = g->scope == PACE_TABLE_SCOPE_THREAD ? LIST_TASKS : LIST_PROCS;
         r = list_read(s, g, which, false, ids, ELEMENTSOF(ids), &n);
@@ -422,7 +467,7 @@ int group_evict_strangers(GroupSet *s, Group *g) {
         unsigned evicted = 0;
         for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
                 if (ids[i] != member) {
-                        s->backend->move_out(s, g, s->backend->list_file[which], ids[i]);
+                        s->backend->move_out(s, g, s->backend->list_file[which], ids[i], false);
                         evicted++;
                 }
         return (int) evicted;
@@ -466,10 +511,9 @@ size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdat
                 if (s->backend->housekeep)
                         s->backend->housekeep(s, held[i], make_scope, userdata, why, why_size);
                 if (group_entered(held[i])) {
+                        (void) group_evict_strangers(s, held[i]);
                         if (held[i]->scope == PACE_TABLE_SCOPE_TREE)
                                 group_refresh_candidates(s, held[i]);
-                        else
-                                (void) group_evict_strangers(s, held[i]);
                 }
                 group_release(s, held[i]);
         }

@@ -66,12 +66,22 @@ void group_release(GroupSet *s, Group *g);
  * group_release(), which moves out whoever lives on. */
 void group_retire(GroupSet *s, Group *g);
 
-/* scope as in pace-table.h. Moves the members in, once: the process (all its
- * threads), the one thread, or the process and its descendants. cpus (a
- * kernel CPU list, e.g. "1" or "0-1"): where the host has a cpuset
- * hierarchy, the members are also confined to these CPUs, which they
- * cannot leave by sched_setaffinity(). NULL: not confined. */
-int group_enter(GroupSet *s, Group *g, pid_t pid, pid_t tid, uint32_t scope, const char *cpus);
+/* Whom a group holds. scope as in pace-table.h: the process (all its
+ * threads), the one thread, or the process and its descendants. A tree's
+ * other processes are moved in only if owned by exactly uid, and only as
+ * long as the threads moved stay within max_threads. cpus (a kernel CPU
+ * list, e.g. "1" or "0-1"): where the host has a cpuset hierarchy, the
+ * members are also confined to these CPUs, which they cannot leave by
+ * sched_setaffinity(). NULL: not confined. */
+typedef struct GroupMembers {
+        pid_t pid, tid;
+        uint32_t scope;
+        uid_t uid;
+        uint32_t max_threads;
+        const char *cpus;
+} GroupMembers;
+/* Moves the members in, once. */
+int group_enter(GroupSet *s, Group *g, const GroupMembers *m);
 bool group_entered(const Group *g);
 /* A delegated group whose scope the main thread is still asking for or
  * moving the members into (no promotion meanwhile: held_promote()). */
@@ -90,7 +100,8 @@ bool group_weighed(const Group *g);
 /* Whether this host lets groups confine members with a cpuset. */
 bool group_set_confines(const GroupSet *s);
 /* Moves out what was born inside but is not a member: other processes
- * (process scope: children it forked), other threads (thread scope). */
+ * (process scope: children it forked), other threads (thread scope), a
+ * tree's processes owned by anyone but its owner. */
 int group_evict_strangers(GroupSet *s, Group *g);
 /* (returns how many were moved out) */
 /* A tree group's thread ids as group_set_housekeep() last listed them (at
@@ -100,11 +111,17 @@ int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n);
  * strangers out of process- and thread-scope groups and lists the members
  * of tree groups. Returns how many groups there are. */
 /* Delegated mode: asks the manager for a delegated scope holding pid and
- * its descendants, for reservation id, weighing cpu_weight against its
- * siblings (0: the manager's default); its cgroup path (from the
+ * those of its descendants that may move with it (as group_enter() moves
+ * them: uid, max_threads), for reservation id, weighing cpu_weight against
+ * its siblings (0: the manager's default); its cgroup path (from the
  * hierarchy's root, e.g. /user.slice/pace-7-4242.scope) into ret. */
-typedef int (*GroupMakeScope)(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret,
-                              size_t size);
+typedef struct GroupScopeRequest {
+        pid_t pid;
+        uid_t uid;
+        uint32_t max_threads;
+        uint64_t id, cpu_weight;
+} GroupScopeRequest;
+typedef int (*GroupMakeScope)(void *userdata, const GroupScopeRequest *req, char *ret, size_t size);
 /* why: the reason a scope or its group could not be had (left alone otherwise). */
 size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *why, size_t why_size);
 /* Whether groups are subgroups of scopes the manager makes (systemd on a

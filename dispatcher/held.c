@@ -655,7 +655,9 @@ static void held_group_enter(Held *h, const HeldContext *ctx) {
                 return;
         r = group_acquire(ctx->groups, h->id, &h->group);
         if (r >= 0)
-                r = group_enter(ctx->groups, h->group, h->pid, h->tid, h->scope, h->cpus);
+                r = group_enter(ctx->groups, h->group,
+                                &(GroupMembers) { .pid = h->pid, .tid = h->tid, .scope = h->scope, .uid = h->uid,
+                                                  .max_threads = h->capacity, .cpus = h->cpus });
         if (r < 0) {
                 held_group_leave(h, ctx);
                 h->group_error = r;

@@ -111,19 +111,44 @@ static int bus_call_ticking(sd_bus *bus, sd_bus_message *m, uint64_t timeout_use
         return 1;
 }
 
-static void attach_stragglers(sd_bus *bus, const char *name, pid_t pid, const char *orig) {
+/* The processes that may go with req->pid (group_enter()'s rule), each
+ * with its pidfd; *ret_n of them. */
+static void list_movable(const GroupScopeRequest *req, pid_t *kids, int *pidfds, size_t max, size_t *ret_n) {
+        *ret_n = 0;
+        (void) proc_list_owned_descendants("/proc", req->pid, req->uid, req->max_threads, kids, pidfds, max, ret_n);
+}
+
+/* After the manager moved them: one that exited meanwhile may have left its
+ * number to anyone, whom the manager then put into the scope. To the root
+ * with it, and every pidfd closed. */
+static void unmove_the_gone(const pid_t *kids, int *pidfds, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                if (pidfd_alive(pidfds[i]) < 0) {
+                        char text[32];
+                        snprintf(text, sizeof(text), "%" PRIi32, kids[i]);
+                        (void) write_string_file("/sys/fs/cgroup/cgroup.procs", text);
+                }
+                safe_close(pidfds[i]);
+        }
+}
+
+static void attach_stragglers(sd_bus *bus, const char *name, const GroupScopeRequest *req, const char *orig) {
         static pid_t kids[SCOPE_MAX_PIDS];
+        static int pidfds[SCOPE_MAX_PIDS];
 
         for (int round = 0; round < 4; round++) {
                 _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
                 size_t n = 0, k = 0;
                 int r;
 
-                (void) proc_list_descendants("/proc", pid, kids, ELEMENTSOF(kids), &n);
-                for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)); i++) {
+                list_movable(req, kids, pidfds, ELEMENTSOF(kids), &n);
+                for (size_t i = 0; i < n; i++) {
                         _cleanup_free_ char *cg = NULL;
-                        if (sd_pid_get_cgroup(kids[i], &cg) >= 0 && strcmp(cg, orig) == 0)
-                                kids[k++] = kids[i];
+                        if (sd_pid_get_cgroup(kids[i], &cg) >= 0 && strcmp(cg, orig) == 0) {
+                                kids[k] = kids[i];
+                                pidfds[k++] = pidfds[i];
+                        } else
+                                safe_close(pidfds[i]);
                 }
                 if (k == 0)
                         return;
@@ -137,17 +162,22 @@ static void attach_stragglers(sd_bus *bus, const char *name, pid_t pid, const ch
                         r = sd_bus_message_append(m, "u", (uint32_t) kids[i]);
                 if (r >= 0)
                         r = sd_bus_message_close_container(m);
-                if (r < 0 || bus_call_ticking(bus, m, 5 * 1000000ULL, NULL, NULL) < 0)
+                if (r >= 0)
+                        r = bus_call_ticking(bus, m, 5 * 1000000ULL, NULL, NULL);
+                unmove_the_gone(kids, pidfds, k);
+                if (r < 0)
                         return;
         }
 }
 
-int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size) {
+int scope_make(void *userdata, const GroupScopeRequest *req, char *ret, size_t size) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
         _cleanup_free_ char *unit = NULL, *slice = NULL, *user_unit = NULL, *orig = NULL;
         static pid_t kids[SCOPE_MAX_PIDS];
+        static int pidfds[SCOPE_MAX_PIDS];
+        pid_t pid = req->pid;
         char name[96], description[128];
         size_t n = 0;
         int r;
@@ -163,14 +193,12 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
         r = sd_pid_get_cgroup(pid, &orig);
         if (r < 0)
                 return r;
-        (void) proc_list_descendants("/proc", pid, kids, ELEMENTSOF(kids) - 1, &n);
-        n = MIN(n, ELEMENTSOF(kids) - 1);
-
         r = bus_open(&bus);
         if (r < 0)
                 return r;
-        snprintf(name, sizeof(name), "pace-%" PRIu64 "-%" PRIi32 ".scope", id, pid);
-        snprintf(description, sizeof(description), "pace reservation %" PRIu64 " of pid %" PRIi32, id, pid);
+        list_movable(req, kids, pidfds, ELEMENTSOF(kids) - 1, &n);
+        snprintf(name, sizeof(name), "pace-%" PRIu64 "-%" PRIi32 ".scope", req->id, pid);
+        snprintf(description, sizeof(description), "pace reservation %" PRIu64 " of pid %" PRIi32, req->id, pid);
         r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
                                            "org.freedesktop.systemd1.Manager", "StartTransientUnit");
         if (r >= 0)
@@ -185,8 +213,8 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
                 r = append_property_s(m, "CollectMode", "inactive-or-failed");
         if (r >= 0)
                 r = sd_bus_message_append(m, "(sv)", "Delegate", "b", 1);
-        if (r >= 0 && cpu_weight > 0)
-                r = sd_bus_message_append(m, "(sv)", "CPUWeight", "t", cpu_weight);
+        if (r >= 0 && req->cpu_weight > 0)
+                r = sd_bus_message_append(m, "(sv)", "CPUWeight", "t", req->cpu_weight);
         /* Stopping the client's own unit stops the scope too. */
         if (r >= 0)
                 r = sd_bus_message_append(m, "(sv)", "PartOf", "as", 1, unit);
@@ -206,17 +234,19 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
                 r = sd_bus_message_close_container(m);
         if (r >= 0)
                 r = sd_bus_message_append(m, "a(sa(sv))", 0);
-        if (r < 0)
-                return r;
-        r = bus_call_ticking(bus, m, 5 * 1000000ULL, &error, &reply);
+        if (r >= 0)
+                r = bus_call_ticking(bus, m, 5 * 1000000ULL, &error, &reply);
         /* A restarted dispatcher asks again for a scope its predecessor
          * got: the process is in it already. */
-        if (r < 0 && !sd_bus_error_has_name(&error, "org.freedesktop.systemd1.UnitExists"))
+        if (r < 0 && !sd_bus_error_has_name(&error, "org.freedesktop.systemd1.UnitExists")) {
+                unmove_the_gone(kids, pidfds, n);
                 return r;
+        }
         bool created = r >= 0;
 
         /* The manager moves the processes as the scope starts. */
-        for (int i = 0; i < 1000; i++) {
+        r = -ETIMEDOUT;
+        for (int i = 0; r == -ETIMEDOUT && i < 1000; i++) {
                 _cleanup_free_ char *cg = NULL;
                 if (sd_pid_get_cgroup(pid, &cg) >= 0) {
                         /* In the scope, or already in our subgroup of it. */
@@ -224,14 +254,18 @@ int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char
                         if (len > 5 && strcmp(cg + len - 5, "/pace") == 0)
                                 cg[len -= 5] = '\0';
                         if (len > nlen && strcmp(cg + len - nlen, name) == 0 && cg[len - nlen - 1] == '/') {
-                                if (created)
-                                        attach_stragglers(bus, name, pid, orig);
                                 int k = snprintf(ret, size, "%s", cg);
-                                return k < 0 || (size_t) k >= size ? -ENAMETOOLONG : 0;
+                                r = k < 0 || (size_t) k >= size ? -ENAMETOOLONG : 0;
+                                break;
                         }
                 }
                 tick();
                 nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
         }
-        return -ETIMEDOUT;
+        /* Once the manager has moved them, so a number it moved for a
+         * process gone meanwhile goes back out. */
+        unmove_the_gone(kids, pidfds, n);
+        if (r >= 0 && created)
+                attach_stragglers(bus, name, req, orig);
+        return r;
 }

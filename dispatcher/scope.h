@@ -5,9 +5,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "group.h"
+
 /* Asks the system manager (systemd, over the system bus or its private
- * socket) for a transient scope "pace-ID-PID.scope" holding pid and its
- * descendants: Delegate=yes (the subtree below it is ours), in the slice of
+ * socket) for a transient scope "pace-ID-PID.scope" holding req->pid and
+ * those of its descendants group_enter() would move (owned by exactly
+ * req->uid, within req->max_threads): Delegate=yes (the subtree below it is ours), in the slice of
  * pid's unit and PartOf= that unit, so stopping the unit still stops the
  * reserved program; CollectMode=inactive-or-failed; CPUWeight=cpu_weight
  * unless 0 (the scope's weight against its siblings is the manager's to
@@ -16,7 +19,7 @@
  * /system.slice/pace-3-4242.scope). -EOPNOTSUPP for a process that a user's
  * manager runs (its units are not the system manager's to move from).
  * The dispatcher's edge: libsystemd here, never in the core library. */
-int scope_make(void *userdata, pid_t pid, uint64_t id, uint64_t cpu_weight, char *ret, size_t size);
+int scope_make(void *userdata, const GroupScopeRequest *req, char *ret, size_t size);
 /* What scope_make() calls while it waits on the manager (the watchdog's
  * look); NULL: nothing. */
 void scope_set_tick(void *userdata, void (*tick)(void *tick_userdata), void *tick_userdata);

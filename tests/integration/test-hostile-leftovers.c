@@ -354,4 +354,165 @@ TEST(a_thread_reservation_never_reaches_a_process_that_reuses_its_tid_without_gr
         run_tid_reuse(true);
 }
 
+/* 6. A tree's other processes are found by pid: one that is not its owner's
+ * (another user's process that took a listed pid, or a set-uid program a
+ * member ran) must stay where it is, keep its CPUs, and never go to the
+ * attacker's groups. The attacker's tree holds, from its start, a child of
+ * another user (forked before the attacker dropped to its uid: what a
+ * recycled pid looks like to the lister), and later runs a set-uid-root
+ * program inside the tree's groups. */
+#define VICTIM_UID 60002
+
+static void read_text(const char *path, char *buf, size_t size) {
+        buf[0] = '\0';
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        buf[n > 0 ? n : 0] = '\0';
+}
+
+static void cgroups_of(pid_t pid, char *buf, size_t size) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int) pid);
+        read_text(path, buf, size);
+}
+
+/* A set-uid-root copy of sleep(1), in a directory the attacker can reach. */
+static int make_setuid_sleep(char *dir, char *ret_path, size_t size) {
+        char buf[65536];
+        if (!mkdtemp(dir) || chmod(dir, 0755) < 0)
+                return -errno;
+        snprintf(ret_path, size, "%s/sleep", dir);
+        int in = open("/bin/sleep", O_RDONLY | O_CLOEXEC), out = open(ret_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0700);
+        ssize_t n = 0;
+        while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+                if (write(out, buf, (size_t) n) != n)
+                        n = -1;
+        int r = in < 0 || out < 0 || n < 0 || fchown(out, 0, 0) < 0 || fchmod(out, 04755) < 0 ? -EIO : 0;
+        if (in >= 0)
+                close(in);
+        if (out >= 0)
+                close(out);
+        return r;
+}
+
+static char setuid_sleep[PATH_MAX];
+
+static void foreign_tree_root(pid_t test_pid) {
+        pid_t self = getpid(), victim = fork();
+        if (victim == 0) {
+                pin(0);
+                become_user(VICTIM_UID, self);
+                for (;;)
+                        ;
+        }
+        atomic_store(&sh->tid, victim);
+        become_user(ATTACKER_UID, test_pid);
+        pace *p = attacker_reserve(20, 200000, PACE_SCOPE_TREE, 0);
+        bool forked = false;
+        for (;;) {
+                if (!forked && atomic_load(&sh->thread_exit)) {
+                        pid_t kid = fork();
+                        if (kid == 0) {
+                                execl(setuid_sleep, "sleep", "60", (char *) NULL);
+                                _exit(127);
+                        }
+                        atomic_store(&sh->counter, (uint64_t) kid);
+                        forked = true;
+                }
+                attacker_maybe_release(p);
+                sleep_ms(1);
+        }
+}
+
+static bool in_pace_groups(pid_t pid) {
+        char cg[4096];
+        cgroups_of(pid, cg, sizeof(cg));
+        return strstr(cg, "/pace.") != NULL;
+}
+
+TEST(a_tree_moves_no_process_of_another_owner_into_its_groups) {
+        char dir[] = "/tmp/pace-setuid-XXXXXX", victim_before[4096], victim_during[4096], victim_after[4096];
+        unsigned victim_moved = 0, setuid_in = 0, samples = 0;
+        cpu_set_t both, now;
+        Stack s = {};
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        if (make_setuid_sleep(dir, setuid_sleep, sizeof(setuid_sleep)) < 0) {
+                (void) unlink(setuid_sleep);
+                (void) rmdir(dir);
+                TEST_SKIP("cannot make a set-uid program under /tmp");
+        }
+        alarm(CASE_ALARM_S);
+        shared_reset();
+        stack_start_with(&s, "{ \"slot_us\": 1000, \"cpus\": [1] }");
+        CPU_ZERO(&both);
+        CPU_SET(0, &both);
+        CPU_SET(1, &both);
+        pid_t test_pid = getpid(), root = fork();
+        ASSERT_OK(root);
+        if (root == 0) {
+                alarm(60);
+                ASSERT_OK(sched_setaffinity(0, sizeof(both), &both));
+                foreign_tree_root(test_pid);
+                _exit(0);
+        }
+        await_reserved();
+        pid_t victim = atomic_load(&sh->tid);
+        ASSERT_TRUE(victim > 0);
+        cgroups_of(victim, victim_before, sizeof(victim_before));
+        /* The tree's root in its groups: the moves are done. */
+        bool grouped = false;
+        for (int i = 0; i < 3000 && !(grouped = in_pace_groups(root)); i++)
+                sleep_ms(1);
+        /* The set-uid program, born inside; then 2 s of samples (the main
+         * thread's look comes every second). */
+        atomic_store(&sh->thread_exit, 1);
+        for (int i = 0; i < 1000 && atomic_load(&sh->counter) == 0; i++)
+                sleep_ms(1);
+        pid_t setuid_kid = (pid_t) atomic_load(&sh->counter);
+        sleep_ms(100); /* its exec done */
+        uint64_t settle_end = monotonic_ns() + 2000 * NSEC_PER_MSEC, end = settle_end + 1000 * NSEC_PER_MSEC;
+        while (monotonic_ns() < end) {
+                char cg[4096];
+                cgroups_of(victim, cg, sizeof(cg));
+                victim_moved += strcmp(cg, victim_before) != 0 ||
+                                sched_getaffinity(victim, sizeof(now), &now) < 0 || CPU_COUNT(&now) != 1 ||
+                                !CPU_ISSET(0, &now);
+                /* Allowed into them (born there), out within the look's round. */
+                if (monotonic_ns() >= settle_end)
+                        setuid_in += setuid_kid > 0 && in_pace_groups(setuid_kid);
+                samples++;
+                sleep_ms(5);
+        }
+        cgroups_of(victim, victim_during, sizeof(victim_during));
+        atomic_store(&sh->release, 1);
+        bool released = wait_flag(&sh->released, 1, 3000);
+        sleep_ms(300);
+        cgroups_of(victim, victim_after, sizeof(victim_after));
+        if (setuid_kid > 0)
+                (void) kill(setuid_kid, SIGKILL);
+        reap(root);
+        if (victim > 0)
+                (void) kill(victim, SIGKILL);
+        if (setuid_kid > 0)
+                (void) waitpid(setuid_kid, NULL, WNOHANG);
+        stack_stop(&s);
+        alarm(0);
+        (void) unlink(setuid_sleep);
+        (void) rmdir(dir);
+        printf("  tree grouped: %s; the other user's process moved or re-pinned in %u of %u samples; the set-uid "
+               "child in the tree's groups in %u of the samples after 2 s\n",
+               grouped ? "yes" : "no", victim_moved, samples, setuid_in);
+        ASSERT_TRUE(grouped);
+        ASSERT_TRUE(released);
+        ASSERT_TRUE(setuid_kid > 0);
+        ASSERT_EQ(victim_moved, 0);
+        ASSERT_TRUE(strcmp(victim_during, victim_before) == 0);
+        ASSERT_TRUE(strcmp(victim_after, victim_before) == 0);
+        ASSERT_EQ(setuid_in, 0);
+}
+
 TEST_MAIN()
