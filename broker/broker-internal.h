@@ -51,6 +51,7 @@ struct Broker {
         PaceConfig config;
         RateLimit rate;
         char *proc_root;
+        char *cgroup_root;
         BrokerHooks hooks;
         Plan *plan;
         TableWriter *table;
@@ -131,6 +132,9 @@ int open_target(Broker *b, const BrokerPeer *peer, pid_t pid, bool use_peer_pidf
                 Refusal *ret_refusal);
 int target_permitted(Broker *b, const BrokerPeer *peer, pid_t pid, const ProcInfo *info, const TargetWords *words,
                      Refusal *ret_refusal);
+/* 0 if reserving pid (thread tid for the thread scope) lifts no limit its
+ * cgroups set (common/cgroup-limits.h), else a refusal naming it. */
+int target_limits_kept(Broker *b, pid_t pid, uint32_t scope, pid_t tid, Refusal *ret_refusal);
 int read_allowed_cpus(Broker *b, pid_t pid, uint32_t scope, pid_t tid, int pidfd, uint64_t *ret_mask,
                       Refusal *ret_refusal);
 

@@ -51,7 +51,8 @@ int broker_new(const BrokerOptions *options, Broker **ret) {
         b->runtime_dir_fd = -EBADF;
         b->delegate_uid = options->delegate_uid;
         b->proc_root = strdup(options->proc_root ? options->proc_root : "/proc");
-        if (!b->proc_root)
+        b->cgroup_root = strdup(options->cgroup_root ? options->cgroup_root : "/sys/fs/cgroup");
+        if (!b->proc_root || !b->cgroup_root)
                 return -ENOMEM;
         if (options->runtime_dir_fd >= 0) {
                 b->runtime_dir_fd = fcntl(options->runtime_dir_fd, F_DUPFD_CLOEXEC, 3);
@@ -98,6 +99,7 @@ Broker *broker_free(Broker *b) {
                 munmap((void *) b->stats, sizeof(PaceStatsFile));
         safe_close(b->runtime_dir_fd);
         free(b->proc_root);
+        free(b->cgroup_root);
         free(b);
         return NULL;
 }

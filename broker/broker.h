@@ -52,6 +52,9 @@ typedef struct BrokerOptions {
         const PaceConfig *config; /* cpus resolved */
         int runtime_dir_fd;       /* where the table is created; -1: no table (fuzzing) */
         const char *proc_root;    /* "/proc" */
+        /* Where the cgroup file systems are: a target held by a limit there
+         * that a reservation would lift is refused. NULL: /sys/fs/cgroup. */
+        const char *cgroup_root;
         /* Who besides root may ask on behalf of another process (pace-rtkit's
          * uid, the broker's own); 0: root alone. Never a uid that other
          * daemons share (nobody): whoever runs as it could speak for anyone,

@@ -73,6 +73,9 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                               scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
                               b->config.max_threads_per_reservation);
         *ret_threads = threads;
+        r = target_limits_kept(b, pid, scope, req->tid, ret_refusal);
+        if (r != 0)
+                return r;
         for (size_t i = 0; i < b->n_reservations; i++) {
                 const PlanEntry *e = plan_find(b->plan, b->reservations[i].id);
                 /* Same pid, even with another start time: that one's exit

@@ -5,9 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "broker-internal.h"
+#include "cgroup-limits.h"
 #include "macro.h"
 #include "proc-util.h"
 
@@ -131,4 +134,25 @@ int target_permitted(Broker *b, const BrokerPeer *peer, pid_t pid, const ProcInf
                 return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
                               "pid %" PRIi32 " runs as root%s", (int32_t) pid, words->root);
         return 0;
+}
+
+int target_limits_kept(Broker *b, pid_t pid, uint32_t scope, pid_t tid, Refusal *ret_refusal) {
+        char path[128], text[4096], limit[PATH_MAX + 512];
+
+        if (scope == PACE_TABLE_SCOPE_THREAD)
+                snprintf(path, sizeof(path), "%s/%" PRIi32 "/task/%" PRIi32 "/cgroup", b->proc_root, (int32_t) pid,
+                         tid);
+        else
+                snprintf(path, sizeof(path), "%s/%" PRIi32 "/cgroup", b->proc_root, (int32_t) pid);
+        /* Unreadable (gone, or a test's /proc without it): the dispatcher's
+         * identity check has the last word on the process anyway. */
+        if (read_small_file(path, text, sizeof(text)) < 0)
+                return 0;
+        if (cgroup_limit_lifted(b->cgroup_root, text, limit, sizeof(limit)) <= 0)
+                return 0;
+        return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_PERMISSION_DENIED,
+                      "pid %" PRIi32 " is held by a limit someone else set: %s. A reservation would move it into "
+                      "pace's own groups, where that limit no longer applies, and pace never lifts a limit it did "
+                      "not set; ask whoever set it to lift it",
+                      (int32_t) pid, limit);
 }

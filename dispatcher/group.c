@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cgroup-limits.h"
 #include "group-backend.h"
 #include "macro.h"
 #include "sched-util.h"
@@ -417,6 +418,12 @@ void group_move_descendants(GroupSet *s, Group *g, int (*move_in)(GroupSet *s, G
                                         &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
+                /* The broker checked the root's cgroups; a descendant may
+                 * live in others, and a limit set there stays in force. */
+                if (cgroup_limit_lifted_pid("/sys/fs/cgroup", kids[i], NULL, 0) != 0) {
+                        safe_close(pidfds[i]);
+                        continue;
+                }
                 if (move_in(s, g, kids[i]) >= 0 && pidfd_alive(pidfds[i]) < 0)
                         s->backend->move_out(s, g, "cgroup.procs", kids[i], true);
                 safe_close(pidfds[i]);

@@ -8,6 +8,7 @@
 #include <systemd/sd-login.h>
 #include <time.h>
 
+#include "cgroup-limits.h"
 #include "macro.h"
 #include "proc-util.h"
 #include "scope.h"
@@ -114,8 +115,19 @@ static int bus_call_ticking(sd_bus *bus, sd_bus_message *m, uint64_t timeout_use
 /* The processes that may go with req->pid (group_enter()'s rule), each
  * with its pidfd; *ret_n of them. */
 static void list_movable(const GroupScopeRequest *req, pid_t *kids, int *pidfds, size_t max, size_t *ret_n) {
-        *ret_n = 0;
-        (void) proc_list_owned_descendants("/proc", req->pid, req->uid, req->max_threads, kids, pidfds, max, ret_n);
+        size_t n = 0, k = 0;
+
+        (void) proc_list_owned_descendants("/proc", req->pid, req->uid, req->max_threads, kids, pidfds, max, &n);
+        /* Nor one a limit of its own holds (group_move_descendants()). */
+        for (size_t i = 0; i < n; i++) {
+                if (cgroup_limit_lifted_pid("/sys/fs/cgroup", kids[i], NULL, 0) != 0) {
+                        safe_close(pidfds[i]);
+                        continue;
+                }
+                kids[k] = kids[i];
+                pidfds[k++] = pidfds[i];
+        }
+        *ret_n = k;
 }
 
 /* After the manager moved them: one that exited meanwhile may have left its

@@ -209,4 +209,82 @@ TEST(a_reserved_thread_cannot_lend_its_priority_to_a_thread_on_another_cpu) {
         run_cpu0_attack(pi_attacker, 2, "PI mutex held on CPU 0");
 }
 
+/* 3. A reservation must not lift a limit someone else set. The attacker
+ * sits in a v1 cpu group held to 10% of a CPU by its quota and asks for 3 ms
+ * in every 50: reserved, it was moved into pace's own cpu group and got
+ * 99.6%. Now it is refused, with the limit named, and keeps its 10%. */
+#define QUOTA_GROUP "/sys/fs/cgroup/cpu/pace-test-quota"
+
+static void quota_attacker(void) {
+        while (!atomic_load(&sh->release))
+                sleep_ms(1);
+        pace *p = NULL;
+        pace_grant g;
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 60000, .cpu = STACK_CPU };
+        int r = pace_connect(stack_socket, &p);
+        if (r >= 0)
+                r = pace_reserve(p, &params, &g);
+        if (r < 0) {
+                const char *m = pace_last_message();
+                fprintf(stderr, "attacker: %s\n", m ?: "no reason");
+                atomic_store(&sh->counter, m && strstr(m, "cpu.cfs_quota_us to 10000") ? 1 : 0);
+        }
+        atomic_store(&sh->err, r);
+        atomic_store(&sh->reserved, r < 0 ? -1 : 1);
+        for (;;)
+                ;
+}
+
+static int write_file(const char *path, const char *text) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? write(fd, text, strlen(text)) : -1;
+        if (fd >= 0)
+                close(fd);
+        return n == (ssize_t) strlen(text) ? 0 : -1;
+}
+
+TEST(a_process_held_by_a_cpu_quota_is_not_reserved_out_of_it) {
+        char pid_text[32];
+        struct stat st;
+        Stack s = {};
+
+        if (skip())
+                TEST_SKIP("needs root, 2 CPUs and the built daemons");
+        if (stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", &st) < 0)
+                TEST_SKIP("no v1 cpu hierarchy (the unit test covers the unified rule)");
+        alarm(CASE_ALARM_S);
+        shared_reset();
+        (void) rmdir(QUOTA_GROUP);
+        ASSERT_OK(mkdir(QUOTA_GROUP, 0755));
+        bool set = write_file(QUOTA_GROUP "/cpu.cfs_period_us", "100000") == 0 &&
+                   write_file(QUOTA_GROUP "/cpu.cfs_quota_us", "10000") == 0;
+        stack_start(&s);
+        pid_t bad = attacker(quota_attacker);
+        snprintf(pid_text, sizeof(pid_text), "%d", (int) bad);
+        bool moved = set && write_file(QUOTA_GROUP "/cgroup.procs", pid_text) == 0;
+        atomic_store(&sh->release, 1);
+        for (int i = 0; i < 500 && atomic_load(&sh->reserved) == 0; i++)
+                sleep_ms(10);
+        int reserved = atomic_load(&sh->reserved), named = (int) atomic_load(&sh->counter);
+        sleep_ms(300);
+        uint64_t c0 = share_cpu_time_ns(bad), t0 = monotonic_ns();
+        sleep_ms(2000);
+        double share = 100.0 * (double) (share_cpu_time_ns(bad) - c0) / (double) (monotonic_ns() - t0);
+        reap(bad);
+        stack_stop(&s);
+        for (int i = 0; i < 100 && rmdir(QUOTA_GROUP) < 0 && errno == EBUSY; i++)
+                sleep_ms(10);
+        alarm(0);
+        printf("  quota 10%%: reservation %s%s; the attacker got %.1f%% of a CPU over 2 s\n",
+               reserved > 0 ? "granted" : reserved < 0 ? "refused" : "unanswered",
+               named ? ", naming the quota" : "", share);
+        ASSERT_TRUE(set);
+        ASSERT_TRUE(moved);
+        ASSERT_EQ(reserved, -1);
+        ASSERT_EQ(named, 1);
+        /* The quota's 10%, and the tick's overshoot (CFS bandwidth is
+         * enforced at ticks and slices: up to a few points over 2 s). */
+        ASSERT_CMP(share, <=, 14.0);
+}
+
 TEST_MAIN()

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* Which limits a reservation would lift (issue 26, case 3), against fake
+ * cgroup file systems: a v1 cpu hierarchy beside others, a unified-only one
+ * with and without systemd's slices. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup-limits.h"
+#include "macro.h"
+#include "test.h"
+
+static void put(const char *root, const char *rel, const char *text) {
+        char path[PATH_MAX], cmd[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/%s", root, rel);
+        snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+        ASSERT_EQ(system(cmd), 0);
+        FILE *f = fopen(path, "we");
+        ASSERT_TRUE(f);
+        fputs(text, f);
+        fclose(f);
+}
+
+static void cleanup(const char *root) {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+        ASSERT_EQ(system(cmd), 0);
+}
+
+TEST(a_v1_cpu_quota_on_any_level_is_named) {
+        char root[128], why[512];
+        int fd = test_temp_dir("cgv1", root, sizeof(root));
+        close(fd);
+
+        put(root, "cpu/cpu.cfs_quota_us", "-1\n");
+        put(root, "cpu/a/cpu.cfs_quota_us", "10000\n");
+        put(root, "cpu/a/b/cpu.cfs_quota_us", "-1\n");
+        put(root, "cpu/c/cpu.cfs_quota_us", "-1\n");
+        put(root, "memory/a/memory.limit_in_bytes", "1048576\n");
+        const char *in_b = "12:memory:/a\n4:cpu,cpuacct:/a/b\n1:name=systemd:/a\n0::/\n";
+        ASSERT_EQ(cgroup_limit_lifted(root, in_b, why, sizeof(why)), 1);
+        ASSERT_STREQ(why, "cgroup /a sets cpu.cfs_quota_us to 10000");
+        /* A quota nowhere on its path; memory is a hierarchy pace never
+         * moves through. */
+        ASSERT_EQ(cgroup_limit_lifted(root, "12:memory:/a\n4:cpu,cpuacct:/c\n", why, sizeof(why)), 0);
+        ASSERT_EQ(cgroup_limit_lifted(root, "4:cpu,cpuacct:/\n", why, sizeof(why)), 0);
+        cleanup(root);
+}
+
+TEST(unified_limits_below_the_last_slice_are_named_and_the_slices_kept) {
+        char root[128], why[512];
+        int fd = test_temp_dir("cgv2", root, sizeof(root));
+        close(fd);
+
+        put(root, "cgroup.controllers", "cpu memory pids\n");
+        put(root, "system.slice/pids.max", "4000\n"); /* stays above a scope there */
+        put(root, "system.slice/a.service/pids.max", "max\n");
+        put(root, "system.slice/a.service/cpu.max", "max 100000\n");
+        put(root, "system.slice/a.service/memory.max", "max\n");
+        put(root, "system.slice/b.service/memory.high", "1073741824\n");
+        put(root, "plain/cpu.max", "20000 100000\n");
+        put(root, "plain/inner/io.max", "");
+        ASSERT_EQ(cgroup_limit_lifted(root, "0::/system.slice/a.service\n", why, sizeof(why)), 0);
+        ASSERT_EQ(cgroup_limit_lifted(root, "0::/system.slice/b.service\n", why, sizeof(why)), 1);
+        ASSERT_STREQ(why, "cgroup /system.slice/b.service sets memory.high to 1073741824");
+        /* No systemd: every level goes. */
+        ASSERT_EQ(cgroup_limit_lifted(root, "0::/plain/inner\n", why, sizeof(why)), 1);
+        ASSERT_STREQ(why, "cgroup /plain sets cpu.max to 20000 100000");
+        ASSERT_EQ(cgroup_limit_lifted(root, "0::/\n", why, sizeof(why)), 0);
+        cleanup(root);
+}
+
+TEST(a_hybrid_host_is_judged_by_v1_alone) {
+        char root[128], why[512];
+        int fd = test_temp_dir("cghy", root, sizeof(root));
+        close(fd);
+
+        /* No cgroup.controllers at the root: the unified view is not where
+         * pace's groups are, so its limits are not looked at. */
+        put(root, "cpu/cpu.cfs_quota_us", "-1\n");
+        put(root, "unified/x/cpu.max", "1000 100000\n");
+        ASSERT_EQ(cgroup_limit_lifted(root, "4:cpu,cpuacct:/\n0::/x\n", why, sizeof(why)), 0);
+        cleanup(root);
+}
+
+TEST_MAIN()
