@@ -212,17 +212,27 @@ int proc_list_owned_descendants(const char *proc_root, pid_t pid, uid_t uid, uin
         r = status_owner_threads(proc_root, pid, &owner, &threads);
         if (r < 0)
                 return r;
-        for (pid_t cur = pid;; cur = out[head++]) {
+        /* Threads counted so far (the walk's cost), and each listed
+         * process's own count, to decide on its children when its turn
+         * comes. */
+        uint32_t read = 0, *own = calloc(max ? max : 1, sizeof(uint32_t));
+        if (!own)
+                return -ENOMEM;
+        uint32_t cur_threads = threads;
+        for (pid_t cur = pid;;) {
                 size_t first = n;
-                (void) list_children(proc_root, cur, out, max, &n);
+                if (cur_threads <= max_threads - MIN(read, max_threads)) {
+                        read += cur_threads;
+                        (void) list_children(proc_root, cur, out, max, &n);
+                }
                 for (size_t i = first; i < n;) {
                         int pidfd = -EBADF;
                         uint32_t t = 0;
                         bool keep = (!ret_pidfds || pidfd_open_checked(out[i], &pidfd) >= 0) &&
                                     status_owner_threads(proc_root, out[i], &owner, &t) >= 0 &&
-                                    proc_owner_is(&owner, uid) && t <= max_threads - MIN(threads, max_threads);
+                                    proc_owner_is(&owner, uid);
                         if (keep) {
-                                threads += t;
+                                own[i] = t;
                                 if (ret_pidfds)
                                         ret_pidfds[i] = pidfd;
                                 i++;
@@ -233,7 +243,10 @@ int proc_list_owned_descendants(const char *proc_root, pid_t pid, uid_t uid, uin
                 }
                 if (head >= n)
                         break;
+                cur_threads = own[head];
+                cur = out[head++];
         }
+        free(own);
         *ret_n = n;
         return 0;
 }

@@ -41,13 +41,14 @@ int write_string_file(const char *path, const char *text);
 
 /* pid's descendants that may be moved with it: each owned by exactly uid
  * (a set-uid child, or another user's process that took a listed pid, is
- * skipped with everything below it), breadth first, while the threads of
- * pid and of those listed stay within max_threads (a process past that is
- * left out and its children are not even listed: the walk reads a file per
- * thread). Up to max into out. Each is opened as a pidfd before its owner
- * is read (into ret_pidfds when not NULL, for the caller to close), so
- * that after acting on a number a caller can tell whether it still named
- * that process. -ESRCH if pid is gone. */
+ * skipped with everything below it), breadth first. The walk reads a file
+ * per thread of each process whose children it lists: it lists those of a
+ * process only while the threads so read stay within max_threads (a
+ * process past that is itself listed, its children are not). Up to max
+ * into out. Each is opened as a pidfd before its owner is read (into
+ * ret_pidfds when not NULL, for the caller to close), so that after acting
+ * on a number a caller can tell whether it still named that process.
+ * -ESRCH if pid is gone. */
 int proc_list_owned_descendants(const char *proc_root, pid_t pid, uid_t uid, uint32_t max_threads, pid_t *out,
                                 int *ret_pidfds, size_t max, size_t *ret_n);
 
