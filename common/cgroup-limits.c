@@ -74,6 +74,10 @@ int cgroup_limit_lifted(const char *sys_cgroup, const char *proc_cgroup_text, ch
         static const char *const v1_cpu[] = { "cpu.cfs_quota_us", NULL };
         static const char *const unified[] = { "cpu.max", "memory.max", "memory.high", "memory.swap.max",
                                                "pids.max", "io.max", "cpuset.mems", NULL };
+        /* Under systemd every unit has a pids.max (DefaultTasksMax=), and
+         * so does the scope pace asks for: not one a reservation lifts. */
+        static const char *const unified_systemd[] = { "cpu.max", "memory.max", "memory.high", "memory.swap.max",
+                                                       "io.max", "cpuset.mems", NULL };
         char path[PATH_MAX], mount[PATH_MAX];
         struct stat st;
 
@@ -91,7 +95,8 @@ int cgroup_limit_lifted(const char *sys_cgroup, const char *proc_cgroup_text, ch
         snprintf(mount, sizeof(mount), "%s/cgroup.controllers", sys_cgroup);
         if (stat(mount, &st) < 0 || proc_cgroup_v2_path(proc_cgroup_text, path, sizeof(path)) < 0)
                 return 0;
-        return walk_levels(sys_cgroup, path, slice_prefix(path), unified, ret, size);
+        size_t keep = slice_prefix(path);
+        return walk_levels(sys_cgroup, path, keep, keep > 0 ? unified_systemd : unified, ret, size);
 }
 
 int cgroup_limit_lifted_pid(const char *sys_cgroup, pid_t pid, char *ret, size_t size) {

@@ -15,7 +15,9 @@
  *   unified only               every level below the root; under systemd
  *                              (a path through *.slice) only those below
  *                              the last slice, since the scope pace asks
- *                              for sits in that slice.
+ *                              for sits in that slice, and not pids.max,
+ *                              which systemd sets on every unit, the scope
+ *                              included (DefaultTasksMax=).
  *
  * Core code: no logging; reads files under a root given by the caller. */
 

@@ -58,18 +58,22 @@ TEST(unified_limits_below_the_last_slice_are_named_and_the_slices_kept) {
 
         put(root, "cgroup.controllers", "cpu memory pids\n");
         put(root, "system.slice/pids.max", "4000\n"); /* stays above a scope there */
-        put(root, "system.slice/a.service/pids.max", "max\n");
+        /* Every unit's DefaultTasksMax=: the scope gets one too. */
+        put(root, "system.slice/a.service/pids.max", "4915\n");
         put(root, "system.slice/a.service/cpu.max", "max 100000\n");
         put(root, "system.slice/a.service/memory.max", "max\n");
         put(root, "system.slice/b.service/memory.high", "1073741824\n");
         put(root, "plain/cpu.max", "20000 100000\n");
         put(root, "plain/inner/io.max", "");
+        put(root, "plain2/pids.max", "100\n");
         ASSERT_EQ(cgroup_limit_lifted(root, "0::/system.slice/a.service\n", why, sizeof(why)), 0);
         ASSERT_EQ(cgroup_limit_lifted(root, "0::/system.slice/b.service\n", why, sizeof(why)), 1);
         ASSERT_STREQ(why, "cgroup /system.slice/b.service sets memory.high to 1073741824");
         /* No systemd: every level goes. */
         ASSERT_EQ(cgroup_limit_lifted(root, "0::/plain/inner\n", why, sizeof(why)), 1);
         ASSERT_STREQ(why, "cgroup /plain sets cpu.max to 20000 100000");
+        ASSERT_EQ(cgroup_limit_lifted(root, "0::/plain2\n", why, sizeof(why)), 1);
+        ASSERT_STREQ(why, "cgroup /plain2 sets pids.max to 100");
         ASSERT_EQ(cgroup_limit_lifted(root, "0::/\n", why, sizeof(why)), 0);
         cleanup(root);
 }
