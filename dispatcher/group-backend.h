@@ -55,8 +55,12 @@ struct Group {
         uint32_t max_threads;
         char cpus[64]; /* the reservation's CPUs (a kernel list), "" if unconfined */
         char dir[PATH_MAX + 64];
-        /* Where the members came from, relative to the hierarchy's root. */
+        /* Where the members came from, relative to the hierarchy's root
+         * (delegated: the scope they were gathered from). */
         char orig[PATH_MAX];
+        /* Delegated: the cgroup of the unit they came from, where they go
+         * back; "" elsewhere. */
+        char home[1024];
         /* v1 only: the same in the cpu hierarchy ("" if none); the
          * reservation's cpuset (pace.<hash>/res-<id> in the cpuset
          * hierarchy, "" if none) and where the members came from there. */

@@ -312,7 +312,10 @@ static int unified_enter(GroupSet *s, Group *g, const char *proc_cgroup) {
 }
 
 static void unified_move_out(const GroupSet *s, const Group *g, const char *file, pid_t id, bool to_root) {
-        group_move_back(s->root, to_root ? "/" : g->orig, file, id);
+        /* Delegated: back into its unit's own cgroup, not the scope, which
+         * has controllers enabled below it and takes no process (EBUSY),
+         * and outside which the unit's limits would stop applying. */
+        group_move_back(s->root, to_root ? "/" : g->home[0] ? g->home : g->orig, file, id);
 }
 
 static void unified_destroy(GroupSet *s, Group *g) {
@@ -366,7 +369,8 @@ static void delegated_gather(GroupSet *s, Group *g, char *why, size_t why_size) 
  * internal processes), hence the order. */
 static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *why,
                             size_t why_size) {
-        char scope[1024], scope_dir[PATH_MAX + 1100];
+        char scope_dir[PATH_MAX + 1100];
+        GroupScopeAnswer answer = {};
         int r;
 
         /* Weights count among siblings only: our subgroup is the scope's
@@ -374,13 +378,15 @@ static void delegated_enter(GroupSet *s, Group *g, GroupMakeScope make_scope, vo
          * slice's other units (the client's own among them). */
         GroupScopeRequest req = { .pid = g->pid, .uid = g->uid, .max_threads = g->max_threads, .id = g->id,
                                   .cpu_weight = s->use_cpu ? 1 : 0 };
-        r = make_scope ? make_scope(userdata, &req, scope, sizeof(scope)) : -EOPNOTSUPP;
+        r = make_scope ? make_scope(userdata, &req, &answer) : -EOPNOTSUPP;
         if (r < 0) {
                 snprintf(why, why_size, "no scope for reservation %" PRIu64 " of pid %" PRIi32 ": %s", g->id, g->pid,
-                         strerror(-r));
+                         answer.why[0] ? answer.why : strerror(-r));
                 return; /* never entered: the loop keeps to /proc */
         }
+        const char *scope = answer.scope;
         snprintf(g->orig, sizeof(g->orig), "%s", scope);
+        snprintf(g->home, sizeof(g->home), "%s", answer.home);
         snprintf(scope_dir, sizeof(scope_dir), "%s%s", s->root, scope);
         int k = snprintf(g->dir, sizeof(g->dir), "%s/pace", scope_dir);
         if (k < 0 || (size_t) k >= sizeof(g->dir) || (mkdir(g->dir, 0755) < 0 && errno != EEXIST)) {

@@ -68,8 +68,10 @@ void group_retire(GroupSet *s, Group *g);
 
 /* Whom a group holds. scope as in pace-table.h: the process (all its
  * threads), the one thread, or the process and its descendants. A tree's
- * other processes are moved in only if owned by exactly uid, and only as
- * long as the threads moved stay within max_threads. cpus (a kernel CPU
+ * other processes are moved in only if owned by exactly uid and held by no
+ * cgroup limit of their own; the walk that finds them reads the children
+ * of processes only while the threads it looks at stay within max_threads
+ * (proc_list_owned_descendants()). cpus (a kernel CPU
  * list, e.g. "1" or "0-1"): where the host has a cpuset hierarchy, the
  * members are also confined to these CPUs, which they cannot leave by
  * sched_setaffinity(). NULL: not confined. */
@@ -113,15 +115,23 @@ int group_list_threads(Group *g, pid_t *tids, size_t max, size_t *ret_n);
 /* Delegated mode: asks the manager for a delegated scope holding pid and
  * those of its descendants that may move with it (as group_enter() moves
  * them: uid, max_threads), for reservation id, weighing cpu_weight against
- * its siblings (0: the manager's default); its cgroup path (from the
- * hierarchy's root, e.g. /user.slice/pace-7-4242.scope) into ret. */
+ * its siblings (0: the manager's default). */
 typedef struct GroupScopeRequest {
         pid_t pid;
         uid_t uid;
         uint32_t max_threads;
         uint64_t id, cpu_weight;
 } GroupScopeRequest;
-typedef int (*GroupMakeScope)(void *userdata, const GroupScopeRequest *req, char *ret, size_t size);
+/* The scope's cgroup path (from the hierarchy's root, e.g.
+ * /user.slice/pace-7-4242.scope), and the one the process came from, where
+ * its members go back at the release (its unit's). A refusal (negative
+ * errno) may say why in a sentence. */
+typedef struct GroupScopeAnswer {
+        char scope[1024];
+        char home[1024];
+        char why[512];
+} GroupScopeAnswer;
+typedef int (*GroupMakeScope)(void *userdata, const GroupScopeRequest *req, GroupScopeAnswer *ret);
 /* why: the reason a scope or its group could not be had (left alone otherwise). */
 size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdata, char *why, size_t why_size);
 /* Whether groups are subgroups of scopes the manager makes (systemd on a

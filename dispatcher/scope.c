@@ -182,15 +182,127 @@ static void attach_stragglers(sd_bus *bus, const char *name, const GroupScopeReq
         }
 }
 
-int scope_make(void *userdata, const GroupScopeRequest *req, char *ret, size_t size) {
+/* What a unit's cgroup holds besides limits: BPF programs systemd attaches
+ * there (address and socket filters, device policy, interface lists, its
+ * own programs). A scope outside the unit has none of them, so moving a
+ * process of such a unit there would let it out of its sandbox (issue 26,
+ * case 3): it is dispatched where it is instead. */
+static const char *const sandbox_properties[] = {
+        "IPAddressDeny", "IPAddressAllow", "IPIngressFilterPath", "IPEgressFilterPath", "DeviceAllow",
+        "SocketBindAllow", "SocketBindDeny", "RestrictNetworkInterfaces", "BPFProgram", NULL,
+};
+
+static bool is_sandbox_property(const char *name) {
+        for (const char *const *p = sandbox_properties; *p; p++)
+                if (strcmp(*p, name) == 0)
+                        return true;
+        return false;
+}
+
+/* Whether the variant at the reader's position (one of the properties
+ * above, or DevicePolicy) sets anything. Consumes it when it does not; when
+ * it does the caller reads no further. */
+static int variant_sets(sd_bus_message *m, const char *name) {
+        const char *contents = NULL, *s = NULL;
+        char type;
+        int r;
+
+        r = sd_bus_message_peek_type(m, &type, &contents);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(m, 'v', contents);
+        if (r < 0)
+                return r;
+        if (strcmp(name, "DevicePolicy") == 0 && strcmp(contents, "s") == 0) {
+                r = sd_bus_message_read(m, "s", &s);
+                if (r < 0)
+                        return r;
+                if (strcmp(s, "auto") != 0)
+                        return 1;
+        } else if (contents[0] == 'a') {
+                r = sd_bus_message_enter_container(m, 'a', contents + 1);
+                if (r < 0)
+                        return r;
+                if (sd_bus_message_at_end(m, false) == 0)
+                        return 1;
+                r = sd_bus_message_exit_container(m);
+        } else if (strcmp(contents, "(bas)") == 0) { /* RestrictNetworkInterfaces */
+                int allow;
+                r = sd_bus_message_enter_container(m, 'r', "bas");
+                if (r >= 0)
+                        r = sd_bus_message_read(m, "b", &allow);
+                if (r >= 0)
+                        r = sd_bus_message_enter_container(m, 'a', "s");
+                if (r < 0)
+                        return r;
+                if (sd_bus_message_at_end(m, false) == 0)
+                        return 1;
+                r = sd_bus_message_exit_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+        } else
+                r = sd_bus_message_skip(m, contents);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_exit_container(m);
+        return r < 0 ? r : 0;
+}
+
+/* The first sandbox property unit sets (its name into ret): 1, or 0 if
+ * none; negative errno if the manager could not be asked. */
+static int unit_sandboxed(sd_bus *bus, const char *unit, char *ret, size_t size) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        _cleanup_free_ char *path = NULL;
+        const char *dot = strrchr(unit, '.');
+        char iface[64];
+        int r;
+
+        /* Properties of the cgroup live on the unit type's interface. */
+        if (!dot || (strcmp(dot, ".service") != 0 && strcmp(dot, ".scope") != 0 && strcmp(dot, ".socket") != 0 &&
+                     strcmp(dot, ".mount") != 0 && strcmp(dot, ".swap") != 0))
+                return 0;
+        snprintf(iface, sizeof(iface), "org.freedesktop.systemd1.%c%s", dot[1] - 'a' + 'A', dot + 2);
+        r = sd_bus_path_encode("/org/freedesktop/systemd1/unit", unit, &path);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", path,
+                                           "org.freedesktop.DBus.Properties", "GetAll");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", iface);
+        if (r >= 0)
+                r = bus_call_ticking(bus, m, 5 * 1000000ULL, NULL, &reply);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(reply, 'a', "{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
+                const char *name;
+                r = sd_bus_message_read(reply, "s", &name);
+                if (r < 0)
+                        break;
+                if (is_sandbox_property(name) || strcmp(name, "DevicePolicy") == 0) {
+                        r = variant_sets(reply, name);
+                        if (r > 0) {
+                                snprintf(ret, size, "%s", name);
+                                return 1;
+                        }
+                } else
+                        r = sd_bus_message_skip(reply, "v");
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(reply);
+        }
+        return r < 0 ? r : 0;
+}
+
+int scope_make(void *userdata, const GroupScopeRequest *req, GroupScopeAnswer *ret) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
         _cleanup_free_ char *unit = NULL, *slice = NULL, *user_unit = NULL, *orig = NULL;
         static pid_t kids[SCOPE_MAX_PIDS];
         static int pidfds[SCOPE_MAX_PIDS];
+        _cleanup_close_ int pidfd = -EBADF;
         pid_t pid = req->pid;
-        char name[96], description[128];
+        char name[96], description[128], sandbox[64];
         size_t n = 0;
         int r;
 
@@ -205,9 +317,24 @@ int scope_make(void *userdata, const GroupScopeRequest *req, char *ret, size_t s
         r = sd_pid_get_cgroup(pid, &orig);
         if (r < 0)
                 return r;
+        /* Its exit ends the wait below at once (a client that exits as the
+         * manager moves it cost the main thread a second each). */
+        r = pidfd_open_checked(pid, &pidfd);
+        if (r < 0)
+                return r;
         r = bus_open(&bus);
         if (r < 0)
                 return r;
+        r = unit_sandboxed(bus, unit, sandbox, sizeof(sandbox));
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                snprintf(ret->why, sizeof(ret->why),
+                         "%s sets %s, which a scope outside it would not have; its reservation runs where it is, "
+                         "without a group", unit, sandbox);
+                return -EPERM;
+        }
+        snprintf(ret->home, sizeof(ret->home), "%s", orig);
         list_movable(req, kids, pidfds, ELEMENTSOF(kids) - 1, &n);
         snprintf(name, sizeof(name), "pace-%" PRIu64 "-%" PRIi32 ".scope", req->id, pid);
         snprintf(description, sizeof(description), "pace reservation %" PRIu64 " of pid %" PRIi32, req->id, pid);
@@ -260,14 +387,18 @@ int scope_make(void *userdata, const GroupScopeRequest *req, char *ret, size_t s
         r = -ETIMEDOUT;
         for (int i = 0; r == -ETIMEDOUT && i < 1000; i++) {
                 _cleanup_free_ char *cg = NULL;
+                if (pidfd_alive(pidfd) < 0) {
+                        r = -ESRCH;
+                        break;
+                }
                 if (sd_pid_get_cgroup(pid, &cg) >= 0) {
                         /* In the scope, or already in our subgroup of it. */
                         size_t len = strlen(cg), nlen = strlen(name);
                         if (len > 5 && strcmp(cg + len - 5, "/pace") == 0)
                                 cg[len -= 5] = '\0';
                         if (len > nlen && strcmp(cg + len - nlen, name) == 0 && cg[len - nlen - 1] == '/') {
-                                int k = snprintf(ret, size, "%s", cg);
-                                r = k < 0 || (size_t) k >= size ? -ENAMETOOLONG : 0;
+                                int k = snprintf(ret->scope, sizeof(ret->scope), "%s", cg);
+                                r = k < 0 || (size_t) k >= sizeof(ret->scope) ? -ENAMETOOLONG : 0;
                                 break;
                         }
                 }
