@@ -28,6 +28,7 @@
 #include "nice.h"
 #include "freezer-v1.h"
 #include "group.h"
+#include "lending.h"
 #include "held.h"
 #include "keeper.h"
 #include "log-ring.h"
@@ -716,6 +717,11 @@ typedef struct MainLoop {
         sd_event *event;
         /* Armed from the handlers; the others are the event's own. */
         sd_event_source *log, *check, *retry, *look, *probe, *housekeeping, *class_check, *table, *table_later;
+        /* Priority lent through PI locks (lending.h): the instance's
+         * trace_pipe, -1 where it could not be had. */
+        sd_event_source *lending_io;
+        Lending *lending;
+        int lending_fd;
         int inotify_fd;
         unsigned retries;
         uint64_t look_every_ns;
@@ -727,6 +733,116 @@ typedef struct MainLoop {
         uint64_t keep_next_ns; /* a loop's request for a keeper round waits until then */
 } MainLoop;
 
+#define LENDING_TRACEFS "/sys/kernel/tracing"
+
+/* The reservation that lent: the one with raiser among its registered
+ * members, or, where raiser is a dispatch loop (it promoted a member that
+ * was blocked already), the one it promoted last before raised_ns. Only
+ * ever one of the loops' own (a pointer from the ring is compared, never
+ * followed, until found among them). */
+static Held *lending_lender(Dispatcher *d, pid_t raiser, uint64_t raised_ns, CpuLoop **ret_loop) {
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                for (size_t k = 0; k < l->n_owned; k++)
+                        for (size_t j = 0; j < l->owned[k]->n_mine; j++)
+                                if (l->owned[k]->mine[j]->tid == raiser) {
+                                        *ret_loop = l;
+                                        return l->owned[k];
+                                }
+        }
+        for (uint32_t i = 0; i < d->n_loops; i++) {
+                CpuLoop *l = &d->loops[i];
+                if (atomic_load(&l->tid) != raiser)
+                        continue;
+                const struct Held *best = NULL;
+                uint64_t best_ns = 0;
+                for (unsigned k = 0; k < LOOP_PROMOTED_RING; k++) {
+                        uint64_t t = atomic_load_explicit(&l->promoted[k].ns, memory_order_acquire);
+                        const struct Held *h = atomic_load_explicit(&l->promoted[k].held, memory_order_relaxed);
+                        if (t != 0 && t <= raised_ns && t >= best_ns) {
+                                best = h;
+                                best_ns = t;
+                        }
+                }
+                for (size_t k = 0; best && k < l->n_owned; k++)
+                        if (l->owned[k] == best) {
+                                *ret_loop = l;
+                                return l->owned[k];
+                        }
+        }
+        return NULL;
+}
+
+static void lending_charged(void *userdata, pid_t raiser, uint64_t raised_ns, pid_t owner, uint64_t ns) {
+        MainLoop *m = userdata;
+        Dispatcher *d = m->d;
+        CpuLoop *l = NULL;
+        Held *h = lending_lender(d, raiser, raised_ns, &l);
+
+        if (!h)
+                return;
+        /* Lent to one of its own registered members: counted as theirs. */
+        for (size_t j = 0; j < h->n_mine; j++)
+                if (h->mine[j]->tid == owner)
+                        return;
+        atomic_fetch_add_explicit(&h->lent_ns, ns, memory_order_relaxed);
+        if (!h->lent_logged && d->run) {
+                h->lent_logged = true;
+                run_log(d->run, LOG_NOTICE,
+                        "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") lent its priority to task %" PRIi32
+                        " through a priority-inheritance lock; what that task runs so is charged to %s",
+                        l->cpu, h->pid, h->id, owner,
+                        h->server ? "the reservation's budget" :
+                                    "nothing (a slots reservation lends only in its own slots)");
+        }
+}
+
+static bool lending_owner_boosted(void *userdata, pid_t owner) {
+        return lending_task_boosted(owner);
+}
+
+static void lending_take(MainLoop *m) {
+        char buf[16384];
+
+        /* Bounded: a flood of events waits for the next wake-up. */
+        for (int i = 0; i < 8; i++) {
+                ssize_t n = read(m->lending_fd, buf, sizeof(buf));
+                if (n <= 0)
+                        break;
+                lending_feed(m->lending, buf, (size_t) n, lending_charged, m);
+        }
+        lending_charge_ongoing(m->lending, monotonic_ns(), lending_charged, lending_owner_boosted, m);
+}
+
+static int on_lending(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        lending_take(userdata);
+        return 0;
+}
+
+/* The tracing instance, and a sentence for the start-up log either way. */
+static void lending_start(MainLoop *m) {
+        const char *tracefs = m->o->tracefs ?: LENDING_TRACEFS;
+        int r = lending_new(&m->lending);
+
+        if (r >= 0)
+                r = lending_trace_open(tracefs, m->d->instance_name, &m->lending_fd);
+        if (r >= 0)
+                r = sd_event_add_io(m->event, &m->lending_io, m->lending_fd, EPOLLIN, on_lending, m);
+        if (r < 0) {
+                if (m->lending_fd >= 0) {
+                        m->lending_fd = safe_close(m->lending_fd);
+                        lending_trace_remove(tracefs, m->d->instance_name);
+                }
+                run_log(m->o, LOG_WARNING,
+                        "no tracing instance in %s (%s): priority a budget server's member lends through a "
+                        "priority-inheritance lock is not charged to the server (docs/security.md)", tracefs,
+                        strerror(-r));
+                return;
+        }
+        run_log(m->o, LOG_INFO, "priority lent through priority-inheritance locks is charged to the lender's budget "
+                "(sched_pi_setprio, in %s/instances/%s)", tracefs, m->d->instance_name);
+}
+
 static void main_loop_done(MainLoop *m) {
         sd_event_source_disable_unref(m->log);
         sd_event_source_disable_unref(m->check);
@@ -737,6 +853,12 @@ static void main_loop_done(MainLoop *m) {
         sd_event_source_disable_unref(m->class_check);
         sd_event_source_disable_unref(m->table);
         sd_event_source_disable_unref(m->table_later);
+        sd_event_source_disable_unref(m->lending_io);
+        if (m->lending_fd >= 0) {
+                safe_close(m->lending_fd);
+                lending_trace_remove(m->o->tracefs ?: LENDING_TRACEFS, m->d->instance_name);
+        }
+        lending_free(m->lending);
         sd_event_unref(m->event);
         safe_close(m->inotify_fd);
 }
@@ -1032,6 +1154,9 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
                 run_log(o, LOG_WARNING, "%s; the reservation's members are found in /proc", why);
         keep_all(d);
         watched += any_owned(d);
+        /* A lending with no event yet about its end is charged as it goes. */
+        if (m->lending_fd >= 0)
+                lending_take(m);
         if (m->class_due_ns > 0 && monotonic_ns() >= m->class_due_ns)
                 class_check_run(m);
         if (watched > 0) {
@@ -1265,7 +1390,7 @@ static int main_loop_setup(MainLoop *m) {
 }
 
 int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
-        _cleanup_(main_loop_done) MainLoop m = { .d = d, .o = o, .inotify_fd = -EBADF };
+        _cleanup_(main_loop_done) MainLoop m = { .d = d, .o = o, .inotify_fd = -EBADF, .lending_fd = -EBADF };
         int r;
 
         d->run = o;
@@ -1328,6 +1453,7 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         /* Before the loops see any table: nothing of ours is running yet. */
         sweep(d, o, true);
 
+        lending_start(&m);
         check_soon(&m);
         r = sd_event_loop(m.event);
         if (o->set_scope_tick)

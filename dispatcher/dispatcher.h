@@ -55,6 +55,10 @@ typedef struct DispatcherRunOptions {
          * busy manager has taken over 2 s (WatchdogSec) to answer. May be
          * NULL. */
         void (*set_scope_tick)(void *userdata, void (*tick)(void *tick_userdata), void *tick_userdata);
+        /* Where tracefs is mounted, for the tracing instance that tells
+         * priority lent through PI locks (lending.h). NULL:
+         * /sys/kernel/tracing. */
+        const char *tracefs;
         void *userdata;
 } DispatcherRunOptions;
 

@@ -195,6 +195,11 @@ typedef struct Held {
         ServerBudget srv;
         int srv_priority;
         uint64_t srv_usage; /* the members' usage at the last look */
+        /* What its members lent through priority-inheritance locks so far
+         * (lending.h): added by the main thread, counted by the loop as
+         * usage of the budget. */
+        _Atomic uint64_t lent_ns;
+        bool lent_logged; /* main thread */
         /* The runnable probe's thread of last time. */
         RegistryEntry *stat_entry;
 } Held;

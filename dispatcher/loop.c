@@ -171,6 +171,15 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
 
 /* Promotes to to priority, and says once why it could not. */
 static int loop_promote(CpuLoop *l, Held *to, int priority) {
+        /* At SCHED_FIFO 99, why: a member blocked on a PI lock lends its
+         * new priority from inside this call, in our name, and only this
+         * record lets the main thread charge that to its reservation
+         * (lending.h). Three relaxed stores and a vDSO clock read, before
+         * the call, so that the boost's time stamp comes after it. */
+        unsigned k = atomic_fetch_add_explicit(&l->promoted_next, 1, memory_order_relaxed) % LOOP_PROMOTED_RING;
+        atomic_store_explicit(&l->promoted[k].ns, 0, memory_order_relaxed);
+        atomic_store_explicit(&l->promoted[k].held, to, memory_order_relaxed);
+        atomic_store_explicit(&l->promoted[k].ns, monotonic_ns(), memory_order_release);
         int r = held_promote_at(to, &l->ctx, priority);
         /* -EAGAIN: the reservation waits for its group (a scope the
          * main thread is asking the manager for): not an error yet. */
@@ -238,6 +247,11 @@ static void loop_server_usage(CpuLoop *l, Held *h, uint64_t now) {
         /* Unreadable (a group not yet entered): as if it ran all along. */
         if (held_usage_ns(h, &l->ctx, &u) < 0)
                 u = h->srv.last_usage + (now > h->srv.last_look_ns ? now - h->srv.last_look_ns : 0);
+        else
+                /* What an owner ran at the priority a member lent it is
+                 * the server's too (lending.h): one atomic load, and the
+                 * sum only grows, as the budget look expects. */
+                u += atomic_load_explicit(&h->lent_ns, memory_order_relaxed);
         h->srv_usage = u;
 }
 
@@ -592,6 +606,7 @@ static void *loop_main(void *userdata) {
         sigemptyset(&kick);
         sigaddset(&kick, LOOP_KICK_SIGNAL);
         pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
+        atomic_store(&l->tid, gettid());
         if (l->shared->stall) {
                 l->stall = &l->shared->stall->slot[l->cpu];
                 stall_slot_start(l->stall, gettid(), l->cpu);

@@ -87,10 +87,26 @@ typedef enum LoopState {
         LOOP_EXITED,
 } LoopState;
 
+/* The loop's last promotions, for the main thread's reading of lent
+ * priority (lending.h). */
+#define LOOP_PROMOTED_RING 16
+
 typedef struct CpuLoop {
         LoopShared *shared;
         int32_t cpu;
         pthread_t thread;
+        /* Its thread id, and its last promotions, each with the instant it
+         * began: a member already blocked on a PI lock when the loop
+         * promotes it lends its priority in the loop's name (the kernel
+         * raises the boost from the sched_setattr() call), and the main
+         * thread finds the member's reservation here. Two stores a
+         * promotion, no system call. */
+        _Atomic pid_t tid;
+        struct {
+                _Atomic(struct Held *) held;
+                _Atomic uint64_t ns;
+        } promoted[LOOP_PROMOTED_RING];
+        _Atomic unsigned promoted_next;
         bool created;
         _Atomic int state;
         /* The plan handover, three buffers and one word: the buffer the

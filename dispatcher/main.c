@@ -292,6 +292,7 @@ static int drop_privileges(Dispatcher *d, const GroupMounts *m, const FreezerV1 
                 .groups_cpu_path = m->cpu ? m->cpu_mount : NULL,
                 .groups_cpuset_path = m->cpuset ? m->cpuset_mount : NULL,
                 .writable_path = freezer ? freezer_v1_root(freezer) : NULL,
+                .tracing_path = access("/sys/kernel/tracing/instances", F_OK) == 0 ? "/sys/kernel/tracing" : NULL,
         };
         int r;
 

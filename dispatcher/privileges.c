@@ -110,7 +110,7 @@ static bool has_effective(const PrivilegeReport *rep, int cap) {
  * runtime directory) still appear. Under systemd ProtectSystem=strict does
  * this job and CAP_SYS_ADMIN is already gone: skipped then. */
 static int read_only_view(const char *writable_path, const char *groups_path, const char *groups_cpu_path,
-                          const char *groups_cpuset_path) {
+                          const char *groups_cpuset_path, const char *tracing_path) {
         struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY, .propagation = MS_SLAVE };
         struct mount_attr rw = { .attr_clr = MOUNT_ATTR_RDONLY };
 
@@ -130,6 +130,10 @@ static int read_only_view(const char *writable_path, const char *groups_path, co
         if (groups_cpuset_path &&
             syscall(SYS_mount_setattr, AT_FDCWD, groups_cpuset_path, 0, &rw, sizeof(rw)) < 0)
                 return negative_errno();
+        /* Best effort: without it, lent priority is not charged (said at
+         * start-up), nothing else. */
+        if (tracing_path)
+                (void) syscall(SYS_mount_setattr, AT_FDCWD, tracing_path, 0, &rw, sizeof(rw));
         return 0;
 }
 
@@ -311,7 +315,7 @@ int privileges_drop(const PrivilegeLimits *limits, PrivilegeReport *ret_report, 
                 return r;
         if (has_effective(&rep, CAP_SYS_ADMIN)) {
                 r = read_only_view(limits->writable_path, limits->groups_path, limits->groups_cpu_path,
-                                   limits->groups_cpuset_path);
+                                   limits->groups_cpuset_path, limits->tracing_path);
                 if (r < 0) {
                         snprintf(why, why_size, "cannot make the file system read-only for the dispatcher "
                                  "(private mount namespace): %s", strerror(-r));

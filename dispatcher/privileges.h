@@ -30,6 +30,9 @@ typedef struct PrivilegeLimits {
         const char *groups_path;
         const char *groups_cpu_path; /* the cpu hierarchy's, if separate */
         const char *groups_cpuset_path; /* the cpuset hierarchy's: members are confined there */
+        /* tracefs: the dispatcher's tracing instance is made and removed
+         * there (dispatcher/lending.h). NULL: none. */
+        const char *tracing_path;
 } PrivilegeLimits;
 
 typedef struct PrivilegeReport {
