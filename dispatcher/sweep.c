@@ -135,25 +135,25 @@ static void thaw_scope_group(pid_t pid) {
         (void) write_string_file(file, "0");
 }
 
+/* Children files a look reads to find descendants: one per thread of each
+ * process whose children it lists (a 10,000-thread process's would cost
+ * the look as much again, every second). */
+#define SWEEP_DESCENDANT_THREADS 512u
+
 /* The descendants of a reservation's process (a tree's other members, or
  * a process or thread reservation's children), owned by the same user:
- * where no group lists them they are found under /proc. */
+ * where no group lists them they are found under /proc. While dispatching
+ * (a window), only those whose parents have few enough threads to list. */
 static unsigned demote_descendants(const Held *h, SweepWindow *window) {
         static pid_t kids[1024];
         size_t n = 0;
         unsigned demoted = 0;
 
-        if (proc_list_descendants("/proc", h->pid, kids, ELEMENTSOF(kids), &n) < 0)
+        if (proc_list_owned_descendants("/proc", h->pid, h->uid, window ? SWEEP_DESCENDANT_THREADS : UINT32_MAX,
+                                        kids, NULL, ELEMENTSOF(kids), &n) < 0)
                 return 0;
-        for (size_t i = 0; i < MIN(n, ELEMENTSOF(kids)) && !window_full(window); i++) {
-                char path[64], status[4096];
-                ProcOwner owner;
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/status", kids[i]);
-                if (read_small_file(path, status, sizeof(status)) < 0 ||
-                    proc_status_owner(status, &owner) < 0 || !proc_owner_is(&owner, h->uid))
-                        continue;
+        for (size_t i = 0; i < n && !window_full(window); i++)
                 demoted += demote_process(kids[i], window ? 0 : rt_ceiling_of(kids[i]), window);
-        }
         return demoted;
 }
 
