@@ -18,6 +18,8 @@
 #include "time-util.h"
 
 #define SHARE_MAX_PIDS 8
+/* What others may take in a window share_measure() keeps, in points. */
+#define SHARE_OTHERS_KEPT 1.5
 
 
 /* CPU time of a whole process (every thread, living or gone), in ns: the
@@ -95,7 +97,7 @@ static inline void share_measure(int cpu, const pid_t *pids, unsigned n, unsigne
                         best_others = share_last_others = others;
                         memcpy(ret, got, n * sizeof(double));
                 }
-                if (others <= 1.5)
+                if (others <= SHARE_OTHERS_KEPT)
                         return;
                 printf("  CPU %d busy with something else (%.1f points): measuring again\n", cpu, others);
         }
@@ -106,5 +108,5 @@ static inline void share_measure(int cpu, const pid_t *pids, unsigned n, unsigne
  * host's steal, a neighbour's load on this shared VM) besides what pace
  * owes it. For lower bounds on a grant only; upper bounds never give way. */
 static inline double share_foreign(void) {
-        return share_last_others > 1.5 ? share_last_others - 1.5 : 0.0;
+        return share_last_others > SHARE_OTHERS_KEPT ? share_last_others - SHARE_OTHERS_KEPT : 0.0;
 }
