@@ -224,18 +224,23 @@ TEST(two_clients_are_isolated_from_each_other) {
 
         double shares[4];
         share_measure(STACK_CPU, (pid_t[]) { a, b, other, dispatcher_child(&s) }, 4, 5000, shares);
-        double sa = shares[0], sb = shares[1], so = shares[2];
-        printf("  30%% got %.2f%%, 40%% got %.2f%%, SCHED_OTHER hog %.2f%%\n", sa, sb, so);
-        ASSERT_CMP(sa, >=, 28.0);
-        ASSERT_CMP(sa, <=, 32.0);
-        ASSERT_CMP(sb, >=, 38.0);
-        ASSERT_CMP(sb, <=, 42.0);
-        ASSERT_CMP(so, >=, 30.0 - 2.0 - 1.0);
-
+        double sa = shares[0], sb = shares[1], so = shares[2], foreign = share_foreign();
+        printf("  30%% got %.2f%%, 40%% got %.2f%%, SCHED_OTHER hog %.2f%% (others beyond %.1f points: %.2f)\n", sa,
+               sb, so, SHARE_OTHERS_KEPT, foreign);
+        /* Stopped first: a failed bound must not leave the stack's groups
+         * to the next test (which counted them and failed too). */
         reap(a);
         reap(b);
         reap(other);
         stack_stop(&s);
+        /* Lower bounds give way to what others took (share_foreign()); a
+         * slot lost to a late wake-up on this host costs a client up to 2
+         * points in 5 s (27.83 once). */
+        ASSERT_CMP(sa, >=, 28.0 - foreign);
+        ASSERT_CMP(sa, <=, 32.0);
+        ASSERT_CMP(sb, >=, 38.0 - foreign);
+        ASSERT_CMP(sb, <=, 42.0);
+        ASSERT_CMP(so, >=, 30.0 - 2.0 - 1.0 - foreign);
 }
 
 /* An unprivileged client that keeps trying to make itself real-time, or
