@@ -733,7 +733,6 @@ typedef struct MainLoop {
         uint64_t keep_next_ns; /* a loop's request for a keeper round waits until then */
 } MainLoop;
 
-#define LENDING_TRACEFS "/sys/kernel/tracing"
 
 /* The reservation that lent: the one with raiser among its registered
  * members, or, where raiser is a dispatch loop (it promoted a member that
@@ -822,6 +821,9 @@ static int on_lending(sd_event_source *s, int fd, uint32_t revents, void *userda
 /* The tracing instance, and a sentence for the start-up log either way. */
 static void lending_start(MainLoop *m) {
         const char *tracefs = m->o->tracefs ?: LENDING_TRACEFS;
+        /* Dead instances' (a SIGKILL leaves its instance behind; a live
+         * one's cannot be removed). */
+        (void) lending_trace_sweep(tracefs);
         int r = lending_new(&m->lending);
 
         if (r >= 0)

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -232,4 +233,22 @@ bool lending_task_boosted(pid_t tid) {
                 return false;
         bool realtime = policy == SCHED_FIFO || policy == SCHED_RR;
         return !realtime || prio < 99 - rt_priority;
+}
+
+unsigned lending_trace_sweep(const char *tracefs) {
+        char path[PATH_MAX];
+        unsigned n = 0;
+
+        snprintf(path, sizeof(path), "%s/instances", tracefs);
+        DIR *d = opendir(path);
+        for (struct dirent *de; d && (de = readdir(d));) {
+                /* Exactly our names: an administrator's instances are theirs. */
+                if (strlen(de->d_name) != 21 || strncmp(de->d_name, "pace.", 5) != 0 ||
+                    strspn(de->d_name + 5, "0123456789abcdef") != 16)
+                        continue;
+                n += unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) == 0;
+        }
+        if (d)
+                closedir(d);
+        return n;
 }

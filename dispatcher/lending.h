@@ -65,6 +65,12 @@ size_t lending_active(const Lending *l);
 int lending_trace_open(const char *tracefs, const char *name, int *ret_fd);
 /* The instance removed (its trace_pipe must be closed first). */
 void lending_trace_remove(const char *tracefs, const char *name);
+/* Every pace.<16 hex digits> instance that a dead dispatcher left (SIGKILL
+ * leaves it): the kernel refuses to remove one whose trace_pipe a live
+ * dispatcher holds open (EBUSY), so that one stays. How many went. */
+unsigned lending_trace_sweep(const char *tracefs);
+
+#define LENDING_TRACEFS "/sys/kernel/tracing"
 /* Whether a task runs at one of pace's priorities now, more urgent than
  * its own policy gives it (/proc/TID/stat: the priority it runs at, field
  * 18, against its policy and real-time priority, 41 and 40). For

@@ -23,6 +23,7 @@
 #include "held.h"
 #include "macro.h"
 #include "group.h"
+#include "lending.h"
 #include "monitor.h"
 #include "pace-limits.h"
 #include "proc-util.h"
@@ -480,6 +481,10 @@ static int watch_child(Monitor *m) {
                 (void) freezer_v1_sweep(m->o->freezer, true);
                 if (m->o->group_name)
                         (void) group_set_remove(m->o->group_name);
+                /* Its tracing instance (lending.h), which it removes only
+                 * when it stops in order. Only removed, never touched: one
+                 * a live dispatcher holds cannot be (EBUSY). */
+                (void) lending_trace_sweep(LENDING_TRACEFS);
         }
         m->child = 0;
         return status;

@@ -593,6 +593,21 @@ TEST(a_thread_born_to_a_waiting_creator_waits_until_its_first_run) {
         ASSERT_EQ(nice0, 0);
 }
 
+/* The dispatcher's tracing instances (dispatcher/lending.h) on this host;
+ * -1 where there is no tracefs. */
+static int tracing_instances(void) {
+        DIR *d = opendir("/sys/kernel/tracing/instances");
+        int n = 0;
+        if (!d)
+                return -1;
+        for (struct dirent *de; (de = readdir(d));)
+                n += strncmp(de->d_name, "pace.", 5) == 0;
+        closedir(d);
+        return n;
+}
+
+/* ... and the tracing instance with them: one per live dispatcher, a dead
+ * one's removed by its monitor or by the next start, none after a stop. */
 TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
         Stack s = {};
         if (skip() || !have_cpuacct())
@@ -604,6 +619,9 @@ TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
         /* The accounting group and the shared cpu group, which has the
          * real-time runtime its members need. */
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
+        bool tracing = tracing_instances() >= 0;
+        if (tracing)
+                ASSERT_EQ(tracing_instances(), 1);
 
         /* The dispatcher proper dies: its monitor removes the groups and
          * the restarted one makes them anew, at once. A removed cpu group
@@ -616,6 +634,8 @@ TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
         sleep_ms(1500);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
         assert_no_cpu_group_refusal(&s);
+        if (tracing)
+                ASSERT_EQ(tracing_instances(), 1);
 
         /* Both processes die at once: the groups stay (nothing is left to
          * act), and the next start removes them before making its own. */
@@ -626,13 +646,19 @@ TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
         sleep_ms(100);
         s.dispatcher = 0;
         ASSERT_CMP(pace_groups_left(&s, NULL, 0), >=, 1);
+        if (tracing)
+                ASSERT_EQ(tracing_instances(), 1); /* nobody left to remove it */
         reap(client);
         await_no_reservations(s.broker.socket);
         stack_start_dispatcher(&s);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 2);
         assert_no_cpu_group_refusal(&s);
+        if (tracing)
+                ASSERT_EQ(tracing_instances(), 1);
         stack_stop(&s);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
+        if (tracing)
+                ASSERT_EQ(tracing_instances(), 0);
 }
 
 TEST_MAIN()
