@@ -1156,8 +1156,9 @@ static int on_housekeeping(sd_event_source *s, uint64_t usec, void *userdata) {
                 run_log(o, LOG_WARNING, "%s; the reservation's members are found in /proc", why);
         keep_all(d);
         watched += any_owned(d);
-        /* A lending with no event yet about its end is charged as it goes. */
-        if (m->lending_fd >= 0)
+        /* A lending with no event yet about its end is charged as it goes
+         * (new events wake on_lending()). */
+        if (m->lending && lending_active(m->lending) > 0)
                 lending_take(m);
         if (m->class_due_ns > 0 && monotonic_ns() >= m->class_due_ns)
                 class_check_run(m);
