@@ -620,9 +620,10 @@ TEST(a_tree_that_grows_after_its_grant_costs_another_reservation_nothing_when_mo
          * PREEMPT_NONE: the attacker's own 8,000 thread creations and exits
          * a cycle, and the main thread's moves at SCHED_OTHER, delay a slot's
          * start by whatever kernel section is running then. The moves at
-         * SCHED_FIFO 99 left 19.7%: 35 tells the two apart with room for
-         * a noisy host. */
-        ASSERT_CMP(worst, >=, 35.0);
+         * SCHED_FIFO 99 left 19.7%. The worst of up to 175 windows on a
+         * busy CI host was 32.7% once (mean 49.1%): 30 tells the two apart
+         * with room for such a host. */
+        ASSERT_CMP(worst, >=, 30.0);
 }
 
 TEST_MAIN()
