@@ -62,6 +62,11 @@ typedef struct Monitor {
         sd_event *event; /* while watch_deaths() runs */
         sd_event_source *threads[MAX_WATCHED]; /* each owns its pidfd */
         pid_t thread_tids[MAX_WATCHED];
+        /* Each dispatch thread's stat and syscall files, opened while it
+         * is alive and well: read when it is found stuck, they say where
+         * (its state, and the system call it is in), with no lookup then. */
+        int thread_stat_fds[MAX_WATCHED], thread_syscall_fds[MAX_WATCHED];
+        char stall_where[160];
         unsigned n_threads;
         /* The loops' words (stall.h), shared with every child, and the
          * thread that watches them above every SCHED_FIFO thread. */
@@ -94,9 +99,39 @@ typedef struct Monitor {
         log_sinkf((m)->o->log, (m)->o->userdata, (priority), "monitor: " fmt, ##__VA_ARGS__)
 
 static void close_threads(Monitor *m) {
-        for (unsigned i = 0; i < m->n_threads; i++)
+        for (unsigned i = 0; i < m->n_threads; i++) {
                 m->threads[i] = sd_event_source_disable_unref(m->threads[i]);
+                m->thread_stat_fds[i] = safe_close(m->thread_stat_fds[i]);
+                m->thread_syscall_fds[i] = safe_close(m->thread_syscall_fds[i]);
+        }
         m->n_threads = 0;
+}
+
+/* "state R, 12 ms user, 345 ms system, system call 'running'" and the
+ * like, for thread i: whether it was stuck running or sleeping, and in the
+ * kernel or not. The system call only where the kernel lets us read it
+ * (ptrace access: CAP_SYS_PTRACE). */
+static void describe_thread(const Monitor *m, unsigned i, char *buf, size_t size) {
+        char stat[512] = "", sys[128] = "", state = '?';
+        unsigned long long utime = 0, stime = 0;
+        long hz = sysconf(_SC_CLK_TCK);
+        ssize_t n;
+
+        n = m->thread_stat_fds[i] >= 0 ? pread(m->thread_stat_fds[i], stat, sizeof(stat) - 1, 0) : -1;
+        stat[MAX(n, 0)] = '\0';
+        n = m->thread_syscall_fds[i] >= 0 ? pread(m->thread_syscall_fds[i], sys, sizeof(sys) - 1, 0) : -1;
+        sys[MAX(n, 0)] = '\0';
+        sys[strcspn(sys, "\n")] = '\0';
+        /* Fields 3 (state), 14 and 15 (utime, stime) follow the last ')'
+         * of the name. */
+        const char *close = strrchr(stat, ')');
+        if (close)
+                (void) sscanf(close + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu", &state, &utime,
+                              &stime);
+        hz = hz > 0 ? hz : 100;
+        snprintf(buf, size, "state %c, %llu ms user, %llu ms system, system call '%s'", state,
+                 utime * 1000ULL / (unsigned long long) hz, stime * 1000ULL / (unsigned long long) hz,
+                 sys[0] ? sys : "unknown");
 }
 
 static int spawn_child(Monitor *m) {
@@ -201,6 +236,11 @@ static void watch_threads(Monitor *m) {
                         continue;
                 }
                 (void) sd_event_source_set_io_fd_own(m->threads[m->n_threads], true);
+                char file[96];
+                snprintf(file, sizeof(file), "/proc/%d/task/%ld/stat", (int) m->child, tid);
+                m->thread_stat_fds[m->n_threads] = open(file, O_RDONLY | O_CLOEXEC);
+                snprintf(file, sizeof(file), "/proc/%d/task/%ld/syscall", (int) m->child, tid);
+                m->thread_syscall_fds[m->n_threads] = open(file, O_RDONLY | O_CLOEXEC);
                 m->thread_tids[m->n_threads++] = (pid_t) tid;
         }
         closedir(dir);
@@ -255,6 +295,10 @@ static int on_stall_notice(sd_event_source *s, int fd, uint32_t revents, void *u
                 return 0;
         m->stalled = true;
         m->stall = report;
+        snprintf(m->stall_where, sizeof(m->stall_where), "not one of ours");
+        for (unsigned i = 0; i < m->n_threads; i++)
+                if (m->thread_tids[i] == report.tid)
+                        describe_thread(m, i, m->stall_where, sizeof(m->stall_where));
         (void) kill(m->child, SIGKILL);
         for (unsigned i = 0; i < m->n_threads; i++)
                 (void) sched_attr_set(m->thread_tids[i], &other);
@@ -311,14 +355,35 @@ static int read_signal(Monitor *m) {
 
 /* The time-critical part: straight after the wake-up, before any logging.
  * The freezer groups are thawed even when the table cannot be read. */
+/* At SCHED_FIFO 99 only what looks nothing up in /proc: the groups' own
+ * members at our priorities, through their lists and sched_getattr(). The
+ * rest (the table's processes and their threads, the limits and stat files
+ * that tell a priority a process could give itself) at SCHED_OTHER: a /proc
+ * lookup of a client that is exiting spins in the kernel above the task it
+ * waits for (../shared/notes/realtime-path.md), and under the soak's churn
+ * a sweep at FIFO 99 once took 12.4 s, every reservation waiting. What the
+ * first pass missed (a member outside any group) may then be kept at FIFO
+ * 98 on its CPU: the full pass runs on the other CPU, or in what RT
+ * throttling leaves, and finishes within about a second. */
 static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, uint64_t *ret_ns) {
+        const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER,
+                                      .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
+        const PaceSchedAttr fifo = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_FIFO,
+                                     .sched_priority = PACE_DISPATCHER_PRIORITY,
+                                     .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
         uint64_t t0 = monotonic_ns();
+        unsigned quick;
         int r;
 
         *ret_demoted = 0;
+        quick = sweep_demote_groups_quick(m->o->group_base);
+        if (m->realtime)
+                (void) sched_attr_set(0, &other);
         r = sweep_table_file(m->table_path, m->scratch, ret_demoted);
-        *ret_demoted += sweep_demote_groups(m->o->group_base);
+        *ret_demoted += quick + sweep_demote_groups(m->o->group_base);
         *ret_groups = freezer_v1_sweep(m->o->freezer, false);
+        if (m->realtime)
+                (void) sched_attr_set(0, &fifo);
         *ret_ns = monotonic_ns() - t0;
         return r;
 }
@@ -454,9 +519,9 @@ static int watch_child(Monitor *m) {
         if (m->stalled)
                 mlog(m, LOG_ERR,
                      "dispatch thread %d (CPU %" PRIi32 ") had not advanced for %" PRIu64 " ms (stuck, e.g. in the "
-                     "kernel): %u dispatch thread(s) put to SCHED_OTHER so that whatever holds them can run, "
-                     "dispatcher pid %d killed",
-                     (int) m->stall.tid, m->stall.cpu, (uint64_t) (m->stall.late_ns / NSEC_PER_MSEC),
+                     "kernel; when found: %s): %u dispatch thread(s) put to SCHED_OTHER so that whatever holds "
+                     "them can run, dispatcher pid %d killed",
+                     (int) m->stall.tid, m->stall.cpu, (uint64_t) (m->stall.late_ns / NSEC_PER_MSEC), m->stall_where,
                      m->stall.demoted, (int) m->child);
         if (m->swept) {
                 char how[64], exited[64];

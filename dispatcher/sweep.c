@@ -224,6 +224,50 @@ unsigned sweep_reclass_table(const PaceTableBuffer *t, bool allow_root, unsigned
         return n;
 }
 
+/* Opens the list of threads of group name under group_base: v1's, or the
+ * unified hierarchy's. */
+static FILE *open_group_threads(const char *group_base, const char *name) {
+        char path[PATH_MAX + 300];
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/%s/tasks", group_base, name);
+        f = fopen(path, "re");
+        if (!f) {
+                snprintf(path, sizeof(path), "%s/%s/cgroup.threads", group_base, name);
+                f = fopen(path, "re");
+        }
+        return f;
+}
+
+unsigned sweep_demote_groups_quick(const char *group_base) {
+        const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
+        unsigned n = 0;
+        DIR *dir;
+
+        if (!group_base || !(dir = opendir(group_base)))
+                return 0;
+        for (struct dirent *de; (de = readdir(dir));) {
+                char line[32];
+                if (strncmp(de->d_name, "res-", 4) != 0)
+                        continue;
+                FILE *f = open_group_threads(group_base, de->d_name);
+                if (!f)
+                        continue;
+                while (fgets(line, sizeof(line), f)) {
+                        long tid = strtol(line, NULL, 10);
+                        PaceSchedAttr a;
+                        if (tid > 1 && tid != getpid() && sched_attr_get((pid_t) tid, &a) == 0 &&
+                            a.sched_policy != SCHED_DEADLINE && sched_attr_is_realtime(&a) &&
+                            (a.sched_priority == PACE_RUNNING_PRIORITY || a.sched_priority == PACE_SERVER_PRIORITY) &&
+                            sched_attr_set((pid_t) tid, &other) == 0)
+                                n++;
+                }
+                fclose(f);
+        }
+        closedir(dir);
+        return n;
+}
+
 unsigned sweep_demote_groups(const char *group_base) {
         unsigned n = 0;
         DIR *dir;
@@ -234,13 +278,7 @@ unsigned sweep_demote_groups(const char *group_base) {
                 char path[PATH_MAX + 300], line[32];
                 if (strncmp(de->d_name, "res-", 4) != 0)
                         continue;
-                /* v1's list of threads, or the unified hierarchy's. */
-                snprintf(path, sizeof(path), "%s/%s/tasks", group_base, de->d_name);
-                FILE *f = fopen(path, "re");
-                if (!f) {
-                        snprintf(path, sizeof(path), "%s/%s/cgroup.threads", group_base, de->d_name);
-                        f = fopen(path, "re");
-                }
+                FILE *f = open_group_threads(group_base, de->d_name);
                 if (!f)
                         continue;
                 while (fgets(line, sizeof(line), f)) {

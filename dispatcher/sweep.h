@@ -35,6 +35,16 @@ unsigned sweep_reclass_table(const PaceTableBuffer *t, bool allow_root, unsigned
  * descendants, which the table does not name) at SCHED_FIFO/RR
  * PACE_RUNNING_PRIORITY goes to SCHED_OTHER. Returns how many. */
 unsigned sweep_demote_groups(const char *group_base);
+/* The first pass of a sweep at SCHED_FIFO 99 (the monitor's): every thread
+ * in the res-* groups under group_base at SCHED_FIFO/RR
+ * PACE_RUNNING_PRIORITY or PACE_SERVER_PRIORITY goes to SCHED_OTHER, with
+ * no lookup in /proc: only the groups' own lists are opened (cgroupfs), and
+ * each thread is looked at through sched_getattr(). A /proc lookup of a
+ * process that is exiting can spin in the kernel at that priority
+ * (../shared/notes/realtime-path.md); the full sweep, which reads the
+ * threads' limits and stat files, comes after, at SCHED_OTHER. Returns how
+ * many it demoted. */
+unsigned sweep_demote_groups_quick(const char *group_base);
 /* The same, as a callback (group_sweep_dead()). */
 void sweep_demote_groups_void(const char *group_base);
 

@@ -338,6 +338,9 @@ TEST(a_loop_that_stops_advancing_is_demoted_and_replaced) {
                "dispatcher gone and a new one started %.0f ms after the hook, both clients real-time again at "
                "%.0f ms\n", late_ms, (double) replaced_ns / 1e6, (double) resumed_ns / 1e6);
         ASSERT_TRUE(said);
+        /* Where it was stuck, read from files opened while it was well:
+         * the hook spins in user space, so it was running. */
+        ASSERT_TRUE(strstr(line, "when found: state R, "));
         ASSERT_CMP(late_ms, >=, 100);
         ASSERT_CMP(late_ms, <=, 300);
         ASSERT_TRUE(victim_gone);
