@@ -239,36 +239,20 @@ static FILE *open_group_threads(const char *group_base, const char *name) {
         return f;
 }
 
-unsigned sweep_demote_groups_quick(const char *group_base) {
+/* A thread at our priorities to SCHED_OTHER, through sched_getattr()
+ * alone: no /proc file read (sweep_demote_groups_quick()). */
+static bool demote_ours_quick(pid_t tid) {
         const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
-        unsigned n = 0;
-        DIR *dir;
+        PaceSchedAttr a;
 
-        if (!group_base || !(dir = opendir(group_base)))
-                return 0;
-        for (struct dirent *de; (de = readdir(dir));) {
-                char line[32];
-                if (strncmp(de->d_name, "res-", 4) != 0)
-                        continue;
-                FILE *f = open_group_threads(group_base, de->d_name);
-                if (!f)
-                        continue;
-                while (fgets(line, sizeof(line), f)) {
-                        long tid = strtol(line, NULL, 10);
-                        PaceSchedAttr a;
-                        if (tid > 1 && tid != getpid() && sched_attr_get((pid_t) tid, &a) == 0 &&
-                            a.sched_policy != SCHED_DEADLINE && sched_attr_is_realtime(&a) &&
-                            (a.sched_priority == PACE_RUNNING_PRIORITY || a.sched_priority == PACE_SERVER_PRIORITY) &&
-                            sched_attr_set((pid_t) tid, &other) == 0)
-                                n++;
-                }
-                fclose(f);
-        }
-        closedir(dir);
-        return n;
+        return sched_attr_get(tid, &a) == 0 && a.sched_policy != SCHED_DEADLINE && sched_attr_is_realtime(&a) &&
+               (a.sched_priority == PACE_RUNNING_PRIORITY || a.sched_priority == PACE_SERVER_PRIORITY) &&
+               sched_attr_set(tid, &other) == 0;
 }
 
-unsigned sweep_demote_groups(const char *group_base) {
+/* Every thread of the res-* groups under group_base, demoted quick (no
+ * /proc lookup) or in full, and in full each group thawed after. */
+static unsigned demote_groups(const char *group_base, bool quick) {
         unsigned n = 0;
         DIR *dir;
 
@@ -282,11 +266,14 @@ unsigned sweep_demote_groups(const char *group_base) {
                 if (!f)
                         continue;
                 while (fgets(line, sizeof(line), f)) {
-                        long tid = strtol(line, NULL, 10);
-                        if (tid > 1 && tid != getpid() && demote_left((pid_t) tid, rt_ceiling_of((pid_t) tid), NULL))
+                        pid_t tid = (pid_t) strtol(line, NULL, 10);
+                        if (tid > 1 && tid != getpid() &&
+                            (quick ? demote_ours_quick(tid) : demote_left(tid, rt_ceiling_of(tid), NULL)))
                                 n++;
                 }
                 fclose(f);
+                if (quick)
+                        continue;
                 /* Strict mode on the unified hierarchy: thawed, now that
                  * nothing in it is real-time. */
                 snprintf(path, sizeof(path), "%s/%s/cgroup.freeze", group_base, de->d_name);
@@ -298,6 +285,14 @@ unsigned sweep_demote_groups(const char *group_base) {
         }
         closedir(dir);
         return n;
+}
+
+unsigned sweep_demote_groups_quick(const char *group_base) {
+        return demote_groups(group_base, true);
+}
+
+unsigned sweep_demote_groups(const char *group_base) {
+        return demote_groups(group_base, false);
 }
 
 void sweep_demote_groups_void(const char *group_base) {
