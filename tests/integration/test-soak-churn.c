@@ -1116,6 +1116,42 @@ static int cmp_proc_ticks(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
+/* The processes that ran most between the last two readings, ours and
+ * kernel threads included: who had the CPUs in a window that broke a bound
+ * (the 300 ms print_top_processes() measures come after it). */
+#define WINDOW_TOP 6
+static ProcTicks window_top[WINDOW_TOP];
+
+static void window_top_note(const ProcTicks *p, uint64_t ticks) {
+        size_t i = WINDOW_TOP;
+
+        while (i > 0 && window_top[i - 1].ticks < ticks)
+                i--;
+        if (i == WINDOW_TOP)
+                return;
+        memmove(&window_top[i + 1], &window_top[i], (WINDOW_TOP - 1 - i) * sizeof(window_top[0]));
+        window_top[i] = *p;
+        window_top[i].ticks = ticks;
+}
+
+static void print_window_top(void) {
+        printf("  who ran in the window (ticks of %ld ms, all processes and kernel threads):",
+               1000 / sysconf(_SC_CLK_TCK));
+        for (size_t i = 0; i < WINDOW_TOP && window_top[i].ticks > 0; i++) {
+                char path[64], comm[32] = "?";
+                snprintf(path, sizeof(path), "/proc/%d/comm", (int) window_top[i].pid);
+                FILE *f = fopen(path, "re");
+                if (f) {
+                        if (fgets(comm, sizeof(comm), f))
+                                comm[strcspn(comm, "\n")] = '\0';
+                        fclose(f);
+                }
+                printf(" %s %d%s %" PRIu64 ";", comm, (int) window_top[i].pid, window_top[i].kthread ? " (kernel)" : "",
+                       window_top[i].ticks);
+        }
+        putchar('\n');
+}
+
 static uint64_t foreign_ticks(void) {
         static ProcTicks prev[8192], cur[8192];
         static size_t n_prev;
@@ -1133,7 +1169,11 @@ static uint64_t foreign_ticks(void) {
         if (proc)
                 closedir(proc);
         qsort(cur, n, sizeof(ProcTicks), cmp_proc_ticks);
+        memset(window_top, 0, sizeof(window_top));
         for (size_t i = 0; i < n && have_prev; i++) {
+                ProcTicks *had = bsearch(&cur[i], prev, n_prev, sizeof(ProcTicks), cmp_proc_ticks);
+                uint64_t since = had && had->start == cur[i].start ? had->ticks : 0;
+                window_top_note(&cur[i], cur[i].ticks >= since ? cur[i].ticks - since : 0);
                 if (cur[i].kthread)
                         continue;
                 bool mine = false;
@@ -1342,6 +1382,7 @@ static bool close_window(Soak *k, const Sample *a, const Sample *b, uint64_t t_s
         /* The first few: who had the CPUs instead. */
         if (failed && k->diagnosed < 3) {
                 k->diagnosed++;
+                print_window_top();
                 print_top_processes(300);
                 for (int c = 0; c < 2; c++) {
                         Stat st = {};
