@@ -23,6 +23,10 @@ typedef struct Shares {
 
 /* tests/cpu-share.h measures what else used CPU 1 and measures again when
  * a neighbour took more than 5 points. */
+/* Lower bounds give way by what others took beyond the 1.5 points
+ * share_measure() allows (share_foreign()): a neighbour's load or the
+ * host's steal, measured in the same window, is not pace's to give back.
+ * Upper bounds never do. */
 static void measure(const pid_t *pids, unsigned n, unsigned ms, Shares *ret) {
         share_measure(TEST_CPU, pids, n, ms, ret->share);
 }
@@ -50,9 +54,9 @@ static void run_one_reserved(const char *config, uint64_t slot_ns, const char *p
                " over %d ms\n",
                slot_ns / 1000, s.share[0], expected, s.share[1], free_share, s.share[2], MEASURE_MS);
         env_cleanup(&e);
-        ASSERT_CMP(s.share[0], >=, expected - 2.0);
+        ASSERT_CMP(s.share[0], >=, expected - 2.0 - share_foreign());
         ASSERT_CMP(s.share[0], <=, expected + 2.0);
-        ASSERT_CMP(s.share[1], >=, free_share - 2.0);
+        ASSERT_CMP(s.share[1], >=, free_share - 2.0 - share_foreign());
 }
 
 TEST(reserved_60_percent_1ms_slots) {
@@ -87,11 +91,11 @@ TEST(two_reservations_isolated) {
         printf("  A %.2f%% (grant 30%%), B %.2f%% (grant 40%%), hog %.2f%% (free 30%%)\n", s.share[0], s.share[1],
                s.share[2]);
         env_cleanup(&e);
-        ASSERT_CMP(s.share[0], >=, 28.0);
+        ASSERT_CMP(s.share[0], >=, 28.0 - share_foreign());
         ASSERT_CMP(s.share[0], <=, 32.0);
-        ASSERT_CMP(s.share[1], >=, 38.0);
+        ASSERT_CMP(s.share[1], >=, 38.0 - share_foreign());
         ASSERT_CMP(s.share[1], <=, 42.0);
-        ASSERT_CMP(s.share[2], >=, 28.0);
+        ASSERT_CMP(s.share[2], >=, 28.0 - share_foreign());
 }
 
 /* Strict mode: frozen between slots, so the client gets its slots and not a
@@ -122,8 +126,8 @@ TEST(strict_mode_no_more_than_grant) {
         env_cleanup(&e);
         ASSERT_EQ(w, 0);
         ASSERT_CMP(s.share[0], <=, 60.5);
-        ASSERT_CMP(s.share[0], >=, 58.0);
-        ASSERT_CMP(s.share[1], >=, 38.0);
+        ASSERT_CMP(s.share[0], >=, 58.0 - share_foreign());
+        ASSERT_CMP(s.share[1], >=, 38.0 - share_foreign());
 }
 
 TEST_MAIN();
