@@ -94,6 +94,16 @@ typedef struct Monitor {
         unsigned n_dying;
 } Monitor;
 
+/* The monitor's own policy once a child is ready. Its children (the
+ * dispatchers) start as SCHED_OTHER: their main thread, which logs, must
+ * not be real-time. */
+static const PaceSchedAttr monitor_realtime = {
+        .size = sizeof(PaceSchedAttr),
+        .sched_policy = SCHED_FIFO,
+        .sched_priority = PACE_DISPATCHER_PRIORITY,
+        .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
+};
+
 /* Every line says it is the monitor's: fmt is a literal. */
 #define mlog(m, priority, fmt, ...) \
         log_sinkf((m)->o->log, (m)->o->userdata, (priority), "monitor: " fmt, ##__VA_ARGS__)
@@ -255,15 +265,7 @@ static void on_ready(Monitor *m) {
          * (rt-check.c) and exits, and that explanation is worth more than
          * ours. */
         if (!m->realtime) {
-                const PaceSchedAttr a = {
-                        .sched_policy = SCHED_FIFO,
-                        .sched_priority = PACE_DISPATCHER_PRIORITY,
-                        /* Its children (the dispatchers) start as
-                         * SCHED_OTHER: their main thread, which logs, must
-                         * not be real-time. */
-                        .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
-                };
-                r = sched_attr_set(0, &a);
+                r = sched_attr_set(0, &monitor_realtime);
                 if (r < 0) {
                         mlog(m, LOG_ERR, "cannot run at SCHED_FIFO %d: %s; stopping the dispatcher",
                              PACE_DISPATCHER_PRIORITY, strerror(-r));
@@ -368,9 +370,6 @@ static int read_signal(Monitor *m) {
 static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, uint64_t *ret_ns) {
         const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER,
                                       .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
-        const PaceSchedAttr fifo = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_FIFO,
-                                     .sched_priority = PACE_DISPATCHER_PRIORITY,
-                                     .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
         uint64_t t0 = monotonic_ns();
         unsigned quick;
         int r;
@@ -383,7 +382,7 @@ static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, ui
         *ret_demoted += quick + sweep_demote_groups(m->o->group_base);
         *ret_groups = freezer_v1_sweep(m->o->freezer, false);
         if (m->realtime)
-                (void) sched_attr_set(0, &fifo);
+                (void) sched_attr_set(0, &monitor_realtime);
         *ret_ns = monotonic_ns() - t0;
         return r;
 }

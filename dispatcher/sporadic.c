@@ -21,9 +21,16 @@ int sporadic_init(Sporadic *s, uint64_t period_ns, uint64_t budget_ns, uint32_t 
         return 0;
 }
 
+static bool spent(const Sporadic *s) {
+        return s->capacity_ns < (int64_t) SPORADIC_FLOOR_NS;
+}
+
+/* The activation's own entries are the newest: when the earliest goes,
+ * they are at most what is left. */
 static void repl_remove_first(Sporadic *s) {
         s->n_repl--;
         memmove(&s->repl[0], &s->repl[1], s->n_repl * sizeof(s->repl[0]));
+        s->active_entries = MIN(s->active_entries, s->n_repl);
 }
 
 /* The earliest pending replenishment joins the next one, at the next one's
@@ -93,19 +100,14 @@ static void sporadic_charge(Sporadic *s, uint64_t now_ns, uint64_t used_ns) {
 }
 
 static void sporadic_end_activation(Sporadic *s, bool busy) {
-        bool spent = s->capacity_ns < (int64_t) SPORADIC_FLOOR_NS;
-
-        if (busy && spent) {
+        if (busy && spent(s)) {
                 /* Overload: out of budget with work pending. */
                 s->overloads++;
                 if (s->limit > 1)
                         s->limit--;
-                if (s->n_repl >= 2) {
+                if (s->n_repl >= 2)
                         repl_coalesce_first_two(s);
-                        if (s->active_entries > s->n_repl)
-                                s->active_entries = s->n_repl;
-                }
-        } else if (!busy && !spent)
+        } else if (!busy && !spent(s))
                 /* Stopped by itself with budget left: light load. */
                 s->limit = s->max_repl;
         run_close(s);
@@ -117,15 +119,13 @@ uint64_t sporadic_look(Sporadic *s, uint64_t now_ns, uint64_t used_ns, bool busy
         sporadic_charge(s, now_ns, used_ns);
         s->last_look_ns = now_ns;
         s->looked = true;
-        if (s->active && (!busy || s->capacity_ns < (int64_t) SPORADIC_FLOOR_NS))
+        if (s->active && (!busy || spent(s)))
                 sporadic_end_activation(s, busy);
         while (s->n_repl > 0 && s->repl[0].at_ns <= now_ns) {
                 s->capacity_ns += (int64_t) s->repl[0].amount_ns;
                 repl_remove_first(s);
-                if (s->active_entries > s->n_repl)
-                        s->active_entries = s->n_repl;
         }
-        if (s->capacity_ns < (int64_t) SPORADIC_FLOOR_NS)
+        if (spent(s))
                 return 0;
         /* A new activation waits for a pending replenishment to come due
          * while the limit's worth are pending. */

@@ -22,13 +22,16 @@
 /* What a dead dispatcher may have left: our running priority, or any
  * real-time policy the process could not have given itself (a client may
  * lower its own FIFO 98 to FIFO 1, which no check for 98 would find). */
+/* SCHED_FIFO/RR at one of the priorities a dispatcher hands out. */
+static bool at_our_priority(const PaceSchedAttr *a) {
+        return sched_attr_is_realtime(a) && a->sched_policy != SCHED_DEADLINE &&
+               (a->sched_priority == PACE_RUNNING_PRIORITY || a->sched_priority == PACE_SERVER_PRIORITY);
+}
+
 static bool left_by_a_dispatcher(const PaceSchedAttr *a, uint32_t rt_ceiling) {
         if (!sched_attr_is_realtime(a))
                 return false;
-        if (a->sched_policy != SCHED_DEADLINE &&
-            (a->sched_priority == PACE_RUNNING_PRIORITY || a->sched_priority == PACE_SERVER_PRIORITY))
-                return true;
-        return !sched_attr_owner_could_set(a, rt_ceiling);
+        return at_our_priority(a) || !sched_attr_owner_could_set(a, rt_ceiling);
 }
 
 /* Which threads of a walk a look covers: those from the skip-th on, at
@@ -245,9 +248,7 @@ static bool demote_ours_quick(pid_t tid) {
         const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER };
         PaceSchedAttr a;
 
-        return sched_attr_get(tid, &a) == 0 && a.sched_policy != SCHED_DEADLINE && sched_attr_is_realtime(&a) &&
-               (a.sched_priority == PACE_RUNNING_PRIORITY || a.sched_priority == PACE_SERVER_PRIORITY) &&
-               sched_attr_set(tid, &other) == 0;
+        return sched_attr_get(tid, &a) == 0 && at_our_priority(&a) && sched_attr_set(tid, &other) == 0;
 }
 
 /* Every thread of the res-* groups under group_base, demoted quick (no
