@@ -17,6 +17,7 @@
 #include "macro.h"
 #include "pace/pace.h"
 #include "test.h"
+#include "time-util.h"
 
 static const char *config_json = "{ \"slot_us\": 1000, \"non_rt_share\": 0.25 }";
 
@@ -202,11 +203,37 @@ TEST(pace_run_granted_runs_the_command_under_its_reservation) {
         char script[512];
         snprintf(script, sizeof(script), "%s --json status | grep -q \"\\\"pid\\\":[[:space:]]*$$\" && echo reserved-as-$$",
                  getenv("PACECTL"));
-        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "25%", "--", "/bin/sh", "-c",
+        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--period", "40ms", "--util", "25%", "--", "/bin/sh", "-c",
                                                        script, NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "reserved-as-");
         ASSERT_CONTAINS(err, "40ms");
+        ASSERT_EQ(broker_stop(&b), 0);
+}
+
+/* No dispatcher here: the grant is never taken up. pace-run waits as long
+ * as --wait says, then runs the command anyway and says why it is
+ * unreserved; a bad --wait is a usage error and nothing runs. (That it
+ * waits for a dispatcher that does take it up: test-end-to-end-scopes.) */
+TEST(pace_run_without_a_dispatcher_waits_then_warns) {
+        BrokerInstance b;
+        const char *pace_run = getenv("PACE_RUN");
+
+        ASSERT_OK(broker_start(&b, config_json));
+        uint64_t start = monotonic_ns();
+        int rc = run_tool(b.socket, (const char *[]) { pace_run, "-q", "--wait", "300ms", "--period", "40ms", "--util", "25%",
+                                                       "--", "/bin/echo", "ran", NULL });
+        uint64_t took = monotonic_ns() - start;
+        ASSERT_EQ(rc, 0);
+        ASSERT_STREQ(out, "ran\n");
+        ASSERT_CONTAINS(err, "has not taken it up within 300ms (is it running?); running /bin/echo anyway");
+        ASSERT_CMP(took, >=, 300 * NSEC_PER_MSEC);
+
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "soon", "--period", "40ms", "--util", "25%", "--",
+                                                   "/bin/echo", "ran", NULL });
+        ASSERT_EQ(rc, 2);
+        ASSERT_CONTAINS(err, "invalid --wait 'soon'");
+        ASSERT_STREQ(out, "");
         ASSERT_EQ(broker_stop(&b), 0);
 }
 
@@ -248,14 +275,14 @@ TEST(tools_name_every_cpu_of_a_split_reservation) {
         ASSERT_EQ(run_tool(b.socket, (const char *[]) { pacectl, "release", id, NULL }), 0);
 
         /* Asked for a server, it is a server or nothing: none is split. */
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--kind", "server", "--period", "50ms", "--util", "60%",
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--kind", "server", "--period", "50ms", "--util", "60%",
                                                        "--", "/bin/echo", "ran", NULL }), 1);
         ASSERT_CONTAINS(err, "never split over CPUs");
         ASSERT_STREQ(out, "");
 
         /* Asked for no kind, the default server does not fit on one CPU:
          * pace-run takes slots, split, and says why. */
-        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "60%", "--", "/bin/true",
+        ASSERT_EQ(run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--period", "50ms", "--util", "60%", "--", "/bin/true",
                                                        NULL }), 0);
         ASSERT_CONTAINS(err, "reserved 60% of CPUs 0+1:");
         ASSERT_CONTAINS(err, "kind slots");
@@ -279,7 +306,7 @@ TEST(pace_run_refused_says_why_and_does_not_run) {
         unlink(marker);
 
         /* 80% is more than 1 - non_rt_share on any CPU. */
-        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "80%", "--",
+        int rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--period", "50ms", "--util", "80%", "--",
                                                        "/usr/bin/touch", marker, NULL });
         ASSERT_NE(rc, 0);
         ASSERT_CONTAINS(err, "non_rt_share");
@@ -288,24 +315,24 @@ TEST(pace_run_refused_says_why_and_does_not_run) {
         ASSERT_ERR(stat(marker, &st) < 0 ? -errno : 0, -ENOENT);
 
         /* --best-effort runs it anyway, unreserved, and says so. */
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--best-effort", "--period", "50ms", "--util", "80%", "--",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--best-effort", "--period", "50ms", "--util", "80%", "--",
                                              "/usr/bin/touch", marker, NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_OK(stat(marker, &st));
         unlink(marker);
 
         /* Bad values: usage error naming the option. */
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50", "--util", "60%", "--", "/bin/true",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--period", "50", "--util", "60%", "--", "/bin/true",
                                                    NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--period");
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "50ms", "--util", "160%", "--", "/bin/true",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--period", "50ms", "--util", "160%", "--", "/bin/true",
                                                    NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--util");
         ASSERT_CONTAINS(err, "--scope thread"); /* how to ask for more than one CPU instead */
         /* --socket wins over $PACE_SOCKET, for pace-run too. */
-        rc = run_tool("/nonexistent/broker.sock", (const char *[]) { pace_run, "--socket", b.socket, "--period", "50ms",
+        rc = run_tool("/nonexistent/broker.sock", (const char *[]) { pace_run, "--wait", "0", "--socket", b.socket, "--period", "50ms",
                                                                    "--util", "10%", "--", "/bin/true", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_EQ(broker_stop(&b), 0);
@@ -463,21 +490,21 @@ TEST(pace_run_scope_option) {
         ASSERT_OK(broker_start(&b, config_json));
 
         /* A bad scope is a usage error naming the value; nothing runs. */
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", "threads", "--period", "40ms", "--util", "10%", "--",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--scope", "threads", "--period", "40ms", "--util", "10%", "--",
                                              "/bin/echo", "ran", NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--scope 'threads'");
         ASSERT_CONTAINS(err, "thread, process or tree");
         ASSERT_STREQ(out, "");
 
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "10%", "--scope", NULL });
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--period", "40ms", "--util", "10%", "--scope", NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "--scope");
 
         /* Each scope is accepted, and the grant line says which one was had. */
         static const char *const scopes[] = { "process", "thread", "tree" };
         for (size_t i = 0; i < ELEMENTSOF(scopes); i++) {
-                rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", scopes[i], "--period", "40ms", "--util", "10%",
+                rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--scope", scopes[i], "--period", "40ms", "--util", "10%",
                                                      "--", "/bin/echo", "ran", NULL });
                 ASSERT_EQ(rc, 0);
                 ASSERT_STREQ(out, "ran\n");
@@ -485,7 +512,7 @@ TEST(pace_run_scope_option) {
         }
 
         /* --quiet says nothing about the grant. */
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "-q", "--scope", "process", "--period", "40ms", "--util", "10%",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "-q", "--scope", "process", "--period", "40ms", "--util", "10%",
                                              "--", "/bin/true", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_STREQ(err, "");
@@ -505,14 +532,14 @@ TEST(pace_run_scope_is_granted_as_asked) {
         /* The default is tree, and the command sees its reservation as one. */
         snprintf(script, sizeof(script),
                  "%s --json status | grep -q '\"scope\":[[:space:]]*\"tree\"' && echo tree-as-$$", getenv("PACECTL"));
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--period", "40ms", "--util", "10%", "--", "/bin/sh", "-c",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--period", "40ms", "--util", "10%", "--", "/bin/sh", "-c",
                                              script, NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(out, "tree-as-");
         ASSERT_CONTAINS(err, "scope tree, 1 thread)");
         ASSERT_FALSE(strstr(err, "requested scope"));
 
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--scope", "thread", "--period", "40ms", "--util", "10%", "--",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--scope", "thread", "--period", "40ms", "--util", "10%", "--",
                                              "/bin/true", NULL });
         ASSERT_EQ(rc, 0);
         ASSERT_CONTAINS(err, "scope thread");
@@ -533,7 +560,7 @@ TEST(kinds_from_pace_run_and_pacectl) {
 
         ASSERT_OK(broker_start(&b, config_json));
 
-        rc = run_tool(b.socket, (const char *[]) { pace_run, "--kind", "deadline", "-p", "40ms", "-u", "10%", "--",
+        rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "0", "--kind", "deadline", "-p", "40ms", "-u", "10%", "--",
                                              "/bin/echo", "ran", NULL });
         ASSERT_EQ(rc, 2);
         ASSERT_CONTAINS(err, "invalid --kind 'deadline': expected slots");
@@ -555,9 +582,9 @@ TEST(kinds_from_pace_run_and_pacectl) {
                 snprintf(script, sizeof(script),
                          "%s status | grep -q ' %s ' && %s --json status | grep -q '\"kind\":[[:space:]]*\"%s\"' "
                          "&& echo listed", pacectl, runs[i].shown, pacectl, runs[i].shown);
-                const char *argv_default[] = { pace_run, "-p", "40ms", "-u", "10%", "--", "/bin/sh", "-c", script,
+                const char *argv_default[] = { pace_run, "--wait", "0", "-p", "40ms", "-u", "10%", "--", "/bin/sh", "-c", script,
                                                NULL };
-                const char *argv_kind[] = { pace_run, runs[i].option, runs[i].value, "-p", "40ms", "-u", "10%", "--",
+                const char *argv_kind[] = { pace_run, "--wait", "0", runs[i].option, runs[i].value, "-p", "40ms", "-u", "10%", "--",
                                             "/bin/sh", "-c", script, NULL };
                 rc = run_tool(b.socket, runs[i].option ? argv_kind : argv_default);
                 ASSERT_EQ(rc, 0);
