@@ -3,8 +3,11 @@
 
 /* Sporadic-server replenishment (issue 27; paper 000, §3), pure: no system
  * calls, property tested without privileges (tests/unit/test-sporadic.c).
- * Not yet what the dispatch loop uses: server.h's window rule still is,
- * until the loop is moved onto this and measured (issue 27).
+ * Not yet what the dispatch loop uses: server.h's window rule still is.
+ * Wired in (branch wip/sporadic-loop), a spinning 30%-of-50-ms server in
+ * strict mode got 28.6-28.8% where the window rule gives 29.96-29.98%
+ * (issue 27's sixth-stop note says why), so the loop keeps the window
+ * rule until it does not cost servers their budget.
  *
  * Why. A server whose whole budget comes back at each multiple of its
  * period (a deferrable server) can run a budget at a window's end and the
@@ -40,13 +43,17 @@
  * as many switches, in any window of one period.
  *
  * Under overload (paper 000, §3.3): when the budget runs out while the
- * members still want to run, the two earliest pending replenishments are
+ * members still want to run, and it is in the limit's worth of pieces
+ * (fragmentation locked in), the two earliest pending replenishments are
  * coalesced into the later one's time and the limit drops by one, so a
- * burst of tiny jobs ends up served in fewer, longer runs (polling-like,
- * down to one replenishment of the whole budget), instead of spending the
- * budget on switches. When the server stops by itself with budget left
- * (light load), the limit is max_repl again. Coalescing only moves budget
- * later, so the constraint holds across the change.
+ * burst of tiny jobs ends up served in fewer, longer runs (polling-like as
+ * far as the pieces stay locked in), instead of spending the budget on
+ * switches. When the server stops by itself with budget left (light load),
+ * the limit is max_repl again. Coalescing only moves budget later, so the
+ * constraint holds across the change. A budget in fewer pieces than the
+ * limit is not coalesced: those are runs that others' slots cut, and
+ * joining them only delays budget (a spinner served in 6 of every 10 ms
+ * got 21.6% of a 30% grant when every overload coalesced).
  *
  * Each activation can be charged a fixed cost (the switches it causes,
  * paper 000, §3.1): taken from its budget at its start and given back with
