@@ -397,9 +397,13 @@ int main(int argc, char *argv[]) {
                 fprintf(stderr, "%s: warning: running %s without a reservation\n", cli_program,
                         args.command[0]);
         } else if (args.wait_ns > 0 && !wait_taken_up(&before, args.wait_ns)) {
+                /* Unheld, the command's threads would take from everyone at
+                 * their own nice level, on every CPU, until the dispatcher
+                 * finds them: at nice 19 they take next to nothing. */
                 char wait[32];
+                (void) setpriority(PRIO_PROCESS, 0, 19);
                 fprintf(stderr, "%s: warning: reservation %" PRIu64 " is granted, but pace-dispatcher has not "
-                        "taken it up within %s (is it running?); running %s anyway, unreserved until it does\n",
+                        "taken it up within %s (is it running?); running %s anyway, at nice 19 until it does\n",
                         cli_program, id, format_duration(wait, sizeof(wait), args.wait_ns), args.command[0]);
         }
 

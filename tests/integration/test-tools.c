@@ -212,9 +212,10 @@ TEST(pace_run_granted_runs_the_command_under_its_reservation) {
 }
 
 /* No dispatcher here: the grant is never taken up. pace-run waits as long
- * as --wait says, then runs the command anyway and says why it is
- * unreserved; a bad --wait is a usage error and nothing runs. (That it
- * waits for a dispatcher that does take it up: test-end-to-end-scopes.) */
+ * as --wait says, then runs the command anyway, at nice 19 (unheld, it
+ * would take from everyone), and says why; a bad --wait is a usage error
+ * and nothing runs. (That it waits for a dispatcher that does take it up:
+ * test-end-to-end-scopes.) */
 TEST(pace_run_without_a_dispatcher_waits_then_warns) {
         BrokerInstance b;
         const char *pace_run = getenv("PACE_RUN");
@@ -222,11 +223,11 @@ TEST(pace_run_without_a_dispatcher_waits_then_warns) {
         ASSERT_OK(broker_start(&b, config_json));
         uint64_t start = monotonic_ns();
         int rc = run_tool(b.socket, (const char *[]) { pace_run, "-q", "--wait", "300ms", "--period", "40ms", "--util", "25%",
-                                                       "--", "/bin/echo", "ran", NULL });
+                                                       "--", "/usr/bin/nice", NULL });
         uint64_t took = monotonic_ns() - start;
         ASSERT_EQ(rc, 0);
-        ASSERT_STREQ(out, "ran\n");
-        ASSERT_CONTAINS(err, "has not taken it up within 300ms (is it running?); running /bin/echo anyway");
+        ASSERT_STREQ(out, "19\n");
+        ASSERT_CONTAINS(err, "has not taken it up within 300ms (is it running?); running /usr/bin/nice anyway, at nice 19");
         ASSERT_CMP(took, >=, 300 * NSEC_PER_MSEC);
 
         rc = run_tool(b.socket, (const char *[]) { pace_run, "--wait", "soon", "--period", "40ms", "--util", "25%", "--",
