@@ -17,7 +17,6 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -78,8 +77,6 @@
  * TABLE_LOOK_BURST looks (a few grants and releases in a row are taken at
  * once), then one per TABLE_LOOK_INTERVAL_NS, whatever the generation does. */
 #define TABLE_LOOK_BURST 4u
-/* The main thread's nice level (dispatcher_run() says why). */
-#define DISPATCHER_MAIN_NICE (-10)
 #define TABLE_LOOK_INTERVAL_NS (50 * NSEC_PER_MSEC)
 /* A loop that saw threads come or go asks for a keeper round at once; the
  * rounds are at least this far apart. */
@@ -1400,17 +1397,6 @@ int dispatcher_run(Dispatcher *d, const DispatcherRunOptions *o) {
         int r;
 
         d->run = o;
-        /* This thread takes new reservations up: at nice 0 it shared the
-         * CPU with every runnable thread on the machine, so a build or a
-         * client's threads started before take-up slowed take-ups to
-         * seconds, and the threads of the next clients ran unheld meanwhile
-         * (the soak test: a 48-thread client at nice 0 on both CPUs for
-         * 40 s, hogs at 3-7%). At DISPATCHER_MAIN_NICE it outweighs ten
-         * such threads, and stays SCHED_OTHER: a lookup the kernel stalls
-         * (notes/realtime-path.md) still leaves everyone a share. */
-        if (setpriority(PRIO_PROCESS, 0, DISPATCHER_MAIN_NICE) < 0)
-                run_log(o, LOG_WARNING, "cannot raise the main thread to nice %d: %s; taking reservations up "
-                        "competes with every runnable thread", DISPATCHER_MAIN_NICE, strerror(errno));
         if (d->groups && group_set_delegated(d->groups) && o->make_scope)
                 /* What the subgroups can do here, as for groups of our own
                  * (within LOG_MESSAGE_MAX, the longest case included). */
