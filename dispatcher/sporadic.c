@@ -118,8 +118,7 @@ static void sporadic_end_activation(Sporadic *s, bool busy) {
                 s->overloads++;
                 if (s->limit > 1)
                         s->limit--;
-                if (s->n_repl >= 2)
-                        repl_coalesce_first_two(s);
+                repl_coalesce_first_two(s);
         } else if (!busy && !spent(s))
                 /* Stopped by itself with budget left: light load. */
                 s->limit = s->max_repl;
