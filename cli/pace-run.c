@@ -329,7 +329,9 @@ typedef struct SelfSched {
         char cgroup[4096];
 } SelfSched;
 
-static void self_sched_read(SelfSched *ret) {
+/* The cgroups only where self_taken_up() needs them (started at nice 19):
+ * not a /proc read every poll for nothing. */
+static void self_sched_read(SelfSched *ret, bool with_cgroup) {
         ret->policy = sched_getscheduler(0);
         if (ret->policy >= 0)
                 ret->policy &= ~SCHED_RESET_ON_FORK;
@@ -338,6 +340,8 @@ static void self_sched_read(SelfSched *ret) {
         if (errno != 0)
                 ret->nice = INT_MIN;
         ret->cgroup[0] = '\0';
+        if (!with_cgroup)
+                return;
         int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
         if (fd >= 0) {
                 ssize_t n = read(fd, ret->cgroup, sizeof(ret->cgroup) - 1);
@@ -362,7 +366,7 @@ static bool wait_taken_up(const SelfSched *before, uint64_t timeout_ns) {
         SelfSched now;
 
         for (;;) {
-                self_sched_read(&now);
+                self_sched_read(&now, before->nice == 19);
                 if (self_taken_up(before, &now))
                         return true;
                 if (monotonic_ns() >= deadline)
@@ -385,7 +389,7 @@ int main(int argc, char *argv[]) {
 
         /* Before the request: the dispatcher may take it up at once. */
         SelfSched before;
-        self_sched_read(&before);
+        self_sched_read(&before, true);
 
         /* The libpace handle is closed inside reserve(): nothing of it may
          * leak into the command (its socket is close-on-exec regardless). */
