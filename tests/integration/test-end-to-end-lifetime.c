@@ -33,9 +33,14 @@
 #include "stack-harness.h"
 #include "test.h"
 
-static double share_over(const Stack *s, pid_t client, pid_t other, unsigned ms) {
+/* The client's share over ms, less what others on the CPU took beyond
+ * what share_measure() allows (share_foreign()): the host's steal comes
+ * out of a reserved client's time as well, so a lower bound on a grant
+ * credits it. */
+static double share_over(const Stack *s, pid_t client, pid_t other, unsigned ms, double *ret_foreign) {
         double shares[3];
         share_measure(STACK_CPU, (pid_t[]) { client, other, s->dispatcher }, 3, ms, shares);
+        *ret_foreign = share_foreign();
         return shares[0];
 }
 
@@ -48,22 +53,24 @@ TEST(a_broker_crash_does_not_interrupt_a_reservation) {
         pid_t other = spawn(hog, NULL);
         pid_t client = spawn_reserved(&s, reserved_hog, "60%", 1);
         sleep_ms(300);
-        double before = share_over(&s, client, other, 2000);
+        double foreign_before, foreign_outage, foreign_after;
+        double before = share_over(&s, client, other, 2000, &foreign_before);
 
         kill(s.broker.pid, SIGKILL);
         waitpid(s.broker.pid, NULL, 0);
         s.broker.pid = 0;
-        double outage = share_over(&s, client, other, 2000);
+        double outage = share_over(&s, client, other, 2000, &foreign_outage);
 
         ASSERT_OK(broker_restart(&s.broker, SIGKILL));
         ASSERT_EQ(n_reservations(s.broker.socket), 1);
         sleep_ms(200);
-        double after = share_over(&s, client, other, 2000);
-        printf("  reserved 60%%: %.2f%% before, %.2f%% with the broker dead, %.2f%% after its restart\n", before,
-               outage, after);
-        ASSERT_CMP(outage, >=, 58.0);
+        double after = share_over(&s, client, other, 2000, &foreign_after);
+        printf("  reserved 60%%: %.2f%% before, %.2f%% with the broker dead, %.2f%% after its restart "
+               "(others took %.1f / %.1f / %.1f points beyond the allowance)\n",
+               before, outage, after, foreign_before, foreign_outage, foreign_after);
+        ASSERT_CMP(outage, >=, 58.0 - foreign_outage);
         ASSERT_CMP(outage, <=, 62.0);
-        ASSERT_CMP(after, >=, 58.0);
+        ASSERT_CMP(after, >=, 58.0 - foreign_after);
         ASSERT_CMP(after, <=, 62.0);
 
         reap(client);
