@@ -719,7 +719,7 @@ typedef struct MainLoop {
         sd_event_source *log, *check, *retry, *look, *probe, *housekeeping, *class_check, *table, *table_later;
         /* Priority lent through PI locks (lending.h): the instance's
          * trace_pipe, -1 where it could not be had. */
-        sd_event_source *lending_io;
+        sd_event_source *lending_io, *lending_takeover;
         Lending *lending;
         int lending_fd;
         int inotify_fd;
@@ -818,31 +818,73 @@ static int on_lending(sd_event_source *s, int fd, uint32_t revents, void *userda
         return 0;
 }
 
-/* The tracing instance, and a sentence for the start-up log either way. */
-static void lending_start(MainLoop *m) {
+/* How often the instance a dying predecessor still holds is tried again. */
+#define LENDING_TAKEOVER_NS (500 * NSEC_PER_MSEC)
+
+static void arm(sd_event_source *s, uint64_t ns);
+
+/* Our tracing instance, opened and watched. */
+static int lending_open(MainLoop *m) {
         const char *tracefs = m->o->tracefs ?: LENDING_TRACEFS;
-        /* Dead instances' (a SIGKILL leaves its instance behind; a live
-         * one's cannot be removed). */
-        (void) lending_trace_sweep(tracefs);
-        int r = lending_new(&m->lending);
+        int r = lending_trace_open(tracefs, m->d->instance_name, &m->lending_fd);
 
         if (r >= 0)
-                r = lending_trace_open(tracefs, m->d->instance_name, &m->lending_fd);
-        if (r >= 0)
                 r = sd_event_add_io(m->event, &m->lending_io, m->lending_fd, EPOLLIN, on_lending, m);
-        if (r < 0) {
-                if (m->lending_fd >= 0) {
-                        m->lending_fd = safe_close(m->lending_fd);
-                        lending_trace_remove(tracefs, m->d->instance_name);
-                }
+        if (r < 0 && m->lending_fd >= 0) {
+                m->lending_fd = safe_close(m->lending_fd);
+                lending_trace_remove(tracefs, m->d->instance_name);
+        }
+        return r;
+}
+
+static void lending_said(MainLoop *m, int r, bool takeover) {
+        const char *tracefs = m->o->tracefs ?: LENDING_TRACEFS;
+
+        if (r == -EEXIST && !takeover)
+                run_log(m->o, LOG_WARNING,
+                        "the tracing instance %s/instances/%s is still held by a dispatcher that is exiting: "
+                        "priority a budget server's member lends through a priority-inheritance lock is not "
+                        "charged to the server until it is gone and this one takes the instance over",
+                        tracefs, m->d->instance_name);
+        else if (r < 0 && r != -EEXIST)
                 run_log(m->o, LOG_WARNING,
                         "no tracing instance in %s (%s): priority a budget server's member lends through a "
                         "priority-inheritance lock is not charged to the server (docs/security.md)", tracefs,
                         strerror(-r));
-                return;
-        }
-        run_log(m->o, LOG_INFO, "priority lent through priority-inheritance locks is charged to the lender's budget "
-                "(sched_pi_setprio, in %s/instances/%s)", tracefs, m->d->instance_name);
+        else if (r >= 0)
+                run_log(m->o, LOG_INFO, "priority lent through priority-inheritance locks is charged to the "
+                        "lender's budget (sched_pi_setprio, in %s/instances/%s%s)", tracefs, m->d->instance_name,
+                        takeover ? ", taken over from the dispatcher before" : "");
+}
+
+/* A predecessor SIGKILLed with its monitor may still be exiting (its
+ * threads stuck in the kernel) with its trace_pipe open: the instance,
+ * which has our name, cannot be removed until it is gone, and once it is
+ * gone nobody else would remove it. So it is tried again until it is ours. */
+static int on_lending_takeover(sd_event_source *s, uint64_t usec, void *userdata) {
+        MainLoop *m = userdata;
+        int r = lending_open(m);
+
+        if (r == -EEXIST)
+                arm(s, LENDING_TAKEOVER_NS);
+        else
+                lending_said(m, r, true);
+        return 0;
+}
+
+/* The tracing instance, and a sentence for the start-up log either way. */
+static void lending_start(MainLoop *m) {
+        /* Dead instances' (a SIGKILL leaves its instance behind; a live
+         * one's cannot be removed). */
+        (void) lending_trace_sweep(m->o->tracefs ?: LENDING_TRACEFS);
+        int r = lending_new(&m->lending);
+
+        if (r >= 0)
+                r = lending_open(m);
+        lending_said(m, r, false);
+        if (r == -EEXIST && sd_event_add_time(m->event, &m->lending_takeover, CLOCK_MONOTONIC, UINT64_MAX, 1,
+                                              on_lending_takeover, m) >= 0)
+                arm(m->lending_takeover, LENDING_TAKEOVER_NS);
 }
 
 static void main_loop_done(MainLoop *m) {
@@ -856,10 +898,12 @@ static void main_loop_done(MainLoop *m) {
         sd_event_source_disable_unref(m->table);
         sd_event_source_disable_unref(m->table_later);
         sd_event_source_disable_unref(m->lending_io);
-        if (m->lending_fd >= 0) {
-                safe_close(m->lending_fd);
+        sd_event_source_disable_unref(m->lending_takeover);
+        m->lending_fd = safe_close(m->lending_fd);
+        /* Ours, or a predecessor's we were still waiting to take over (it
+         * has our name, and it may be gone by now). */
+        if (m->lending)
                 lending_trace_remove(m->o->tracefs ?: LENDING_TRACEFS, m->d->instance_name);
-        }
         lending_free(m->lending);
         sd_event_unref(m->event);
         safe_close(m->inotify_fd);

@@ -137,13 +137,19 @@ struct GroupBackend {
          * came from, or to the root if that group is gone; to_root: to the
          * root anyway (whoever it is, it did not come from there). */
         void (*move_out)(const GroupSet *s, const Group *g, const char *file, pid_t id, bool to_root);
-        /* The emptied group's directories removed. */
-        void (*destroy)(GroupSet *s, Group *g);
+        /* The emptied group's directories removed: 0 once every one of
+         * them is gone, -EBUSY while one still holds a member (an exiting
+         * task the kernel has not let go of yet). */
+        int (*destroy)(GroupSet *s, Group *g);
         /* The members' CPU time on cpu, in ns. */
         int (*usage_ns)(Group *g, int cpu, uint64_t *ret);
         /* Main thread, each housekeeping round, before the lists are read. */
         void (*housekeep)(GroupSet *s, Group *g, GroupMakeScope make_scope, void *userdata, char *why,
                           size_t why_size);
+        /* res-* directories under the set's bases that no Group of ours
+         * owns, emptied and removed (group_sweep_stale_dir() on each base);
+         * how many are still there. Main thread. */
+        size_t (*sweep_stale)(GroupSet *s);
         /* The set's own directories removed (every Group released). */
         void (*set_free)(GroupSet *s);
 };
@@ -169,6 +175,15 @@ void group_move_back(const char *root, const char *orig, const char *file, pid_t
 int group_read_orig(const char *proc_path, const char *controller, char *ret, size_t size);
 /* A tree's members, listed for group_list_threads(). */
 void group_refresh_candidates(GroupSet *s, Group *g);
+/* Whether dir (a path) is gone or could be removed now. */
+bool group_dir_removed(const char *dir);
+/* Each res-<id> group in base whose id is no Group of s (live or waiting
+ * to be removed): its processes moved to root, then the directory
+ * removed. A predecessor with our name whose groups could not all go
+ * (SIGKILLed while a member was still exiting) leaves these, and nothing
+ * else would ever remove them: the base could not go either. Returns how
+ * many are still there. Main thread. */
+size_t group_sweep_stale_dir(GroupSet *s, const char *base, const char *root);
 
 /* Set-less helpers for the sweeps and the monitor (no GroupSet: another
  * instance's leftovers, or our own after a crash). */

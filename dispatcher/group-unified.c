@@ -318,8 +318,14 @@ static void unified_move_out(const GroupSet *s, const Group *g, const char *file
         group_move_back(s->root, to_root ? "/" : g->home[0] ? g->home : g->orig, file, id);
 }
 
-static void unified_destroy(GroupSet *s, Group *g) {
-        (void) rmdir(g->dir);
+static int unified_destroy(GroupSet *s, Group *g) {
+        return group_dir_removed(g->dir) ? 0 : -EBUSY;
+}
+
+/* Delegated sets have no base: their groups live in the manager's scopes,
+ * which go with their units. */
+static size_t unified_sweep_stale(GroupSet *s) {
+        return s->base[0] ? group_sweep_stale_dir(s, s->base, s->root) : 0;
 }
 
 /* cpu.stat has the group's total only: right for a reservation on one
@@ -443,6 +449,7 @@ const GroupBackend group_backend_unified = {
         .enter = unified_enter,
         .move_out = unified_move_out,
         .destroy = unified_destroy,
+        .sweep_stale = unified_sweep_stale,
         .usage_ns = unified_usage_ns,
         .housekeep = unified_housekeep,
         .set_free = unified_set_free,

@@ -379,8 +379,8 @@ static void v1_move_out(const GroupSet *s, const Group *g, const char *file, pid
                 group_move_back(s->cpuset_root, to_root ? "/" : g->cpuset_orig, file, id);
 }
 
-static void v1_destroy(GroupSet *s, Group *g) {
-        (void) rmdir(g->dir);
+static int v1_destroy(GroupSet *s, Group *g) {
+        bool gone = group_dir_removed(g->dir);
         if (g->cpuset_dir[0]) {
                 /* Stragglers a fork raced in: to the root, so the group goes. */
                 char path[PATH_MAX + 96], line[32];
@@ -390,8 +390,9 @@ static void v1_destroy(GroupSet *s, Group *g) {
                         (void) group_write_id(s->cpuset_root, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
                 if (f)
                         fclose(f);
-                (void) rmdir(g->cpuset_dir);
+                gone = group_dir_removed(g->cpuset_dir) && gone;
         }
+        return gone ? 0 : -EBUSY;
 }
 
 static int v1_usage_ns(Group *g, int cpu, uint64_t *ret) {
@@ -412,6 +413,13 @@ static int v1_usage_ns(Group *g, int cpu, uint64_t *ret) {
                 }
                 p = end;
         }
+}
+
+static size_t v1_sweep_stale(GroupSet *s) {
+        size_t left = s->base[0] ? group_sweep_stale_dir(s, s->base, s->root) : 0;
+        if (s->cpuset_base[0])
+                left += group_sweep_stale_dir(s, s->cpuset_base, s->cpuset_root);
+        return left;
 }
 
 static void v1_set_free(GroupSet *s) {
@@ -444,6 +452,7 @@ const GroupBackend group_backend_v1 = {
         .enter = v1_enter,
         .move_out = v1_move_out,
         .destroy = v1_destroy,
+        .sweep_stale = v1_sweep_stale,
         .usage_ns = v1_usage_ns,
         .set_free = v1_set_free,
 };

@@ -142,7 +142,7 @@ GroupSet *group_set_free(GroupSet *s) {
         /* A member not reaped yet keeps its group: its parent reaps it
          * soon, so wait for that a little (200 ms at most). */
         size_t left = 0;
-        for (unsigned i = 0; i < 20 && (left = graves_dig(s)) > 0; i++)
+        for (unsigned i = 0; i < 20 && (left = graves_dig(s) + s->backend->sweep_stale(s)) > 0; i++)
                 (void) usleep(10000);
         while (s->graves) {
                 Group *g = s->graves;
@@ -307,9 +307,9 @@ static void group_empty_and_remove(GroupSet *s, Group *g, bool move) {
                 for (size_t i = 0; i < MIN(n, ELEMENTSOF(ids)); i++)
                         s->backend->move_out(s, g, s->backend->list_file[which], ids[i], false);
         }
-        s->backend->destroy(s, g);
-        /* Still there (a member not yet reaped): tried again later. */
-        g->retired = access(g->dir, F_OK) < 0;
+        /* Still there (a member not yet reaped), in any hierarchy: tried
+         * again later. */
+        g->retired = s->backend->destroy(s, g) == 0;
 }
 
 void group_release(GroupSet *s, Group *g) {
@@ -333,6 +333,47 @@ void group_release(GroupSet *s, Group *g) {
                 return;
         }
         group_free(g);
+}
+
+bool group_dir_removed(const char *dir) {
+        return rmdir(dir) == 0 || errno == ENOENT;
+}
+
+/* Whether id is one of ours: a live group's, or one waiting to be removed. */
+static bool id_known(GroupSet *s, uint64_t id) {
+        bool known = false;
+        pthread_mutex_lock(&s->lock);
+        for (const Group *g = s->groups; g && !known; g = g->next)
+                known = g->id == id;
+        pthread_mutex_unlock(&s->lock);
+        for (const Group *g = s->graves; g && !known; g = g->next)
+                known = g->id == id;
+        return known;
+}
+
+size_t group_sweep_stale_dir(GroupSet *s, const char *base, const char *root) {
+        size_t left = 0;
+        DIR *d = opendir(base);
+
+        for (struct dirent *de; d && (de = readdir(d));) {
+                char *end, dir[PATH_MAX + 300], path[PATH_MAX + 330], line[32];
+                if (strncmp(de->d_name, "res-", 4) != 0)
+                        continue;
+                uint64_t id = strtoull(de->d_name + 4, &end, 10);
+                if (end == de->d_name + 4 || *end || id_known(s, id))
+                        continue;
+                snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
+                snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+                FILE *f = fopen(path, "re");
+                while (f && fgets(line, sizeof(line), f))
+                        (void) group_write_id(root, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
+                if (f)
+                        fclose(f);
+                left += !group_dir_removed(dir);
+        }
+        if (d)
+                closedir(d);
+        return left;
 }
 
 /* Tries again to remove the groups released before they could be. Returns
@@ -511,6 +552,7 @@ size_t group_set_housekeep(GroupSet *s, GroupMakeScope make_scope, void *userdat
         size_t n = 0;
 
         (void) graves_dig(s);
+        (void) s->backend->sweep_stale(s);
         /* A reference each, so a loop that lets go meanwhile leaves the
          * clean-up to whoever drops the last one. */
         pthread_mutex_lock(&s->lock);

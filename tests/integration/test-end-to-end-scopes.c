@@ -22,6 +22,7 @@
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -711,6 +712,148 @@ TEST(a_killed_dispatcher_leaves_no_cgroups_behind) {
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
         if (tracing)
                 ASSERT_EQ(tracing_instances(), 0);
+}
+
+#define FREEZER_V1 "/sys/fs/cgroup/freezer"
+
+static bool freezer_set(const char *group, const char *state) {
+        char path[256], now[32] = "";
+        snprintf(path, sizeof(path), "%s/freezer.state", group);
+        if (write_string_file(path, state) < 0)
+                return false;
+        for (int i = 0; i < 400; i++) {
+                FILE *f = fopen(path, "re");
+                bool done = f && fgets(now, sizeof(now), f) && strncmp(now, state, strlen(state)) == 0;
+                if (f)
+                        fclose(f);
+                if (done)
+                        return true;
+                usleep(5000);
+        }
+        return false;
+}
+
+static void idle(const void *arg) {
+        for (;;)
+                pause();
+}
+
+/* A group of ours with id, made by hand under base (as a predecessor's
+ * that could not be removed), with pid in it. */
+static bool stale_group(const char *base, const char *cpus, pid_t pid, char *ret_dir, size_t size) {
+        char path[PATH_MAX + 32], text[16];
+        snprintf(ret_dir, size, "%s/res-999999", base);
+        if (mkdir(ret_dir, 0755) < 0)
+                return false;
+        if (cpus) {
+                snprintf(path, sizeof(path), "%s/cpuset.mems", ret_dir);
+                (void) write_string_file(path, "0");
+                snprintf(path, sizeof(path), "%s/cpuset.cpus", ret_dir);
+                (void) write_string_file(path, cpus);
+        }
+        snprintf(path, sizeof(path), "%s/cgroup.procs", ret_dir);
+        snprintf(text, sizeof(text), "%d", (int) pid);
+        return write_string_file(path, text) == 0;
+}
+
+/* The monitor and its dispatch process SIGKILLed together, the dispatch
+ * process so slow to exit that the next dispatcher starts before it is
+ * gone (the soak saw threads stuck in the kernel for seconds; here it is
+ * frozen). It still holds the tracing instance, which has the next one's
+ * name: the next one takes it over once it is gone, else nobody ever
+ * removes it. And groups of our name that no reservation of ours owns (a
+ * predecessor's whose removal failed) go too, else the base outlives the
+ * stop. */
+TEST(a_dispatcher_still_exiting_when_the_next_starts_leaves_nothing_behind) {
+        Stack s = {};
+        char group[128], base[PATH_MAX], cpuset_base[PATH_MAX + 32], stale[2][PATH_MAX + 32] = {}, line[1024];
+        if (skip() || !have_cpuacct() || access(FREEZER_V1 "/tasks", F_OK) < 0)
+                TEST_SKIP("needs root, 2 CPUs, the built daemons, v1 cpuacct and freezer hierarchies");
+        bool tracing = tracing_instances() >= 0;
+        stack_start(&s);
+        pid_t client = spawn(reserved_hog, "30%");
+        await_reservations(s.broker.socket, 1);
+        sleep_ms(300);
+        ASSERT_EQ(pace_groups_left(&s, base, sizeof(base)), 2);
+
+        pid_t child = dispatcher_child(&s);
+        ASSERT_CMP(child, >, 0);
+        snprintf(group, sizeof(group), FREEZER_V1 "/pace-test-exiting-%d", (int) getpid());
+        ASSERT_TRUE(mkdir(group, 0755) == 0 || errno == EEXIST);
+        char path[192], pidtext[16];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", group);
+        snprintf(pidtext, sizeof(pidtext), "%d", (int) child);
+        bool frozen = write_string_file(path, pidtext) == 0 && freezer_set(group, "FROZEN");
+        kill(s.dispatcher, SIGKILL);
+        kill(child, SIGKILL);
+        waitpid(s.dispatcher, NULL, 0);
+        s.dispatcher = 0;
+        bool held_while_frozen = kill(child, 0) == 0;
+
+        stack_start_dispatcher(&s);
+        bool waited = dispatcher_log_line(&s, "is still held by a dispatcher that is exiting", line, sizeof(line)) == 1;
+        /* Stale groups beside the new ones, each with a process in it. */
+        pid_t sleeper = spawn(idle, NULL);
+        bool made = stale_group(base, NULL, sleeper, stale[0], sizeof(stale[0]));
+        snprintf(cpuset_base, sizeof(cpuset_base), "/sys/fs/cgroup/cpuset/%s", strrchr(base, '/') + 1);
+        if (access(cpuset_base, F_OK) == 0)
+                made = stale_group(cpuset_base, "1", sleeper, stale[1], sizeof(stale[1])) && made;
+
+        (void) freezer_set(group, "THAWED");
+        for (int i = 0; i < 300 && kill(child, 0) == 0; i++)
+                sleep_ms(10);
+        bool taken_over = false;
+        for (int i = 0; i < 300 && !taken_over; i++) {
+                taken_over = dispatcher_log_line(&s, "taken over from the dispatcher before", NULL, 0) == 1;
+                sleep_ms(10);
+        }
+        bool stale_gone = false;
+        for (int i = 0; i < 300 && !stale_gone; i++) {
+                stale_gone = access(stale[0], F_OK) < 0 && (!stale[1][0] || access(stale[1], F_OK) < 0);
+                sleep_ms(10);
+        }
+        int lent = tracing ? tracing_instances() : 0;
+        reap(client);
+        reap(sleeper);
+        await_no_reservations(s.broker.socket);
+        stack_stop(&s);
+        unsigned left = pace_groups_left(&s, NULL, 0);
+        bool cpuset_left = access(cpuset_base, F_OK) == 0;
+        int traces_left = tracing ? tracing_instances() : 0;
+        /* Whatever a failing dispatcher left, so the next cases start clean. */
+        remove_cgroup_tree("/sys/fs/cgroup/cpuacct", base);
+        remove_cgroup_tree("/sys/fs/cgroup/cpuset", cpuset_base);
+        char cpu_base[PATH_MAX + 32];
+        snprintf(cpu_base, sizeof(cpu_base), "/sys/fs/cgroup/cpu/%s", strrchr(base, '/') + 1);
+        remove_cgroup_tree("/sys/fs/cgroup/cpu", cpu_base);
+        if (traces_left > 0) {
+                char instance[PATH_MAX + 64];
+                snprintf(instance, sizeof(instance), "/sys/kernel/tracing/instances/%s/events/sched/sched_pi_setprio/enable",
+                         strrchr(base, '/') + 1);
+                (void) write_string_file(instance, "0");
+                *strstr(instance, "/events/") = '\0';
+                (void) rmdir(instance);
+        }
+        (void) freezer_set(group, "THAWED");
+        for (int i = 0; i < 100 && rmdir(group) < 0 && errno == EBUSY; i++)
+                usleep(10000);
+        printf("  predecessor frozen: %s, alive after its SIGKILL: %s; the next one waited for its tracing instance: "
+               "%s, took it over: %s; stale groups made: %s, gone: %s; left after the stop: %u groups, cpuset base "
+               "%s, %d tracing instances\n", frozen ? "yes" : "no", held_while_frozen ? "yes" : "no",
+               waited ? "yes" : "no", taken_over ? "yes" : "no", made ? "yes" : "no", stale_gone ? "yes" : "no", left,
+               cpuset_left ? "yes" : "no", traces_left);
+        ASSERT_TRUE(frozen);
+        ASSERT_TRUE(held_while_frozen);
+        ASSERT_TRUE(made);
+        ASSERT_TRUE(stale_gone);
+        ASSERT_EQ(left, 0);
+        ASSERT_FALSE(cpuset_left);
+        if (tracing) {
+                ASSERT_TRUE(waited);
+                ASSERT_TRUE(taken_over);
+                ASSERT_EQ(lent, 1);
+                ASSERT_EQ(traces_left, 0);
+        }
 }
 
 TEST_MAIN()
