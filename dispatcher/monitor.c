@@ -88,11 +88,17 @@ typedef struct Monitor {
         int sweep_error;
         unsigned demoted, groups;
         uint64_t sweep_ns;
+        /* Its passes: the groups' members (FIFO 99), the table's processes,
+         * the groups again, the freezer (SCHED_OTHER): said when it was slow. */
+        uint64_t pass_ns[4];
         uint64_t restarts[MAX_RESTARTS_KEPT];
         unsigned n_restarts;
         Dying dying[MAX_DYING];
         unsigned n_dying;
 } Monitor;
+
+/* A sweep or a removal this slow says where its time went. */
+#define SWEEP_SLOW_NS (100 * NSEC_PER_MSEC)
 
 /* The monitor's own policy once a child is ready. Its children (the
  * dispatchers) start as SCHED_OTHER: their main thread, which logs, must
@@ -368,21 +374,33 @@ static int read_signal(Monitor *m) {
  * 98 on its CPU: the full pass runs on the other CPU, or in what RT
  * throttling leaves, and finishes within about a second. */
 static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, uint64_t *ret_ns) {
+        /* The slow pass at the strongest SCHED_OTHER weight: what it waits
+         * for (an exiting client) still runs, and a client's dozens of
+         * spinning threads at nice 0, which nothing holds while no
+         * dispatcher runs, leave it most of a CPU instead of one share in
+         * forty (a full pass once took 5.97 s under the soak's churn, and
+         * every reservation waited for it). */
         const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER,
-                                      .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
-        uint64_t t0 = monotonic_ns();
+                                      .sched_nice = -20, .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
+        uint64_t t0 = monotonic_ns(), t[4];
         unsigned quick;
         int r;
 
         *ret_demoted = 0;
         quick = sweep_demote_groups_quick(m->o->group_base);
+        t[0] = monotonic_ns();
         if (m->realtime)
                 (void) sched_attr_set(0, &other);
         r = sweep_table_file(m->table_path, m->scratch, ret_demoted);
+        t[1] = monotonic_ns();
         *ret_demoted += quick + sweep_demote_groups(m->o->group_base);
+        t[2] = monotonic_ns();
         *ret_groups = freezer_v1_sweep(m->o->freezer, false);
+        t[3] = monotonic_ns();
         if (m->realtime)
                 (void) sched_attr_set(0, &monitor_realtime);
+        for (unsigned i = 0; i < 4; i++)
+                m->pass_ns[i] = t[i] - (i == 0 ? t0 : t[i - 1]);
         *ret_ns = monotonic_ns() - t0;
         return r;
 }
@@ -542,9 +560,19 @@ static int watch_child(Monitor *m) {
                              "freezer group(s) thawed, %" PRIu64 " us after noticing; %s",
                              (int) m->child, how, m->demoted, PACE_RUNNING_PRIORITY, m->groups,
                              (uint64_t) (m->sweep_ns / NSEC_PER_USEC), exited);
+                if (m->sweep_ns >= SWEEP_SLOW_NS)
+                        mlog(m, LOG_WARNING, "the sweep was slow: %" PRIu64 " us on the groups' members, %" PRIu64
+                             " us on the table's processes, %" PRIu64 " us on the groups again, %" PRIu64
+                             " us on the freezer", (uint64_t) (m->pass_ns[0] / NSEC_PER_USEC),
+                             (uint64_t) (m->pass_ns[1] / NSEC_PER_USEC), (uint64_t) (m->pass_ns[2] / NSEC_PER_USEC),
+                             (uint64_t) (m->pass_ns[3] / NSEC_PER_USEC));
+                uint64_t t0_remove = monotonic_ns();
                 (void) freezer_v1_sweep(m->o->freezer, true);
                 if (m->o->group_name)
                         (void) group_set_remove(m->o->group_name);
+                uint64_t remove_ns = monotonic_ns() - t0_remove;
+                if (remove_ns >= SWEEP_SLOW_NS)
+                        mlog(m, LOG_WARNING, "removing its groups took %" PRIu64 " ms", (uint64_t) (remove_ns / NSEC_PER_MSEC));
                 /* Its tracing instance (lending.h), which it removes only
                  * when it stops in order. Only removed, never touched: one
                  * a live dispatcher holds cannot be (EBUSY). */
