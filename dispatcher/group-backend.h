@@ -179,7 +179,7 @@ void group_refresh_candidates(GroupSet *s, Group *g);
 bool group_dir_removed(const char *dir);
 /* Each res-<id> group in base whose id is no Group of s (live or waiting
  * to be removed): its processes moved to root, then the directory
- * removed. A predecessor with our name whose groups could not all go
+ * removed; and each owner marker of a dead instance. A predecessor with our name whose groups could not all go
  * (SIGKILLed while a member was still exiting) leaves these, and nothing
  * else would ever remove them: the base could not go either. Returns how
  * many are still there. Main thread. */

@@ -98,6 +98,17 @@ static bool owner_marked(const char *base) {
         return marked;
 }
 
+/* Whether the owner-PID-STARTTIME marker name names a live process with
+ * that start. */
+static bool marker_alive(const char *name) {
+        long pid;
+        unsigned long long start;
+        ProcInfo info;
+
+        return sscanf(name, "owner-%ld-%llu", &pid, &start) == 2 && proc_info_read("/proc", (pid_t) pid, &info) == 0 &&
+               info.start_time == start;
+}
+
 /* Whether the instance that owns base (a pace.* directory) still lives:
  * its owner-PID-STARTTIME marker names a live process with that start. */
 static bool owner_alive(const char *base) {
@@ -106,14 +117,8 @@ static bool owner_alive(const char *base) {
 
         if (!d)
                 return false;
-        for (struct dirent *de; !alive && (de = readdir(d));) {
-                long pid;
-                unsigned long long start;
-                ProcInfo info;
-                if (sscanf(de->d_name, "owner-%ld-%llu", &pid, &start) == 2 &&
-                    proc_info_read("/proc", (pid_t) pid, &info) == 0 && info.start_time == start)
-                        alive = true;
-        }
+        for (struct dirent *de; !alive && (de = readdir(d));)
+                alive = marker_alive(de->d_name);
         closedir(d);
         return alive;
 }
@@ -355,8 +360,17 @@ size_t group_sweep_stale_dir(GroupSet *s, const char *base, const char *root) {
         size_t left = 0;
         DIR *d = opendir(base);
 
+        const char *own_marker = s->owner_dir[0] ? strrchr(s->owner_dir, '/') + 1 : "";
         for (struct dirent *de; d && (de = readdir(d));) {
                 char *end, dir[PATH_MAX + 300], path[PATH_MAX + 330], line[32];
+                /* A dead predecessor's marker (it shares our name): the base
+                 * could never go with it there. */
+                if (strncmp(de->d_name, "owner-", 6) == 0 && strcmp(de->d_name, own_marker) != 0 &&
+                    !marker_alive(de->d_name)) {
+                        snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
+                        left += !group_dir_removed(dir);
+                        continue;
+                }
                 if (strncmp(de->d_name, "res-", 4) != 0)
                         continue;
                 uint64_t id = strtoull(de->d_name + 4, &end, 10);

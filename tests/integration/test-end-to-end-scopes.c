@@ -762,8 +762,8 @@ static bool stale_group(const char *base, const char *cpus, pid_t pid, char *ret
  * frozen). It still holds the tracing instance, which has the next one's
  * name: the next one takes it over once it is gone, else nobody ever
  * removes it. And groups of our name that no reservation of ours owns (a
- * predecessor's whose removal failed) go too, else the base outlives the
- * stop. */
+ * predecessor's whose removal failed) go too, with the dead predecessor's
+ * owner marker, else the base outlives the stop. */
 TEST(a_dispatcher_still_exiting_when_the_next_starts_leaves_nothing_behind) {
         Stack s = {};
         char group[128], base[PATH_MAX], cpuset_base[PATH_MAX + 32], stale[2][PATH_MAX + 32] = {}, line[1024];
@@ -798,6 +798,11 @@ TEST(a_dispatcher_still_exiting_when_the_next_starts_leaves_nothing_behind) {
         snprintf(cpuset_base, sizeof(cpuset_base), "/sys/fs/cgroup/cpuset/%s", strrchr(base, '/') + 1);
         if (access(cpuset_base, F_OK) == 0)
                 made = stale_group(cpuset_base, "1", sleeper, stale[1], sizeof(stale[1])) && made;
+        /* And a dead instance's owner marker (the SIGKILLed monitor's, whose
+         * name the next one shares): no pid has that start time. */
+        char marker[PATH_MAX + 32];
+        snprintf(marker, sizeof(marker), "%s/owner-%d-1", base, (int) getpid());
+        made = mkdir(marker, 0755) == 0 && made;
 
         (void) freezer_set(group, "THAWED");
         for (int i = 0; i < 300 && kill(child, 0) == 0; i++)
@@ -809,7 +814,8 @@ TEST(a_dispatcher_still_exiting_when_the_next_starts_leaves_nothing_behind) {
         }
         bool stale_gone = false;
         for (int i = 0; i < 300 && !stale_gone; i++) {
-                stale_gone = access(stale[0], F_OK) < 0 && (!stale[1][0] || access(stale[1], F_OK) < 0);
+                stale_gone = access(stale[0], F_OK) < 0 && (!stale[1][0] || access(stale[1], F_OK) < 0) &&
+                             access(marker, F_OK) < 0;
                 sleep_ms(10);
         }
         int lent = tracing ? tracing_instances() : 0;

@@ -1152,6 +1152,49 @@ static void print_window_top(void) {
         putchar('\n');
 }
 
+/* Threads in uninterruptible sleep (state D), anywhere, with where the
+ * kernel has them (their stack, root only): a window that broke a bound
+ * while a dispatch thread sat in the kernel says which lock it waited on. */
+static void print_blocked_threads(void) {
+        unsigned shown = 0;
+        DIR *proc = opendir("/proc");
+        for (struct dirent *pe; proc && shown < 6 && (pe = readdir(proc));) {
+                int pid = atoi(pe->d_name);
+                char path[96];
+                if (pid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task", pid);
+                DIR *tasks = opendir(path);
+                for (struct dirent *te; tasks && shown < 6 && (te = readdir(tasks));) {
+                        int tid = atoi(te->d_name);
+                        Stat st = {};
+                        if (tid <= 0)
+                                continue;
+                        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+                        if (!read_stat(path, &st) || st.state != 'D')
+                                continue;
+                        shown++;
+                        printf("  in state D: tid %d of pid %d (%s), policy %u; kernel stack:", tid, pid, st.comm,
+                               st.policy);
+                        snprintf(path, sizeof(path), "/proc/%d/task/%d/stack", pid, tid);
+                        FILE *f = fopen(path, "re");
+                        char line[160];
+                        for (int i = 0; f && i < 8 && fgets(line, sizeof(line), f); i++) {
+                                line[strcspn(line, "\n")] = '\0';
+                                char *frame = strchr(line, ' ');
+                                printf(" %s", frame ? frame + 1 : line);
+                        }
+                        if (f)
+                                fclose(f);
+                        putchar('\n');
+                }
+                if (tasks)
+                        closedir(tasks);
+        }
+        if (proc)
+                closedir(proc);
+}
+
 static uint64_t foreign_ticks(void) {
         static ProcTicks prev[8192], cur[8192];
         static size_t n_prev;
@@ -1383,6 +1426,7 @@ static bool close_window(Soak *k, const Sample *a, const Sample *b, uint64_t t_s
         if (failed && k->diagnosed < 3) {
                 k->diagnosed++;
                 print_window_top();
+                print_blocked_threads();
                 print_top_processes(300);
                 for (int c = 0; c < 2; c++) {
                         Stat st = {};
@@ -1592,6 +1636,30 @@ static size_t instance_dirs(const Soak *k, char (*out)[256], size_t max) {
         return n;
 }
 
+
+/* What a left group holds: its subdirectories and how many processes
+ * each has, so a leftover says whose it is. */
+static void print_dir_contents(const char *dir) {
+        DIR *d = opendir(dir);
+        unsigned n = 0;
+        for (struct dirent *de; d && (de = readdir(d));) {
+                char path[600];
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/cgroup.procs", dir, de->d_name);
+                unsigned tasks = 0;
+                FILE *f = fopen(path, "re");
+                for (char line[32]; f && fgets(line, sizeof(line), f);)
+                        tasks++;
+                if (f)
+                        fclose(f);
+                printf(" %s (%u processes)", de->d_name, tasks);
+                n++;
+        }
+        if (d)
+                closedir(d);
+        printf(n ? "\n" : " nothing below it\n");
+}
 
 static void remove_instance_groups(const Soak *k) {
         char dirs[32][256];
@@ -2032,8 +2100,10 @@ static void soak(bool unified) {
         /* What is left. */
         char dirs[64][256];
         size_t groups_left = instance_dirs(k, dirs, ELEMENTSOF(dirs));
-        for (size_t i = 0; i < MIN(groups_left, ELEMENTSOF(dirs)); i++)
-                printf("  left: %s\n", dirs[i]);
+        for (size_t i = 0; i < MIN(groups_left, ELEMENTSOF(dirs)); i++) {
+                printf("  left: %s, holding:", dirs[i]);
+                print_dir_contents(dirs[i]);
+        }
         size_t n_dirs = list_pace_dirs(dirs, ELEMENTSOF(dirs)), other_dirs = 0;
         for (size_t i = 0; i < MIN(n_dirs, ELEMENTSOF(dirs)); i++) {
                 bool known = strstr(dirs[i], k->instance) != NULL;
