@@ -49,6 +49,8 @@ typedef struct Dying {
         pid_t pid;
         int pidfd;
         uint64_t since_ns; /* when its death was noticed */
+        bool exited;       /* a zombie already: only the reaping is left */
+        sd_event_source *source; /* while watch_deaths() runs */
 } Dying;
 
 typedef struct Monitor {
@@ -109,6 +111,30 @@ static const PaceSchedAttr monitor_realtime = {
         .sched_priority = PACE_DISPATCHER_PRIORITY,
         .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK,
 };
+
+/* Reaps pid (ret_status may be NULL) at SCHED_OTHER. Reaping a process
+ * makes the kernel drop its /proc entries (release_task() ->
+ * d_invalidate() -> d_walk()), and that walk waits, spinning, for whoever
+ * else is pruning the same entries: at FIFO 99 it kept its CPU from that
+ * task, and reaping a killed dispatcher spun for 0.95 s under the soak's
+ * churn (perf: d_walk under wait4), until RT throttling let the other run.
+ * Returns how long it took. */
+static uint64_t reap(const Monitor *m, pid_t pid, int *ret_status) {
+        const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER,
+                                      .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
+        uint64_t t0 = monotonic_ns();
+        int status = 0;
+
+        if (m->realtime)
+                (void) sched_attr_set(0, &other);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (m->realtime)
+                (void) sched_attr_set(0, &monitor_realtime);
+        if (ret_status)
+                *ret_status = status;
+        return monotonic_ns() - t0;
+}
 
 /* Every line says it is the monitor's: fmt is a literal. */
 #define mlog(m, priority, fmt, ...) \
@@ -286,6 +312,10 @@ static void on_ready(Monitor *m) {
         stall_guard_watch(m->guard, m->child);
         mlog(m, LOG_INFO, "watching dispatcher pid %d (%u dispatch thread(s)) at SCHED_FIFO %d; stalls at %s",
              (int) m->child, m->n_threads, PACE_DISPATCHER_PRIORITY, stall_guard_policy(m->guard));
+        /* The predecessors that were left to be reaped (on_dying_exited()). */
+        for (unsigned i = 0; i < m->n_dying; i++)
+                if (m->dying[i].source)
+                        (void) sd_event_source_set_enabled(m->dying[i].source, SD_EVENT_ON);
 }
 
 /* The guard (stall.h) found a loop that stopped advancing and put the
@@ -374,14 +404,11 @@ static int read_signal(Monitor *m) {
  * 98 on its CPU: the full pass runs on the other CPU, or in what RT
  * throttling leaves, and finishes within about a second. */
 static int sweep_now(Monitor *m, unsigned *ret_demoted, unsigned *ret_groups, uint64_t *ret_ns) {
-        /* The slow pass at the strongest SCHED_OTHER weight: what it waits
-         * for (an exiting client) still runs, and a client's dozens of
-         * spinning threads at nice 0, which nothing holds while no
-         * dispatcher runs, leave it most of a CPU instead of one share in
-         * forty (a full pass once took 5.97 s under the soak's churn, and
-         * every reservation waited for it). */
+        /* Not above nice 0 either: a /proc lookup of an exiting process
+         * waits, spinning, for whoever else prunes its entries (reap()),
+         * and a higher weight only keeps that task from finishing. */
         const PaceSchedAttr other = { .size = sizeof(PaceSchedAttr), .sched_policy = SCHED_OTHER,
-                                      .sched_nice = -20, .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
+                                      .sched_flags = PACE_SCHED_FLAG_RESET_ON_FORK };
         uint64_t t0 = monotonic_ns(), t[4];
         unsigned quick;
         int r;
@@ -430,10 +457,22 @@ static int on_dying_exited(sd_event_source *s, int fd, uint32_t revents, void *u
                 Dying *d = &m->dying[i];
                 if (d->pidfd != fd)
                         continue;
-                while (waitpid(d->pid, NULL, 0) < 0 && errno == EINTR)
-                        ;
-                mlog(m, LOG_INFO, "the dispatcher pid %d that died before has exited, %" PRIu64 " ms after its death",
-                     (int) d->pid, (uint64_t) ((monotonic_ns() - d->since_ns) / NSEC_PER_MSEC));
+                /* Not before the successor has said it is ready: until then
+                 * the stall guard does not watch it, and a slow reaping
+                 * would hold that up (on_ready() turns this on again). */
+                if (d->exited && !m->ready) {
+                        (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
+                        return 0;
+                }
+                uint64_t took = reap(m, d->pid, NULL);
+                if (!d->exited)
+                        mlog(m, LOG_INFO, "the dispatcher pid %d that died before has exited, %" PRIu64
+                             " ms after its death", (int) d->pid,
+                             (uint64_t) ((monotonic_ns() - d->since_ns) / NSEC_PER_MSEC));
+                else if (took >= SWEEP_SLOW_NS)
+                        mlog(m, LOG_INFO, "reaping the dispatcher pid %d that died before took %" PRIu64 " ms (the "
+                             "kernel's clean-up of its /proc entries), its successor already at work",
+                             (int) d->pid, (uint64_t) (took / NSEC_PER_MSEC));
                 (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
                 safe_close(d->pidfd);
                 m->dying[i] = m->dying[--m->n_dying];
@@ -456,8 +495,10 @@ static int watch_deaths(Monitor *m) {
         if (r < 0)
                 return r;
         /* Added first, released last: on_dying_exited() may close the fd. */
-        for (unsigned i = 0; i < m->n_dying; i++)
+        for (unsigned i = 0; i < m->n_dying; i++) {
                 (void) sd_event_add_io(e, &dying[i], m->dying[i].pidfd, EPOLLIN, on_dying_exited, m);
+                m->dying[i].source = dying[i];
+        }
         r = sd_event_add_io(e, &sig, m->sfd, EPOLLIN, on_signal, m);
         if (r < 0)
                 return r;
@@ -480,6 +521,8 @@ static int watch_deaths(Monitor *m) {
         m->event = NULL;
         for (unsigned i = 0; i < MAX_DYING; i++)
                 sd_event_source_disable_unref(dying[i]);
+        for (unsigned i = 0; i < m->n_dying; i++)
+                m->dying[i].source = NULL;
         return r;
 }
 
@@ -523,13 +566,19 @@ static int watch_child(Monitor *m) {
                         break;
         }
         uint64_t exit_ns = monotonic_ns() - t0;
-        if (left) {
-                m->dying[m->n_dying++] = (Dying) { .pid = m->child, .pidfd = m->pidfd, .since_ns = t0 };
+        /* A crash that has exited is reaped later, once its successor
+         * runs (reap() says why), its wait status read without reaping. */
+        siginfo_t si = {};
+        bool zombie = !left && m->swept && !m->orderly && !m->stopping && m->n_dying < MAX_DYING &&
+                      waitid((idtype_t) P_PIDFD, (id_t) m->pidfd, &si, WEXITED | WNOWAIT) == 0 && si.si_pid == m->child;
+        if (left || zombie) {
+                m->dying[m->n_dying++] = (Dying) { .pid = m->child, .pidfd = m->pidfd, .since_ns = t0,
+                                                   .exited = zombie };
                 m->pidfd = -EBADF;
-                status = SIGKILL; /* as a wait status: killed by it */
+                /* As a wait status: killed by SIGKILL, or what it died of. */
+                status = !zombie ? SIGKILL : si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : si.si_status & 0x7f;
         } else
-                while (waitpid(m->child, &status, 0) < 0 && errno == EINTR)
-                        ;
+                (void) reap(m, m->child, &status);
         m->pidfd = safe_close(m->pidfd);
         m->ready_fd = safe_close(m->ready_fd);
 
