@@ -10,41 +10,9 @@
 #include "frame-math.h"
 #include "macro.h"
 #include "parse-util.h"
-#include "plan.h"
+#include "plan-internal.h"
 #include "table-check.h"
 
-typedef struct PlanCpu {
-        int32_t cpu;
-        bool offline;
-        uint32_t frame_slots; /* 0: nothing reserved */
-        /* Owner of each slot: 0 free, else 1 + index into Plan.entries.
-         * Sized for the longest frame. */
-        uint32_t *slots;
-} PlanCpu;
-
-struct Plan {
-        PaceConfig config;
-        uint32_t max_frame_slots;
-        uint32_t max_gap_slots;
-        uint32_t cap_ppm; /* 1 - non_rt_share */
-        uint32_t server_period;
-        uint32_t server_budget;
-        /* Divisors of max_frame_slots, ascending: the periods a grant can have. */
-        uint32_t n_periods;
-        uint32_t *periods;
-        /* Scratch for trial placements, sized like a frame; one per CPU for
-         * split placements, allocated on first use. */
-        uint32_t *scratch;
-        uint32_t *split_scratch[PACE_MAX_CPUS];
-        uint32_t n_cpus;
-        PlanCpu cpus[PACE_MAX_CPUS];
-        uint32_t n_entries;
-        PlanEntry entries[PACE_MAX_RESERVATIONS];
-};
-
-static uint32_t ceil_div_ppm(uint64_t x, uint32_t ppm) {
-        return (uint32_t) (((unsigned __int128) x * ppm + PPM - 1) / PPM);
-}
 
 /* The server that keeps non-real-time work going: Gq free slots in every G.
  * EDF may put those Gq anywhere in their window, so two windows back to back
@@ -126,16 +94,6 @@ void plan_server(const Plan *p, uint32_t *ret_period_slots, uint32_t *ret_budget
         *ret_budget_slots = p->server_budget;
 }
 
-/* Consecutive busy slots around t in a cyclic frame, counting t itself. */
-static uint32_t busy_run_through(const uint32_t *s, uint32_t frame, uint32_t t) {
-        uint32_t n = 1;
-        for (uint32_t k = 1; k < frame && s[(t + frame - k) % frame] != 0; k++)
-                n++;
-        for (uint32_t k = 1; k < frame && s[(t + k) % frame] != 0; k++)
-                n++;
-        return MIN(n, frame);
-}
-
 uint32_t plan_kind_flags(PlanKind kind) {
         switch (kind) {
         case PLAN_KIND_SERVER:
@@ -156,8 +114,8 @@ PlanKind plan_flags_kind(uint32_t flags) {
 }
 
 /* An admitted request's entry (or one piece of it) on cpu. */
-static PlanEntry entry_for_request(const PlanRequest *req, int32_t cpu, uint32_t period_slots, uint32_t budget_slots,
-                                   uint32_t flags) {
+PlanEntry plan_entry_for_request(const PlanRequest *req, int32_t cpu, uint32_t period_slots, uint32_t budget_slots,
+                                 uint32_t flags) {
         return (PlanEntry) {
                 .id = req->id,
                 .pid = req->pid,
@@ -185,21 +143,6 @@ const char *plan_kind_name(PlanKind kind) {
         }
 }
 
-/* What the budget servers on `cpu` cost the dispatcher in a frame of `frame`
- * slots, in switches: each one's frame_server_switches() at that frame, the
- * very sum table_check() adds, so a table the planner accepts is never one
- * the dispatcher refuses. The frame is the one being checked, not the CPU's
- * current one: when a new period makes it grow, every server's charge is
- * counted again at the new length (its own rounding included). */
-static uint32_t servers_switches(const Plan *p, int32_t cpu, uint32_t frame) {
-        uint64_t sum = 0;
-
-        for (uint32_t i = 0; i < p->n_entries; i++)
-                if (p->entries[i].cpu == cpu && (p->entries[i].flags & PACE_RES_SERVER))
-                        sum += frame_server_switches(p->entries[i].period_slots, frame, &p->config);
-        return (uint32_t) MIN(sum, (uint64_t) UINT32_MAX);
-}
-
 static uint32_t cpu_reserved_ppm(const PlanCpu *c) {
         if (c->frame_slots == 0)
                 return 0;
@@ -211,545 +154,6 @@ static uint64_t user_granted_ppm(const Plan *p, uid_t uid, uint32_t *ret_count) 
 
         FRAME_USER_TOTALS(p->entries, p->n_entries, uid, ret_count, &sum);
         return sum;
-}
-
-uint64_t frame_min_supply_ns(const uint32_t *slots, uint32_t frame_slots, uint32_t owner, uint64_t slot_ns,
-                             uint64_t window_ns) {
-        uint64_t frame_ns = (uint64_t) frame_slots * slot_ns;
-        uint64_t whole_frames, rest_ns, n, f, per_frame, best = UINT64_MAX;
-
-        if (frame_slots == 0)
-                return 0;
-        per_frame = 0;
-        for (uint32_t i = 0; i < frame_slots; i++)
-                per_frame += slots[i] == owner;
-
-        whole_frames = window_ns / frame_ns;
-        rest_ns = window_ns % frame_ns;
-        n = rest_ns / slot_ns; /* whole slots, < frame_slots */
-        f = rest_ns % slot_ns; /* the part-slot at either end */
-
-        /* The supply of a window is piecewise linear in its start, so its
-         * minimum is at a start or an end on a slot boundary. */
-        uint64_t run = 0;
-        for (uint64_t i = 0; i < n; i++)
-                run += slots[i] == owner;
-        for (uint32_t s = 0; s < frame_slots; s++) {
-                /* run = owned slots in [s, s+n) */
-                uint64_t head = run * slot_ns + (slots[(s + n) % frame_slots] == owner ? f : 0);
-                uint64_t tail = run * slot_ns +
-                                (slots[(s + frame_slots - 1) % frame_slots] == owner ? f : 0);
-                best = MIN(best, MIN(head, tail));
-                run -= slots[s] == owner;
-                run += slots[(s + n) % frame_slots] == owner;
-        }
-        return whole_frames * per_frame * slot_ns + best;
-}
-
-/* Gives the orbit of offset t (t + k*step over the frame, all free) to
- * owner, unless that makes a busy run longer than non_rt_max_gap somewhere:
- * then the orbit stays free and false is returned. A placement that never
- * needs this would have passed the gap check anyway (runs only grow), so it
- * changes nothing there; where it is needed it keeps the free slots that
- * break busy runs (an aligned block's among them) instead of refusing. */
-static bool take_orbit(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t t, uint32_t step, uint32_t owner) {
-        for (uint32_t k = t; k < frame; k += step)
-                slots[k] = owner;
-        for (uint32_t k = t; k < frame; k += step)
-                if (busy_run_through(slots, frame, k) > p->max_gap_slots) {
-                        for (uint32_t j = t; j < frame; j += step)
-                                slots[j] = 0;
-                        return false;
-                }
-        return true;
-}
-
-/* Gives `want` slots to the new reservation, deciding offset by offset
- * through [0, span) where each decision applies to the offset's whole orbit
- * (o + k*span over the frame). Each free offset goes either to the
- * reservation or to the non-RT server, by EDF (earlier deadline) or RM
- * (shorter period); the server wins ties, since its deadline protects everyone
- * else. An offset is usable only if its whole orbit is free. */
-static uint32_t assign(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t span, uint32_t want, uint32_t owner,
-                       uint32_t phase) {
-        uint32_t given = 0, server_window = UINT32_MAX, server_got = 0;
-        uint32_t G = p->server_period, Gq = p->server_budget;
-
-        /* Time is walked from `phase` on: CPUs start their placements at
-         * different points of the base, so their free time falls at
-         * different instants and a reservation split over CPUs can use it. */
-        for (uint32_t u = 0; u < span && given < want; u++) {
-                uint32_t t = (u + phase) % span;
-                bool usable = true;
-
-                if (u / G != server_window) {
-                        server_window = u / G;
-                        server_got = 0;
-                }
-                for (uint32_t k = t; k < frame; k += span)
-                        if (slots[k] != 0) {
-                                usable = false;
-                                break;
-                        }
-                if (!usable) {
-                        if (slots[t] == 0)
-                                server_got++; /* stays free all the same */
-                        continue;
-                }
-
-                bool to_server;
-                if (server_got >= Gq)
-                        to_server = false;
-                else if (p->config.policy == PACE_POLICY_RM)
-                        to_server = G <= span;
-                else
-                        to_server = (server_window + 1) * (uint64_t) G <= span;
-
-                if (to_server || !take_orbit(p, slots, frame, t, span, owner)) {
-                        server_got++;
-                        continue;
-                }
-                given++;
-        }
-        return given;
-}
-
-/* The base a pattern of `period` repeats on: its largest divisor that is at
- * most half the non-RT gap. Folding every reservation onto such a short base
- * makes patterns of different periods (50, 40, 30 ms ...) interleave by
- * residue class instead of colliding, and keeps non-RT gaps short. */
-static uint32_t fold_base(const Plan *p, uint32_t period) {
-        uint32_t limit = MAX(p->max_gap_slots / 2, 1u);
-        for (uint32_t b = MIN(period, limit); b > 1; b--)
-                if (period % b == 0)
-                        return b;
-        return 1;
-}
-
-/* The slots a budget leaves over after whole classes: taken class by class
- * (offsets cls, cls + base, cls + 2 base ...), so they fill one residue class
- * before touching the next and leave the other classes whole for
- * reservations of other periods. Within a class they are evenly spaced. */
-static uint32_t assign_leftover(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t base,
-                                uint32_t want, uint32_t owner, uint32_t phase) {
-        uint32_t given = 0;
-
-        for (uint32_t c = 0; c < base && given < want; c++)
-                for (uint32_t t = (c + phase) % base; t < period && given < want; t += base) {
-                        bool usable = true;
-                        for (uint32_t k = t; k < frame; k += period)
-                                if (slots[k] != 0) {
-                                        usable = false;
-                                        break;
-                                }
-                        if (!usable || !take_orbit(p, slots, frame, t, period, owner))
-                                continue;
-                        given++;
-                }
-        return given;
-}
-
-/* Places `budget` slots in every `period`: whole residue classes of the fold
- * base first (identical in every base window, chosen against the non-RT
- * server), the leftover class by class. Writes the reservation into `slots`
- * (length frame). */
-static int place(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget, uint32_t owner,
-                 uint32_t cpu_index) {
-        uint32_t base = fold_base(p, period);
-        uint32_t per_base = budget / (period / base);
-        uint32_t phase = (uint32_t) ((uint64_t) cpu_index * base / p->n_cpus);
-        uint32_t given;
-
-        given = assign(p, slots, frame, base, per_base, owner, phase) * (period / base);
-        given += assign_leftover(p, slots, frame, period, base, budget - given, owner, phase);
-        return given == budget ? 0 : -ENOSPC;
-}
-
-/* An aligned reservation's block at offset `start` of its period, in
- * every repetition of the period in the frame: `budget` owned offsets in a
- * row, with a free offset (a break) only where owning it would make a busy
- * run longer than non_rt_max_gap somewhere in the frame. Breaking as late
- * as the gap allows gives the fewest breaks a block from `start` can have.
- * The block must not meet another reservation's slot, nor a second break
- * right after one (the gap would be forced by others' slots, not by the
- * block), and with breaks the free stretch after it must be longer than a
- * break, so that plan_phase() finds the block's start. Returns the number
- * of breaks with the block written into slots, or -ENOSPC with slots as
- * they were. */
-static int place_block(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget,
-                       uint32_t owner, uint32_t start) {
-        uint32_t given = 0, breaks = 0, span = 0;
-        bool last_was_break = false;
-
-        for (; given < budget; span++) {
-                uint32_t t = (start + span) % period;
-                bool usable = span < period, too_long = false;
-
-                for (uint32_t k = t; usable && k < frame; k += period)
-                        usable = slots[k] == 0;
-                if (!usable)
-                        goto undo;
-                for (uint32_t k = t; k < frame; k += period)
-                        slots[k] = owner;
-                for (uint32_t k = t; !too_long && k < frame; k += period)
-                        too_long = busy_run_through(slots, frame, k) > p->max_gap_slots;
-                if (!too_long) {
-                        given++;
-                        last_was_break = false;
-                        continue;
-                }
-                for (uint32_t k = t; k < frame; k += period)
-                        slots[k] = 0;
-                /* A block starts with an owned slot: a break first would
-                 * put its start elsewhere (that start is tried on its own). */
-                if (last_was_break || given == 0)
-                        goto undo;
-                last_was_break = true;
-                breaks++;
-        }
-        if (breaks > 0 && period - span < 2)
-                goto undo;
-        return (int) breaks;
-
-undo:
-        for (uint32_t i = 0; i < span && i < period; i++)
-                for (uint32_t k = (start + i) % period; k < frame; k += period)
-                        if (slots[k] == owner)
-                                slots[k] = 0;
-        return -ENOSPC;
-}
-
-/* The aligned layout: of all starts in the period, one whose block needs
- * the fewest breaks (the first such, for a table that depends on nothing
- * but the requests). A start that reaches the least any block of this
- * budget needs, one break per non_rt_max_gap, ends the search. */
-static int place_aligned(const Plan *p, uint32_t *slots, uint32_t frame, uint32_t period, uint32_t budget,
-                         uint32_t owner) {
-        uint32_t gap = MAX(p->max_gap_slots, 1u);
-        uint32_t least = budget > gap ? (budget + gap - 1) / gap - 1 : 0;
-        int best = -1, best_breaks = INT32_MAX;
-
-        for (uint32_t start = 0; start < period; start++) {
-                int r = place_block(p, slots, frame, period, budget, owner, start);
-                if (r < 0)
-                        continue;
-                /* Undo: the search goes on over a clean frame. */
-                for (uint32_t k = 0; k < frame; k++)
-                        if (slots[k] == owner)
-                                slots[k] = 0;
-                if (r < best_breaks) {
-                        best = (int) start;
-                        best_breaks = r;
-                }
-                if ((uint32_t) r <= least)
-                        break;
-        }
-        if (best < 0)
-                return -ENOSPC;
-        return place_block(p, slots, frame, period, budget, owner, (uint32_t) best) < 0 ? -ENOSPC : 0;
-}
-
-/* Whether a CPU's frame keeps invariant 2: the free time, less the
- * dispatcher's switches (owner changes plus what its budget servers cost,
- * an extra one of `extra_server_period` included when non-zero), covers the
- * non-real-time share, and no busy run passes non_rt_max_gap. */
-static bool frame_ok(const Plan *p, const uint32_t *s, uint32_t frame, int32_t cpu, uint32_t extra_server_period) {
-        uint32_t free_slots = frame - frame_busy_slots(s, frame);
-        uint64_t switches = servers_switches(p, cpu, frame);
-
-        if (extra_server_period)
-                switches += frame_server_switches(extra_server_period, frame, &p->config);
-        switches += frame_switches(s, frame);
-        if (!frame_free_share_ok(free_slots, (uint32_t) MIN(switches, (uint64_t) UINT32_MAX), frame, &p->config))
-                return false;
-        return frame_max_busy_run(s, frame) <= p->max_gap_slots;
-}
-
-/* Tries (period, budget) on one CPU in scratch; 0 and the new frame length if
- * it fits with every guarantee intact. */
-static int try_cpu(Plan *p, const PlanCpu *c, uint32_t cpu_index, const PlanRequest *req, uint32_t period,
-                   uint32_t budget, uint32_t owner, uint32_t *ret_frame, bool *ret_window_short) {
-        uint32_t frame = lcm_u32(c->frame_slots, period);
-        uint32_t *s = p->scratch;
-        int r;
-
-        *ret_window_short = false;
-        if (frame > p->max_frame_slots)
-                return -ENOSPC; /* cannot happen with divisor periods; belt and braces */
-        for (uint32_t i = 0; i < frame; i++)
-                s[i] = c->frame_slots ? c->slots[i % c->frame_slots] : 0;
-
-        if (req->kind == PLAN_KIND_ALIGNED)
-                r = place_aligned(p, s, frame, period, budget, owner);
-        else
-                r = place(p, s, frame, period, budget, owner, cpu_index);
-        if (r < 0)
-                return r;
-
-        if (!frame_ok(p, s, frame, c->cpu, req->kind == PLAN_KIND_SERVER ? period : 0))
-                return -ENOSPC;
-
-        uint64_t need = (uint64_t) (((unsigned __int128) req->period_ns * req->utilization_ppm + PPM - 1) / PPM);
-        if (frame_min_supply_ns(s, frame, owner, p->config.slot_ns, req->period_ns) < need) {
-                *ret_window_short = true;
-                return -ENOSPC;
-        }
-        *ret_frame = frame;
-        return 0;
-}
-
-static int cpu_index(const Plan *p, int32_t cpu) {
-        for (uint32_t i = 0; i < p->n_cpus; i++)
-                if (p->cpus[i].cpu == cpu)
-                        return (int) i;
-        return -1;
-}
-
-/* Whether the request may be placed on this CPU (allowed_cpus, 0: any). */
-static bool cpu_allowed(const PlanRequest *req, int32_t cpu) {
-        return req->allowed_cpus == 0 || (cpu >= 0 && cpu < 64 && (req->allowed_cpus & (UINT64_C(1) << cpu)) != 0);
-}
-
-/* The managed CPUs as a mask (those numbered below 64, the only ones a mask
- * can name), optionally only the online ones. */
-static uint64_t managed_mask(const Plan *p, bool online_only) {
-        uint64_t m = 0;
-
-        for (uint32_t i = 0; i < p->n_cpus; i++)
-                if (p->cpus[i].cpu >= 0 && p->cpus[i].cpu < 64 && !(online_only && p->cpus[i].offline))
-                        m |= UINT64_C(1) << p->cpus[i].cpu;
-        return m;
-}
-
-/* Whose affinity restricts a request, for refusals: "pid 4242" or "thread
- * 4243 of pid 4242" (a thread-scope reservation follows its thread's). */
-static const char *format_target(char *buf, size_t size, const PlanRequest *req) {
-        if (req->scope == PACE_TABLE_SCOPE_THREAD)
-                snprintf(buf, size, "thread %" PRIi32 " of pid %" PRIi32, (int32_t) req->tid, (int32_t) req->pid);
-        else
-                snprintf(buf, size, "pid %" PRIi32, (int32_t) req->pid);
-        return buf;
-}
-
-static const char *cpus_word(uint64_t mask) {
-        return __builtin_popcountll(mask) == 1 ? "CPU" : "CPUs";
-}
-
-/* The request's affinity against the managed CPUs: some managed (and, unless
- * it names a CPU, online) CPU must be allowed, and a named CPU must be. */
-static int validate_affinity(const Plan *p, const PlanRequest *req, char *why, size_t why_size) {
-        uint64_t usable = req->allowed_cpus & managed_mask(p, false);
-        char who[64], set[256], managed[256];
-
-        if (req->allowed_cpus == 0)
-                return 0;
-        format_target(who, sizeof(who), req);
-        if (usable == 0) {
-                explain(why, why_size, "%s may run only on %s %s (its CPU affinity), and pace manages none of them "
-                        "(it manages %s %s); change its affinity to include one of those", who,
-                        cpus_word(req->allowed_cpus), format_cpu_mask(set, sizeof(set), req->allowed_cpus),
-                        cpus_word(managed_mask(p, false)),
-                        format_cpu_mask(managed, sizeof(managed), managed_mask(p, false)));
-                return PLAN_REFUSED_CPU;
-        }
-        if (req->cpu >= 0 && !cpu_allowed(req, req->cpu)) {
-                explain(why, why_size, "CPU %" PRId32 " is outside %s's allowed CPUs (%s); name one of them or "
-                        "change its affinity", req->cpu, who, format_cpu_mask(set, sizeof(set), usable));
-                return PLAN_REFUSED_CPU;
-        }
-        if (req->cpu < 0 && (usable & managed_mask(p, true)) == 0) {
-                explain(why, why_size, "the %s %s may run on that pace manages (%s) %s offline; change its "
-                        "affinity to include an online one", cpus_word(usable), who,
-                        format_cpu_mask(set, sizeof(set), usable), __builtin_popcountll(usable) == 1 ? "is" : "are");
-                return PLAN_REFUSED_CPU;
-        }
-        return 0;
-}
-
-int plan_validate(const Plan *p, const PlanRequest *req, char *why, size_t why_size) {
-        char a[32], b[32];
-        uint64_t slot_ns = p->config.slot_ns;
-
-        if (req->period_ns < slot_ns) {
-                explain(why, why_size, "period %s is shorter than one slot (%s); ask for at least %s",
-                        format_duration(a, sizeof(a), req->period_ns), format_duration(b, sizeof(b), slot_ns),
-                        b);
-                return PLAN_REFUSED_RANGE;
-        }
-        if (req->period_ns > p->config.max_frame_ns) {
-                explain(why, why_size, "period %s is longer than the longest frame (%s, max_frame_ms)",
-                        format_duration(a, sizeof(a), req->period_ns),
-                        format_duration(b, sizeof(b), p->config.max_frame_ns));
-                return PLAN_REFUSED_RANGE;
-        }
-        if (req->utilization_ppm == 0 || req->utilization_ppm > PPM) {
-                explain(why, why_size, "utilization %" PRIu32 " ppm is out of range; allowed: 1 to %u ppm (0.0001%% to 100%%)%s",
-                        req->utilization_ppm, PPM,
-                        req->utilization_ppm > PPM ? ": a reservation holds at most one CPU at a time; for more, "
-                                                     "split the work over processes and reserve each" : "");
-                return PLAN_REFUSED_RANGE;
-        }
-        if (req->utilization_ppm > p->cap_ppm) {
-                explain(why, why_size, "%s of a CPU can never be granted: non_rt_share keeps %s of every CPU for "
-                        "other work, so at most %s (less the dispatcher's switch costs) can be reserved",
-                        format_ppm(a, sizeof(a), req->utilization_ppm),
-                        format_ppm(b, sizeof(b), p->config.non_rt_share_ppm),
-                        format_ppm((char[32]) {}, 32, p->cap_ppm));
-                return PLAN_REFUSED_NO_ROOM;
-        }
-        if (req->cpu >= 0 && cpu_index(p, req->cpu) >= 0 && p->cpus[cpu_index(p, req->cpu)].offline) {
-                explain(why, why_size, "CPU %" PRId32 " is offline; leave the CPU out or name an online one", req->cpu);
-                return PLAN_REFUSED_CPU;
-        }
-        if (req->cpu >= 0 && cpu_index(p, req->cpu) < 0) {
-                explain(why, why_size, "CPU %" PRId32 " is not managed by pace (see \"cpus\" in the configuration)",
-                        req->cpu);
-                return PLAN_REFUSED_CPU;
-        }
-        return validate_affinity(p, req, why, why_size);
-}
-
-/* The smallest grant that covers every window of the request on a CPU with
- * nothing else on it: what the request costs in whole slots, whatever else
- * is reserved. UINT32_MAX if nothing within the reservable share does. */
-static void cheapest_cover(Plan *p, const PlanRequest *req, uint32_t *ret_ppm, uint32_t *ret_budget,
-                           uint32_t *ret_period) {
-        const PlanCpu empty = { .cpu = -1 };
-
-        *ret_ppm = UINT32_MAX;
-        for (uint32_t pi = 0; pi < p->n_periods; pi++) {
-                uint32_t cand = p->periods[pi], frame;
-                bool short_window;
-                if ((uint64_t) cand * p->config.slot_ns > req->period_ns)
-                        break;
-                /* Aligned: only the requested period, rounded down. */
-                if (req->kind == PLAN_KIND_ALIGNED && pi + 1 < p->n_periods &&
-                    (uint64_t) p->periods[pi + 1] * p->config.slot_ns <= req->period_ns)
-                        continue;
-                for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
-                        uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
-                        if (granted > p->cap_ppm || granted >= *ret_ppm)
-                                break;
-                        if (try_cpu(p, &empty, 0, req, cand, budget, UINT32_MAX, &frame, &short_window) == 0) {
-                                *ret_ppm = granted;
-                                *ret_budget = budget;
-                                *ret_period = cand;
-                                break;
-                        }
-                        if (!short_window)
-                                break;
-                }
-        }
-}
-
-/* Semi-partitioned placement: `budget` slots in every `period`, as pieces on
- * the CPUs in order[], walking the period slot by slot. A piece continues
- * on its CPU while it can; when it cannot, that slot stays free and the next
- * slot may start a piece elsewhere, so the process never changes CPU
- * without a free slot (the validator's rule) and never runs on two CPUs at
- * once. Every CPU's own limits and the combined supply in every window of
- * the requested period are checked before anything is committed. */
-static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t budget, const uint32_t *order,
-                     uint32_t n_order, PlanEntry *ret_entry, bool *ret_window_short) {
-        uint32_t frame[PACE_MAX_CPUS], pieces[PACE_MAX_CPUS] = { 0 };
-        int32_t *on = calloc(period, sizeof(int32_t));
-        uint32_t given = 0, used = 0, span = 1;
-        int r = -ENOSPC;
-
-        *ret_window_short = false;
-        if (!on)
-                return -ENOMEM;
-        for (uint32_t t = 0; t < period; t++)
-                on[t] = -1; /* the walk may stop early: unvisited slots are unused */
-        for (uint32_t o = 0; o < n_order; o++) {
-                const PlanCpu *c = &p->cpus[order[o]];
-                if (!p->split_scratch[o]) {
-                        p->split_scratch[o] = calloc(p->max_frame_slots, sizeof(uint32_t));
-                        if (!p->split_scratch[o]) {
-                                free(on);
-                                return -ENOMEM;
-                        }
-                }
-                frame[o] = lcm_u32(c->frame_slots, period);
-                for (uint32_t i = 0; i < frame[o]; i++)
-                        p->split_scratch[o][i] = c->frame_slots ? c->slots[i % c->frame_slots] : 0;
-        }
-
-        for (uint32_t t = 0; t < period && given < budget; t++) {
-                int32_t prev = t > 0 ? on[t - 1] : -1;
-                for (uint32_t o = 0; o < n_order; o++) {
-                        uint32_t *s = p->split_scratch[o], owner = p->n_entries + 1 + o;
-                        bool usable = !p->cpus[order[o]].offline && (prev < 0 || prev == (int32_t) o);
-
-                        for (uint32_t k = t; usable && k < frame[o]; k += period)
-                                usable = s[k] == 0;
-                        if (!usable)
-                                continue;
-                        for (uint32_t k = t; k < frame[o]; k += period)
-                                s[k] = owner;
-                        /* Not where it would make a busy run too long for
-                         * the non-RT work on that CPU. */
-                        if (busy_run_through(s, frame[o], t) > p->max_gap_slots) {
-                                for (uint32_t k = t; k < frame[o]; k += period)
-                                        s[k] = 0;
-                                continue;
-                        }
-                        on[t] = (int32_t) o;
-                        pieces[o]++;
-                        given++;
-                        break;
-                }
-        }
-        /* The period wraps around: the same rule at its seam. */
-        if (given < budget || (on[0] >= 0 && on[period - 1] >= 0 && on[0] != on[period - 1]))
-                goto out;
-
-        for (uint32_t o = 0; o < n_order; o++) {
-                if (pieces[o] == 0)
-                        continue;
-                used++;
-                span = lcm_u32(span, frame[o]);
-                /* The budget servers already there are charged at the
-                 * frame the piece gives that CPU. */
-                if (!frame_ok(p, p->split_scratch[o], frame[o], p->cpus[order[o]].cpu, 0))
-                        goto out;
-        }
-        if (used < 2 || span > p->max_frame_slots)
-                goto out;
-
-        /* The pieces together, on one timeline: every requested window. */
-        for (uint32_t g = 0; g < span; g++) {
-                p->scratch[g] = 0;
-                for (uint32_t o = 0; o < n_order; o++)
-                        if (pieces[o] && p->split_scratch[o][g % frame[o]] == p->n_entries + 1 + o)
-                                p->scratch[g] = 1;
-        }
-        uint64_t need = (uint64_t) (((unsigned __int128) req->period_ns * req->utilization_ppm + PPM - 1) / PPM);
-        if (frame_min_supply_ns(p->scratch, span, 1, p->config.slot_ns, req->period_ns) < need) {
-                *ret_window_short = true;
-                goto out;
-        }
-
-        /* Commit: one entry per CPU used, owners renumbered densely. */
-        uint32_t base = p->n_entries;
-        for (uint32_t o = 0; o < n_order; o++) {
-                if (pieces[o] == 0)
-                        continue;
-                PlanCpu *c = &p->cpus[order[o]];
-                uint32_t tmp_owner = base + 1 + o, owner = p->n_entries + 1;
-                for (uint32_t i = 0; i < frame[o]; i++)
-                        c->slots[i] = p->split_scratch[o][i] == tmp_owner ? owner : p->split_scratch[o][i];
-                c->frame_slots = frame[o];
-                p->entries[p->n_entries++] = entry_for_request(req, c->cpu, period, pieces[o], PACE_RES_PIECE);
-        }
-        if (ret_entry) {
-                *ret_entry = p->entries[base];
-                ret_entry->budget_slots = budget;
-        }
-        r = 0;
-out:
-        free(on);
-        return r;
 }
 
 /* The CPUs to try, as indices into p->cpus: the one asked for, or worst
@@ -785,7 +189,7 @@ static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, b
                            uint64_t user_ppm, const uint32_t *order, uint32_t n_order, char *why, size_t why_size) {
         char a[32], b[32];
         uint32_t cheapest_ppm, cheapest_budget = 0, cheapest_period = 0;
-        cheapest_cover(p, req, &cheapest_ppm, &cheapest_budget, &cheapest_period);
+        plan_cheapest_cover(p, req, &cheapest_ppm, &cheapest_budget, &cheapest_period);
         char asked[96];
         snprintf(asked, sizeof(asked), "%s every %s", format_ppm(a, sizeof(a), req->utilization_ppm),
                  format_duration(b, sizeof(b), req->period_ns));
@@ -807,12 +211,12 @@ static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, b
         size_t len = 0;
         /* Free time on CPUs the target may not use is no use to it: say
          * that the list leaves them out, and which. */
-        uint64_t excluded = req->allowed_cpus ? managed_mask(p, false) & ~req->allowed_cpus : 0;
+        uint64_t excluded = req->allowed_cpus ? plan_managed_mask(p, false) & ~req->allowed_cpus : 0;
         if (excluded && req->cpu < 0) {
                 char who[64], set[256];
-                format_target(who, sizeof(who), req);
+                plan_format_target(who, sizeof(who), req);
                 snprintf(within, sizeof(within), " on the CPUs %s may run on", who);
-                snprintf(outside, sizeof(outside), "; %s %s %s outside its affinity", cpus_word(excluded),
+                snprintf(outside, sizeof(outside), "; %s %s %s outside its affinity", plan_cpus_word(excluded),
                          format_cpu_mask(set, sizeof(set), excluded),
                          __builtin_popcountll(excluded) == 1 ? "is" : "are");
         }
@@ -843,7 +247,7 @@ static int explain_no_room(Plan *p, const PlanRequest *req, bool unsplittable, b
                 char who[64];
                 if (within[0])
                         snprintf(within, sizeof(within), " on any one of the CPUs %s may run on",
-                                 format_target(who, sizeof(who), req));
+                                 plan_format_target(who, sizeof(who), req));
                 else
                         snprintf(within, sizeof(within), " on any one CPU");
         }
@@ -892,7 +296,7 @@ static int place_on_one_cpu(Plan *p, const PlanRequest *req, const uint32_t *ord
                                         *over_quota = true;
                                         break;
                                 }
-                                if (try_cpu(p, c, order[o], req, cand, budget, owner, &frame, &window_short) < 0) {
+                                if (plan_try_cpu(p, c, order[o], req, cand, budget, owner, &frame, &window_short) < 0) {
                                         if (window_short)
                                                 continue;
                                         break;
@@ -901,38 +305,11 @@ static int place_on_one_cpu(Plan *p, const PlanRequest *req, const uint32_t *ord
                                 memcpy(c->slots, p->scratch, frame * sizeof(uint32_t));
                                 c->frame_slots = frame;
                                 PlanEntry *e = &p->entries[p->n_entries++];
-                                *e = entry_for_request(req, c->cpu, cand, budget, plan_kind_flags(req->kind));
+                                *e = plan_entry_for_request(req, c->cpu, cand, budget, plan_kind_flags(req->kind));
                                 if (ret_entry)
                                         *ret_entry = *e;
                                 return 0;
                         }
-                }
-        }
-        return 1;
-}
-
-/* Split over several CPUs (the slots kind only, when the client let the
- * broker choose): 0 when placed, 1 when no split fits, -ENOMEM. */
-static int place_split(Plan *p, const PlanRequest *req, const uint32_t *order, uint32_t n_order, uint64_t user_ppm,
-                       PlanEntry *ret_entry, bool *over_quota) {
-        uint64_t slot_ns = p->config.slot_ns;
-
-        for (uint32_t pi = p->n_periods; pi-- > 0;) {
-                uint32_t cand = p->periods[pi];
-                if ((uint64_t) cand * slot_ns > req->period_ns)
-                        continue;
-                for (uint32_t budget = ceil_div_ppm(cand, req->utilization_ppm); budget <= cand; budget++) {
-                        uint32_t granted = (uint32_t) ((uint64_t) budget * PPM / cand);
-                        bool window_short;
-                        if (req->uid != 0 && user_ppm + granted > p->config.max_utilization_per_user_ppm) {
-                                *over_quota = true;
-                                break;
-                        }
-                        int r = try_split(p, req, cand, budget, order, n_order, ret_entry, &window_short);
-                        if (r == 0 || r == -ENOMEM)
-                                return r;
-                        if (!window_short)
-                                break;
                 }
         }
         return 1;
@@ -995,7 +372,7 @@ int plan_admit(Plan *p, const PlanRequest *req, PlanEntry *ret_entry, char *why,
          * block). */
         if (req->kind == PLAN_KIND_SLOTS && req->cpu < 0 && n_order >= 2 &&
             p->n_entries + n_order <= PACE_MAX_RESERVATIONS) {
-                r = place_split(p, req, order, n_order, user_ppm, ret_entry, &over_quota);
+                r = plan_place_split(p, req, order, n_order, user_ppm, ret_entry, &over_quota);
                 if (r <= 0)
                         return r;
         }
@@ -1064,7 +441,7 @@ static void remove_entry(Plan *p, uint32_t i) {
         for (uint32_t j = 0; j < p->n_entries; j++)
                 if (p->entries[j].cpu == c->cpu)
                         frame = lcm_u32(frame, p->entries[j].period_slots);
-        if (frame > 0 && !frame_ok(p, c->slots, frame, c->cpu, 0))
+        if (frame > 0 && !plan_frame_ok(p, c->slots, frame, c->cpu, 0))
                 frame = c->frame_slots;
         for (uint32_t s = frame; s < c->frame_slots; s++)
                 c->slots[s] = 0;
@@ -1265,7 +642,7 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
                                                                                                        : map[owner - 1];
                         }
                         if (frame == 0 || frame == oc->frame_slots || frame > oc->frame_slots ||
-                            frame_ok(p, pc->slots, frame, pc->cpu, 0))
+                            plan_frame_ok(p, pc->slots, frame, pc->cpu, 0))
                                 break;
                         frame = oc->frame_slots;
                 }
