@@ -12,17 +12,13 @@
 #include <cjson/cJSON.h>
 #include <grp.h>
 
-#include "config.h"
+#include "config-internal.h"
 #include "explain.h"
 #include "macro.h"
 
 /* A config file is a few hundred bytes; anything near this is a mistake (or an
  * attack on a daemon that reads it before dropping privileges). */
 #define CONFIG_MAX_SIZE (1024u * 1024u)
-
-/* Messages quote at most this much of a user-supplied string, so a 1 MiB key
- * cannot turn into a 1 MiB log line. */
-#define QUOTE_MAX 48
 
 typedef enum KeyId {
         KEY_COMMENT,
@@ -54,25 +50,6 @@ typedef enum KeyId {
         KEY_RTKIT_RTTIME_USEC_MAX,
         _KEY_MAX,
 } KeyId;
-
-typedef enum KeyKind {
-        KIND_ANY,     /* "$comment": documentation, never interpreted */
-        KIND_INTEGER,
-        KIND_NUMBER,
-        KIND_CHOICE,
-        KIND_CPUS,
-        KIND_GROUPS,
-        KIND_BOOL,
-} KeyKind;
-
-typedef struct KeyDef {
-        const char *name;
-        KeyKind kind;
-        double min, max;
-        bool min_exclusive;
-        const char *unit;             /* appended to the allowed range, for the reader */
-        const char *const *choices;   /* KIND_CHOICE: index is the enum value */
-} KeyDef;
 
 static const char *const policy_names[] = {
         [PACE_POLICY_EDF] = "edf",
@@ -161,213 +138,21 @@ void pace_config_init(PaceConfig *config) {
         };
 }
 
-/* A refusal of the document: the explanation in why (if wanted), -EINVAL. */
-#define config_error(why, why_size, ...) (explain((why), (why_size), __VA_ARGS__), -EINVAL)
-
-/* JSON-style quoting, non-ASCII and control bytes as \xNN, long strings cut:
- * messages end up in the journal and on terminals. */
-static const char *quote(char *buf, size_t size, const char *s) {
-        size_t n = 0, i;
-
-        buf[n++] = '"';
-        for (i = 0; s[i] && n + 8 < size; i++) {
-                unsigned char c = (unsigned char) s[i];
-
-                if (i >= QUOTE_MAX)
-                        break;
-                if (c == '"' || c == '\\')
-                        n += (size_t) snprintf(buf + n, size - n, "\\%c", c);
-                else if (c < 0x20 || c >= 0x7f)
-                        n += (size_t) snprintf(buf + n, size - n, "\\x%02x", c);
-                else
-                        buf[n++] = (char) c;
-        }
-        buf[n++] = '"';
-        if (s[i] && n + 4 <= size) {
-                memcpy(buf + n, "...", 3);
-                n += 3;
-        }
-        buf[n] = '\0';
-        return buf;
-}
-
-/* Shortest text that reads back as the same double, without exponents for
- * ordinary integers ("1000", not "1e+03"). */
-static const char *format_number(char *buf, size_t size, double v) {
-        if (v > -1e15 && v < 1e15 && v == (double) (int64_t) v)
-                snprintf(buf, size, "%" PRIi64, (int64_t) v);
-        else if (v > 1e308 || v < -1e308)
-                /* Only overflowing literals like 1e999 get here, as infinity. */
-                snprintf(buf, size, "%s", v > 0 ? "a number beyond 1e308" : "a number below -1e308");
-        else {
-                snprintf(buf, size, "%.15g", v);
-                if (strtod(buf, NULL) != v)
-                        snprintf(buf, size, "%.17g", v);
-        }
-        return buf;
-}
-
-static const char *json_type_name(const cJSON *item) {
-        if (cJSON_IsString(item))
-                return "a string";
-        if (cJSON_IsNumber(item))
-                return "a number";
-        if (cJSON_IsBool(item))
-                return "a boolean";
-        if (cJSON_IsNull(item))
-                return "null";
-        if (cJSON_IsArray(item))
-                return "an array";
-        if (cJSON_IsObject(item))
-                return "an object";
-        return "an unknown value";
-}
-
-/* "a string (\"1000\")": the type and, where short, the value itself. */
-static const char *describe_value(char *buf, size_t size, const cJSON *item) {
-        char v[QUOTE_MAX * 4 + 16];
-
-        if (cJSON_IsString(item))
-                snprintf(buf, size, "a string (%s)", quote(v, sizeof(v), item->valuestring));
-        else if (cJSON_IsNumber(item))
-                snprintf(buf, size, "a number (%s)", format_number(v, sizeof(v), item->valuedouble));
-        else if (cJSON_IsBool(item))
-                snprintf(buf, size, "a boolean (%s)", cJSON_IsTrue(item) ? "true" : "false");
-        else
-                snprintf(buf, size, "%s", json_type_name(item));
-        return buf;
-}
-
-static const char *describe_allowed(char *buf, size_t size, const KeyDef *def) {
-        char lo[32], hi[32];
-
-        switch (def->kind) {
-        case KIND_INTEGER:
-                snprintf(buf, size, "an integer from %s to %s%s",
-                         format_number(lo, sizeof(lo), def->min), format_number(hi, sizeof(hi), def->max),
-                         def->unit ?: "");
-                break;
-        case KIND_NUMBER:
-                if (def->min_exclusive)
-                        snprintf(buf, size, "a number greater than %s and at most %s%s",
-                                 format_number(lo, sizeof(lo), def->min),
-                                 format_number(hi, sizeof(hi), def->max), def->unit ?: "");
-                else
-                        snprintf(buf, size, "a number from %s to %s%s",
-                                 format_number(lo, sizeof(lo), def->min),
-                                 format_number(hi, sizeof(hi), def->max), def->unit ?: "");
-                break;
-        case KIND_CHOICE: {
-                size_t n = 0;
-
-                buf[0] = '\0';
-                for (size_t i = 0; def->choices[i] && n < size; i++)
-                        n += (size_t) snprintf(buf + n, size - n, "%s\"%s\"",
-                                               i == 0 ? "" : def->choices[i + 1] ? ", " : " or ",
-                                               def->choices[i]);
-                break;
-        }
-        case KIND_CPUS:
-                snprintf(buf, size, "an array of 1 to %u distinct CPU numbers from 0 to %u",
-                         PACE_MAX_CPUS, PACE_MAX_CPUS - 1);
-                break;
-        case KIND_GROUPS:
-                snprintf(buf, size, "an array of 1 to %u existing group names or numeric gids",
-                         PACE_MAX_ALLOWED_GROUPS);
-                break;
-        case KIND_BOOL:
-                snprintf(buf, size, "true or false");
-                break;
-        case KIND_ANY:
-        default:
-                snprintf(buf, size, "anything");
-                break;
-        }
-        return buf;
-}
-
-static int error_wrong_type(char *why, size_t why_size, const KeyDef *def, const char *expected, const cJSON *item) {
-        char value[QUOTE_MAX * 4 + 32], allowed[128];
-
-        /* A number with a fraction where an integer belongs reads better as just the number. */
-        if (cJSON_IsNumber(item))
-                format_number(value, sizeof(value), item->valuedouble);
-        else
-                describe_value(value, sizeof(value), item);
-
-        return config_error(why, why_size, "\"%s\": expected %s, got %s; allowed: %s", def->name, expected, value,
-                            describe_allowed(allowed, sizeof(allowed), def));
-}
-
-static int error_out_of_range(char *why, size_t why_size, const KeyDef *def, double v) {
-        char value[32], allowed[128];
-
-        return config_error(why, why_size, "\"%s\": %s is out of range; allowed: %s", def->name,
-                            format_number(value, sizeof(value), v), describe_allowed(allowed, sizeof(allowed), def));
-}
-
-static unsigned edit_distance(const char *a, const char *b) {
-        unsigned row[64], la = (unsigned) strlen(a), lb = (unsigned) strlen(b);
-
-        /* Only ever asked about short keys; longer ones are no typo of ours. */
-        if (la >= ELEMENTSOF(row) || lb >= ELEMENTSOF(row))
-                return UINT32_MAX;
-
-        for (unsigned j = 0; j <= lb; j++)
-                row[j] = j;
-        for (unsigned i = 1; i <= la; i++) {
-                unsigned diag = row[0];
-
-                row[0] = i;
-                for (unsigned j = 1; j <= lb; j++) {
-                        unsigned up = row[j];
-                        unsigned best = diag + (a[i - 1] != b[j - 1]);
-
-                        best = MIN(best, up + 1);
-                        best = MIN(best, row[j - 1] + 1);
-                        row[j] = best;
-                        diag = up;
-                }
-        }
-        return row[lb];
-}
-
-static int error_unknown_key(char *why, size_t why_size, const char *key) {
-        char q[QUOTE_MAX * 4 + 16], known[1024], hint[96] = "";
-        unsigned best = 3; /* more than two edits away is not a typo */
-        size_t n = 0;
-
-        for (size_t i = 0; i < _KEY_MAX; i++) {
-                unsigned d = edit_distance(key, keys[i].name);
-
-                /* Never past the end, should the list outgrow the buffer. */
-                if (n < sizeof(known))
-                        n += (size_t) snprintf(known + n, sizeof(known) - n, "%s%s", i == 0 ? "" : ", ",
-                                               keys[i].name);
-                if (d < best) {
-                        best = d;
-                        snprintf(hint, sizeof(hint), "; did you mean \"%s\"?", keys[i].name);
-                }
-        }
-
-        return config_error(why, why_size, "unknown key %s (known keys: %s)%s", quote(q, sizeof(q), key), known, hint);
-}
-
 /* Reads an integer-valued key, refusing fractions and out-of-range values. */
 static int get_integer(const cJSON *item, const KeyDef *def, int64_t *ret, char *why, size_t why_size) {
         double v;
 
         if (!cJSON_IsNumber(item))
-                return error_wrong_type(why, why_size, def, "an integer", item);
+                return config_error_wrong_type(why, why_size, def, "an integer", item);
         v = item->valuedouble;
         /* The bound keeps the cast defined; every integer key has a far smaller range. */
         if (!(v > -1e15 && v < 1e15) || v != (double) (int64_t) v) {
                 if (v > -1e15 && v < 1e15)
-                        return error_wrong_type(why, why_size, def, "an integer", item);
-                return error_out_of_range(why, why_size, def, v);
+                        return config_error_wrong_type(why, why_size, def, "an integer", item);
+                return config_error_out_of_range(why, why_size, def, v);
         }
         if (v < def->min || v > def->max)
-                return error_out_of_range(why, why_size, def, v);
+                return config_error_out_of_range(why, why_size, def, v);
 
         *ret = (int64_t) v;
         return 0;
@@ -377,11 +162,11 @@ static int get_number(const cJSON *item, const KeyDef *def, double *ret, char *w
         double v;
 
         if (!cJSON_IsNumber(item))
-                return error_wrong_type(why, why_size, def, "a number", item);
+                return config_error_wrong_type(why, why_size, def, "a number", item);
         v = item->valuedouble;
         /* Written so that NaN (which JSON cannot express, but still) fails too. */
         if (!(def->min_exclusive ? v > def->min : v >= def->min) || !(v <= def->max))
-                return error_out_of_range(why, why_size, def, v);
+                return config_error_out_of_range(why, why_size, def, v);
 
         *ret = v;
         return 0;
@@ -391,7 +176,7 @@ static int get_choice(const cJSON *item, const KeyDef *def, int *ret, char *why,
         char q[QUOTE_MAX * 4 + 16], allowed[128];
 
         if (!cJSON_IsString(item))
-                return error_wrong_type(why, why_size, def, "a string", item);
+                return config_error_wrong_type(why, why_size, def, "a string", item);
         for (int i = 0; def->choices[i]; i++)
                 if (strcmp(item->valuestring, def->choices[i]) == 0) {
                         *ret = i;
@@ -399,12 +184,12 @@ static int get_choice(const cJSON *item, const KeyDef *def, int *ret, char *why,
                 }
 
         return config_error(why, why_size, "\"%s\": %s is not allowed; allowed: %s", def->name,
-                            quote(q, sizeof(q), item->valuestring), describe_allowed(allowed, sizeof(allowed), def));
+                            config_quote(q, sizeof(q), item->valuestring), config_describe_allowed(allowed, sizeof(allowed), def));
 }
 
 static int get_bool(const cJSON *item, const KeyDef *def, bool *ret, char *why, size_t why_size) {
         if (!cJSON_IsBool(item))
-                return error_wrong_type(why, why_size, def, "true or false", item);
+                return config_error_wrong_type(why, why_size, def, "true or false", item);
         *ret = cJSON_IsTrue(item);
         return 0;
 }
@@ -418,10 +203,10 @@ static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char *w
         _Static_assert(PACE_MAX_CPUS <= 64, "the CPU set is kept in a 64-bit mask");
 
         if (!cJSON_IsArray(item))
-                return error_wrong_type(why, why_size, def, "an array", item);
+                return config_error_wrong_type(why, why_size, def, "an array", item);
         if (!item->child)
                 return config_error(why, why_size, "\"%s\": [] is empty; allowed: %s (leave the key out to use all online CPUs)",
-                                    def->name, describe_allowed(allowed, sizeof(allowed), def));
+                                    def->name, config_describe_allowed(allowed, sizeof(allowed), def));
 
         cJSON_ArrayForEach(e, item) {
                 double v;
@@ -430,19 +215,19 @@ static int get_cpus(const cJSON *item, const KeyDef *def, PaceConfig *c, char *w
                                            e->valuedouble != (double) (int64_t) e->valuedouble))
                         return config_error(why, why_size, "\"%s\"[%d]: expected an integer, got %s; allowed: %s",
                                             def->name, index,
-                                            cJSON_IsNumber(e) ? format_number(value, sizeof(value), e->valuedouble)
-                                                              : describe_value(value, sizeof(value), e),
-                                            describe_allowed(allowed, sizeof(allowed), def));
+                                            cJSON_IsNumber(e) ? config_format_number(value, sizeof(value), e->valuedouble)
+                                                              : config_describe_value(value, sizeof(value), e),
+                                            config_describe_allowed(allowed, sizeof(allowed), def));
                 v = e->valuedouble;
                 if (!(v >= 0 && v <= def->max))
                         return config_error(why, why_size, "\"%s\"[%d]: %s is out of range; allowed: %s", def->name,
-                                            index, format_number(value, sizeof(value), v),
-                                            describe_allowed(allowed, sizeof(allowed), def));
+                                            index, config_format_number(value, sizeof(value), v),
+                                            config_describe_allowed(allowed, sizeof(allowed), def));
                 /* Distinct values in 0..63 cannot exceed 64 entries, so a duplicate
                  * is found before any count limit could matter. */
                 if (mask & (UINT64_C(1) << (unsigned) v))
                         return config_error(why, why_size, "\"%s\": CPU %u is listed twice; allowed: %s", def->name,
-                                            (unsigned) v, describe_allowed(allowed, sizeof(allowed), def));
+                                            (unsigned) v, config_describe_allowed(allowed, sizeof(allowed), def));
                 mask |= UINT64_C(1) << (unsigned) v;
                 index++;
         }
@@ -464,23 +249,23 @@ static int get_groups(const cJSON *item, const KeyDef *def, PaceConfig *c, char 
         int index = 0;
 
         if (!cJSON_IsArray(item))
-                return error_wrong_type(why, why_size, def, "an array", item);
+                return config_error_wrong_type(why, why_size, def, "an array", item);
         if (!item->child)
                 return config_error(why, why_size, "\"%s\": [] would let only root ask; allowed: %s (leave the key out "
                                     "to let every local user ask)", def->name,
-                                    describe_allowed(allowed, sizeof(allowed), def));
+                                    config_describe_allowed(allowed, sizeof(allowed), def));
         cJSON_ArrayForEach(e, item) {
                 uint32_t gid;
 
                 if (n >= PACE_MAX_ALLOWED_GROUPS)
                         return config_error(why, why_size, "\"%s\": more than %u groups; allowed: %s", def->name,
-                                            PACE_MAX_ALLOWED_GROUPS, describe_allowed(allowed, sizeof(allowed), def));
+                                            PACE_MAX_ALLOWED_GROUPS, config_describe_allowed(allowed, sizeof(allowed), def));
                 if (cJSON_IsString(e)) {
                         struct group *g = getgrnam(e->valuestring);
                         if (!g)
                                 return config_error(why, why_size, "\"%s\"[%d]: group %s does not exist; allowed: %s",
-                                                    def->name, index, quote(value, sizeof(value), e->valuestring),
-                                                    describe_allowed(allowed, sizeof(allowed), def));
+                                                    def->name, index, config_quote(value, sizeof(value), e->valuestring),
+                                                    config_describe_allowed(allowed, sizeof(allowed), def));
                         gid = (uint32_t) g->gr_gid;
                 } else if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < 4294967295.0 &&
                            e->valuedouble == (double) (uint32_t) e->valuedouble) {
@@ -488,9 +273,9 @@ static int get_groups(const cJSON *item, const KeyDef *def, PaceConfig *c, char 
                 } else
                         return config_error(why, why_size, "\"%s\"[%d]: expected a group name or gid, got %s; allowed: %s",
                                             def->name, index,
-                                            cJSON_IsNumber(e) ? format_number(value, sizeof(value), e->valuedouble)
-                                                              : describe_value(value, sizeof(value), e),
-                                            describe_allowed(allowed, sizeof(allowed), def));
+                                            cJSON_IsNumber(e) ? config_format_number(value, sizeof(value), e->valuedouble)
+                                                              : config_describe_value(value, sizeof(value), e),
+                                            config_describe_allowed(allowed, sizeof(allowed), def));
                 c->allowed_groups[n++] = gid;
                 index++;
         }
@@ -661,16 +446,16 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
                 return config_error(why, why_size,
                                     "\"max_frame_ms\": %s%s is not a whole multiple of \"slot_us\": %s%s; "
                                     "allowed: a frame that is a whole number of slots, e.g. %s",
-                                    format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
-                                    format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default, x);
+                                    config_format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
+                                    config_format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default, x);
         }
 
         if (frame_us / slot_us > PACE_MAX_FRAME_SLOTS)
                 return config_error(why, why_size,
                                     "\"max_frame_ms\": %s%s with \"slot_us\": %s%s makes %" PRIu64 " slots per frame; "
                                     "allowed: at most %u slots per frame (raise slot_us or lower max_frame_ms)",
-                                    format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
-                                    format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default,
+                                    config_format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
+                                    config_format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default,
                                     frame_us / slot_us, PACE_MAX_FRAME_SLOTS);
 
         /* One free slot in every gap is all the dispatcher can promise; a gap of a
@@ -679,8 +464,8 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
                 return config_error(why, why_size,
                                     "\"non_rt_max_gap_ms\": %s%s is shorter than two slots of \"slot_us\": %s%s; "
                                     "allowed: at least %s (milliseconds)",
-                                    format_number(a, sizeof(a), raw[KEY_NON_RT_MAX_GAP_MS]), gap_default,
-                                    format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default,
+                                    config_format_number(a, sizeof(a), raw[KEY_NON_RT_MAX_GAP_MS]), gap_default,
+                                    config_format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default,
                                     format_ns_as_ms(y, sizeof(y), 2 * c->slot_ns));
 
         /* Only max_connections lowered: the default per-user cap follows it
@@ -689,8 +474,8 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
                 return config_error(why, why_size,
                                     "\"max_connections_per_user\": %s is more than \"max_connections\": %s%s; "
                                     "allowed: at most max_connections",
-                                    format_number(a, sizeof(a), raw[KEY_MAX_CONNECTIONS_PER_USER]),
-                                    format_number(b, sizeof(b), (double) c->max_connections),
+                                    config_format_number(a, sizeof(a), raw[KEY_MAX_CONNECTIONS_PER_USER]),
+                                    config_format_number(b, sizeof(b), (double) c->max_connections),
                                     given[KEY_MAX_CONNECTIONS] ? "" : " (default)");
 
         /* A grant rounds the period down to whole slots: one shorter than a
@@ -699,176 +484,16 @@ static int check_cross_keys(const PaceConfig *c, const double *raw, const bool *
                 return config_error(why, why_size,
                                     "\"rtkit_period_us\": %s%s is shorter than \"slot_us\": %s%s; "
                                     "allowed: at least one slot",
-                                    format_number(a, sizeof(a), raw[KEY_RTKIT_PERIOD_US]), "",
-                                    format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default);
+                                    config_format_number(a, sizeof(a), raw[KEY_RTKIT_PERIOD_US]), "",
+                                    config_format_number(b, sizeof(b), raw[KEY_SLOT_US]), slot_default);
 
         if (c->max_frame_ns < c->non_rt_max_gap_ns)
                 return config_error(why, why_size,
                                     "\"max_frame_ms\": %s%s is shorter than \"non_rt_max_gap_ms\": %s%s; "
                                     "allowed: a frame at least as long as the gap",
-                                    format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
-                                    format_number(b, sizeof(b), raw[KEY_NON_RT_MAX_GAP_MS]), gap_default);
+                                    config_format_number(a, sizeof(a), raw[KEY_MAX_FRAME_MS]), frame_default,
+                                    config_format_number(b, sizeof(b), raw[KEY_NON_RT_MAX_GAP_MS]), gap_default);
 
-        return 0;
-}
-
-/* 1-based line and byte column of offset in text, as editors count them. */
-static void line_column(const char *text, size_t offset, unsigned *ret_line, unsigned *ret_column) {
-        unsigned line = 1, column = 1;
-
-        for (size_t i = 0; i < offset; i++)
-                if (text[i] == '\n') {
-                        line++;
-                        column = 1;
-                } else
-                        column++;
-        *ret_line = line;
-        *ret_column = column;
-}
-
-static bool is_json_space(char c) {
-        return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-/* The lexical state just before offset pos: whether that is inside a string,
- * and whether the innermost open container is an object. cJSON gives up beyond
- * its nesting limit, so a few thousand levels is all an error position can be
- * inside; deeper, the container is taken to be an array. */
-static void scan_to(const char *text, size_t pos, bool *ret_in_string, bool *ret_in_object) {
-        uint64_t is_object[64] = {}; /* one bit per nesting level */
-        size_t depth = 0;
-        bool in_string = false;
-
-        for (size_t i = 0; i < pos; i++) {
-                char c = text[i];
-
-                if (in_string) {
-                        if (c == '\\')
-                                i++;
-                        else if (c == '"')
-                                in_string = false;
-                } else if (c == '"')
-                        in_string = true;
-                else if (c == '{' || c == '[') {
-                        if (depth < 64 * 64) {
-                                if (c == '{')
-                                        is_object[depth / 64] |= UINT64_C(1) << (depth % 64);
-                                else
-                                        is_object[depth / 64] &= ~(UINT64_C(1) << (depth % 64));
-                        }
-                        depth++;
-                } else if ((c == '}' || c == ']') && depth > 0)
-                        depth--;
-        }
-
-        *ret_in_string = in_string;
-        *ret_in_object = depth > 0 && depth <= 64 * 64 &&
-                         (is_object[(depth - 1) / 64] & (UINT64_C(1) << ((depth - 1) % 64)));
-}
-
-/* Where a syntax error really is. cJSON reports the offset where it gave up,
- * which is exact except inside strings: for a missing key (`{"a": 1,,}`) it
- * points one byte past the culprit, and for a string that never ends it points
- * just after the opening quote. Both are recognisable from the text before. */
-static size_t syntax_error_offset(const char *text, size_t size, size_t reported, const char **ret_what) {
-        size_t at = MIN(reported, size + 1), i;
-        bool in_string, in_object;
-
-        if (at > 0 && text[at - 1] == '"') {
-                scan_to(text, at - 1, &in_string, &in_object);
-                /* An opening quote with no closing one after it. */
-                if (!in_string) {
-                        for (i = at; i < size && text[i] != '"'; i++)
-                                if (text[i] == '\\')
-                                        i++;
-                        if (i >= size) {
-                                *ret_what = "unterminated string";
-                                return at - 1;
-                        }
-                }
-        } else if (at > 0 && !is_json_space(text[at - 1])) {
-                /* A key was expected if the culprit follows a '{', or a ',' inside an object. */
-                for (i = at - 1; i > 0 && is_json_space(text[i - 1]); i--)
-                        ;
-                if (i > 0 && text[i - 1] == '{')
-                        at--;
-                else if (i > 0 && text[i - 1] == ',') {
-                        scan_to(text, i - 1, &in_string, &in_object);
-                        if (!in_string && in_object)
-                                at--;
-                }
-        }
-
-        if (at >= size) {
-                *ret_what = "unexpected end of input";
-                return size;
-        }
-        return at;
-}
-
-static void cjson_deletep(cJSON **p) {
-        cJSON_Delete(*p);
-}
-
-/* The document as a cJSON object, or a refusal that says where its syntax
- * fails. *ret_copy is the terminated copy cJSON parsed (the caller frees
- * both). */
-static int parse_json_object(const char *text, size_t size, cJSON **ret_root, char **ret_copy, char *why,
-                             size_t why_size) {
-        const char *end = NULL, *nul;
-        unsigned line, column;
-        char *copy;
-        size_t i;
-
-        for (i = 0; i < size && is_json_space(text[i]); i++)
-                ;
-        if (i == size)
-                return config_error(why, why_size, "the document is empty; allowed: a JSON object such as {}");
-
-        /* JSON has no place for NUL, and cJSON's strings would silently end there. */
-        nul = memchr(text, '\0', size);
-        if (nul) {
-                line_column(text, (size_t) (nul - text), &line, &column);
-                return config_error(why, why_size, "syntax error at line %u, column %u: NUL byte in the document",
-                                    line, column);
-        }
-
-        /* cJSON gets a terminated copy whose length includes the NUL, so it can
-         * never read past the caller's buffer and stops on the NUL at the end:
-         * an error there means the input ended early. */
-        copy = *ret_copy = malloc(size + 1);
-        if (!copy)
-                return -ENOMEM;
-        memcpy(copy, text, size);
-        copy[size] = '\0';
-
-        /* cJSON cannot tell us when it ran out of memory; that case is reported
-         * as a syntax error, which is wrong but harmless. */
-        *ret_root = cJSON_ParseWithLengthOpts(copy, size + 1, &end, false);
-        if (!*ret_root) {
-                const char *what = NULL;
-                size_t at;
-
-                at = syntax_error_offset(copy, size, end && end >= copy ? (size_t) (end - copy) : 0, &what);
-                line_column(copy, at, &line, &column);
-                return config_error(why, why_size, "syntax error at line %u, column %u%s%s", line, column,
-                                    what ? ": " : "", what ?: "");
-        }
-
-        /* Whatever follows the value may only be whitespace. */
-        i = end && end >= copy && end <= copy + size ? (size_t) (end - copy) : size;
-        while (i < size && is_json_space(copy[i]))
-                i++;
-        if (i < size) {
-                line_column(copy, i, &line, &column);
-                return config_error(why, why_size,
-                                    "syntax error at line %u, column %u: unexpected text after the top-level object",
-                                    line, column);
-        }
-
-        if (!cJSON_IsObject(*ret_root))
-                return config_error(why, why_size, "the top level must be a JSON object, got %s; allowed: {\"key\": value, ...}",
-                                    json_type_name(*ret_root));
         return 0;
 }
 
@@ -886,13 +511,13 @@ static int parse_keys(const cJSON *root, PaceConfig *c, double *raw, bool *given
                         if (strcmp(item->string, keys[id].name) == 0)
                                 break;
                 if (id == _KEY_MAX)
-                        return error_unknown_key(why, why_size, item->string);
+                        return config_error_unknown_key(why, why_size, item->string, keys, _KEY_MAX);
 
                 /* cJSON keeps both copies of a repeated key; which one counts would be
                  * a guess, so neither does. */
                 if (given[id])
                         return config_error(why, why_size, "duplicate key %s; allowed: each key at most once",
-                                            quote(q, sizeof(q), item->string));
+                                            config_quote(q, sizeof(q), item->string));
                 given[id] = true;
 
                 r = parse_key(id, item, c, raw, why, why_size);
@@ -919,7 +544,7 @@ int pace_config_parse(const char *text, size_t size, PaceConfig *config, char *w
                 why[0] = '\0';
         if (!text && size > 0)
                 return -EINVAL;
-        r = parse_json_object(text, size, &root, &copy, why, why_size);
+        r = config_parse_json_object(text, size, &root, &copy, why, why_size);
         if (r < 0)
                 return r;
 
