@@ -20,173 +20,7 @@
 #include "proc-util.h"
 #include "time-util.h"
 
-#ifndef PIDFD_THREAD
-#define PIDFD_THREAD O_EXCL /* linux/pidfd.h, kernel 6.9 */
-#endif
 #define PF_KTHREAD 0x00200000UL
-#define REGISTRY_BUCKETS 256u
-
-struct ThreadRegistry {
-        pthread_mutex_t lock;
-        size_t size;
-        RegistryEntry *buckets[REGISTRY_BUCKETS];
-};
-
-static void entry_close(RegistryEntry *e) {
-        safe_close(e->proc_pidfd);
-        safe_close(e->thread_pidfd);
-        safe_close(e->stat_fd);
-        safe_close(e->schedstat_fd);
-}
-
-int thread_registry_new(ThreadRegistry **ret) {
-        ThreadRegistry *reg = calloc(1, sizeof(*reg));
-        if (!reg)
-                return -ENOMEM;
-        pi_mutex_init(&reg->lock);
-        *ret = reg;
-        return 0;
-}
-
-ThreadRegistry *thread_registry_free(ThreadRegistry *reg) {
-        if (!reg)
-                return NULL;
-        for (unsigned b = 0; b < REGISTRY_BUCKETS; b++)
-                while (reg->buckets[b]) {
-                        RegistryEntry *e = reg->buckets[b];
-                        reg->buckets[b] = e->next;
-                        entry_close(e);
-                        free(e);
-                }
-        pthread_mutex_destroy(&reg->lock);
-        free(reg);
-        return NULL;
-}
-
-size_t thread_registry_size(ThreadRegistry *reg) {
-        size_t n;
-
-        pthread_mutex_lock(&reg->lock);
-        n = reg->size;
-        pthread_mutex_unlock(&reg->lock);
-        return n;
-}
-
-/* The first touch records the thread's state. A thread that already looks
- * like our work (FIFO 98, or nice 19 after being born to a waiting parent)
- * cannot tell us its real original: take the process's main thread's, or
- * plain SCHED_OTHER, so restoring never leaves anything real-time. */
-static int registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const PaceSchedAttr *fallback,
-                            uint32_t rt_ceiling, int cpu, int *proc_pidfd, RegistryEntry **ret) {
-        unsigned b = (unsigned) tid % REGISTRY_BUCKETS;
-        RegistryEntry *e;
-        int r = 0;
-
-        pthread_mutex_lock(&reg->lock);
-        for (e = reg->buckets[b]; e; e = e->next)
-                if (e->tid == tid && e->tgid == tgid)
-                        break;
-        if (e) {
-                e->refs++;
-                goto done;
-        }
-
-        e = calloc(1, sizeof(*e));
-        if (!e) {
-                r = -ENOMEM;
-                goto done;
-        }
-        e->tid = tid;
-        e->tgid = tgid;
-        e->refs = 1;
-        e->proc_pidfd = e->thread_pidfd = e->stat_fd = e->schedstat_fd = -EBADF;
-        r = sched_attr_get(tid, &e->orig);
-        if (r < 0) {
-                free(e);
-                e = NULL;
-                goto done;
-        }
-        if (sched_attr_is_ours(&e->orig)) {
-                if (fallback)
-                        e->orig = *fallback;
-                else if (e->orig.sched_policy == SCHED_FIFO)
-                        e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
-        }
-        /* A real-time policy its process could not have given itself came
-         * from a dispatcher (a dead one's FIFO 98, lowered by the client to
-         * FIFO 1 in its run): restoring it would keep it real-time for good. */
-        if (!sched_attr_owner_could_set(&e->orig, rt_ceiling))
-                e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
-        /* Reset-on-fork from the first touch on, and in every policy set
-         * while the thread is held (its owner cannot clear the flag
-         * without CAP_SYS_NICE). A clone() copies the flag as it begins
-         * but the priority as the child is set up: one under way when the
-         * thread is first promoted copied it without the flag, and its
-         * child is in the real-time class with SCHED_OTHER as its policy
-         * (sched_stat_class_leaked()), which the main thread's look puts
-         * back (sweep_reclass_table()). */
-        PaceSchedAttr flagged = e->orig;
-        flagged.sched_flags |= PACE_SCHED_FLAG_RESET_ON_FORK;
-        r = sched_attr_set(tid, &flagged);
-        if (r < 0) {
-                free(e);
-                e = NULL;
-                goto done;
-        }
-        /* Held to its reserved CPU: a promoted thread elsewhere would spend
-         * its budget on a CPU whose frame does not account for it. */
-        if (sched_getaffinity(tid, sizeof(e->orig_affinity), &e->orig_affinity) == 0) {
-                cpu_set_t set;
-                CPU_ZERO(&set);
-                CPU_SET(cpu, &set);
-                e->affinity_saved = sched_setaffinity(tid, sizeof(set), &set) == 0;
-                atomic_store(&e->pinned_cpu, cpu);
-        }
-        if (proc_pidfd) {
-                e->proc_pidfd = *proc_pidfd;
-                *proc_pidfd = -EBADF;
-        }
-        /* The loop's check that the id is still this thread, with no
-         * lookup. None (older kernel, or out of descriptors): the main
-         * thread's looks mark it instead. */
-        e->thread_pidfd = (int) syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
-        if (e->thread_pidfd < 0)
-                e->thread_pidfd = -EBADF;
-        e->next = reg->buckets[b];
-        reg->buckets[b] = e;
-        reg->size++;
-done:
-        pthread_mutex_unlock(&reg->lock);
-        if (r >= 0)
-                *ret = e;
-        return r;
-}
-
-static void registry_release(ThreadRegistry *reg, RegistryEntry *e, bool restore) {
-        unsigned b = (unsigned) e->tid % REGISTRY_BUCKETS;
-
-        pthread_mutex_lock(&reg->lock);
-        if (--e->refs > 0) {
-                pthread_mutex_unlock(&reg->lock);
-                return;
-        }
-        for (RegistryEntry **p = &reg->buckets[b]; *p; p = &(*p)->next)
-                if (*p == e) {
-                        *p = e->next;
-                        break;
-                }
-        reg->size--;
-        pthread_mutex_unlock(&reg->lock);
-
-        /* A thread that no longer exists has nothing to restore (ESRCH). */
-        if (restore) {
-                (void) sched_attr_set(e->tid, &e->orig);
-                if (e->affinity_saved)
-                        (void) sched_setaffinity(e->tid, sizeof(e->orig_affinity), &e->orig_affinity);
-        }
-        entry_close(e);
-        free(e);
-}
 
 /* The monitor (monitor.c): our parent, at SCHED_FIFO 99. Promoting it would
  * drop it below the clients it has to demote, and demoting it would leave
@@ -449,7 +283,7 @@ static void held_park(Held *h, pid_t tid, pid_t tgid) {
                 return;
         /* Our waiting policy, inherited from a registered creator: what it
          * gets back is what the process's main thread had (as in
-         * registry_acquire()). Skipped, it would be looked up again at every
+         * thread_registry_acquire()). Skipped, it would be looked up again at every
          * round. */
         if (sched_attr_is_ours(&a))
                 a = h->main_orig_set ? h->main_orig : (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
@@ -515,7 +349,7 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
         if (!held_tid_alive(h, tid, tgid))
                 return 0;
         const PaceSchedAttr *fallback = h->main_orig_set ? &h->main_orig : NULL;
-        r = registry_acquire(ctx->registry, tid, tgid, fallback, h->rt_ceiling, h->cpu,
+        r = thread_registry_acquire(ctx->registry, tid, tgid, fallback, h->rt_ceiling, h->cpu,
                              proc_pidfd >= 0 ? &proc_pidfd : NULL, &e);
         if (r < 0)
                 return 0; /* exited since the listing */
@@ -526,7 +360,7 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
         /* Listed a moment ago; still ours now that it is registered (its
          * pidfd, if any, was opened after the listing)? */
         if (!held_entry_alive(h, e)) {
-                registry_release(ctx->registry, e, false);
+                thread_registry_release(ctx->registry, e, false);
                 return 0;
         }
         /* Born in the real-time class behind its policy's back (its parent
@@ -560,7 +394,7 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
                 /* Cannot happen (the ring holds capacity): never leave it
                  * registered but unknown to the loop. */
                 h->n_mine--;
-                registry_release(ctx->registry, e, true);
+                thread_registry_release(ctx->registry, e, true);
                 return 0;
         }
         return 1;
@@ -766,7 +600,7 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
         bool churned = false;
         while ((e = spsc_pop(&h->dropped))) {
                 held_mine_remove(h, e);
-                registry_release(ctx->registry, e, false);
+                thread_registry_release(ctx->registry, e, false);
                 churned = true;
         }
         if (atomic_load(&h->gone) || pidfd_alive(h->pidfd) < 0) {
@@ -848,13 +682,13 @@ Held *held_free(Held *h, const HeldContext *ctx) {
                 return NULL;
         while ((e = spsc_pop(&h->dropped))) {
                 held_mine_remove(h, e);
-                registry_release(ctx->registry, e, false);
+                thread_registry_release(ctx->registry, e, false);
         }
         /* Out of its cpuset first: a restored affinity outside the cpuset
          * would be refused. */
         held_group_leave(h, ctx);
         for (size_t i = 0; i < h->n_mine; i++)
-                registry_release(ctx->registry, h->mine[i], held_entry_alive(h, h->mine[i]));
+                thread_registry_release(ctx->registry, h->mine[i], held_entry_alive(h, h->mine[i]));
         h->n_mine = 0;
         held_unpark_all(h);
         free(h->parked);

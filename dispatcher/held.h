@@ -45,6 +45,16 @@ int thread_registry_new(ThreadRegistry **ret);
 ThreadRegistry *thread_registry_free(ThreadRegistry *reg);
 /* Threads currently held (tests and the exit path). */
 size_t thread_registry_size(ThreadRegistry *reg);
+/* The first touch records the thread's state. A thread that already looks
+ * like our work (FIFO 98, or nice 19 after being born to a waiting parent)
+ * cannot tell us its real original: take the process's main thread's, or
+ * plain SCHED_OTHER, so restoring never leaves anything real-time. */
+int thread_registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const PaceSchedAttr *fallback,
+                            uint32_t rt_ceiling, int cpu, int *proc_pidfd, RegistryEntry **ret);
+/* Drops one reference; the last puts the thread back to its recorded
+ * policy and affinity (restore: it is still the thread registered) and
+ * closes its handles. */
+void thread_registry_release(ThreadRegistry *reg, RegistryEntry *e, bool restore);
 
 typedef struct HeldContext {
         ThreadRegistry *registry;
