@@ -75,6 +75,15 @@ struct Broker {
 #define broker_log(b, priority, ...) log_sinkf((b)->hooks.log, (b)->hooks.userdata, (priority), __VA_ARGS__)
 /* Writes the plan and the nice levels into the table for the dispatcher. */
 void broker_publish(Broker *b);
+
+/* stats.c: (re)maps the dispatcher's accounting file when it is new (a
+ * restarted dispatcher); only a regular file of root's of the exact size is
+ * read, and only with the right magic and version. */
+void broker_stats_refresh(Broker *b);
+/* What each dispatch thread measured a change of owner to cost, charged by
+ * admission on its CPU where that is more than switch_cost_us (said in the
+ * log when the charge changes). Before every admission. */
+void broker_charge_measured_costs(Broker *b);
 Reservation *find_reservation(Broker *b, uint64_t id);
 /* Frees its slots and its pidfd, and publishes. */
 void drop_reservation(Broker *b, Reservation *res);

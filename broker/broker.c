@@ -186,6 +186,7 @@ int replan(Broker *b, uint64_t id, const PlanRequest *req, PlanEntry *ret_entry,
         _cleanup_(plan_freep) Plan *next = NULL;
         int r;
 
+        broker_charge_measured_costs(b);
         r = plan_clone(b->plan, &next);
         if (r < 0)
                 return r;

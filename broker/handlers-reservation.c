@@ -253,6 +253,7 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
         preq.scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
         preq.tid = preq.scope == PACE_TABLE_SCOPE_THREAD ? req->tid : 0;
         preq.allowed_cpus = allowed_cpus;
+        broker_charge_measured_costs(b);
         r = plan_admit(b->plan, &preq, &entry, why, sizeof(why));
         if (r != 0)
                 return plan_refused(b, peer, r, why, ret_refusal);

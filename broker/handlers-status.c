@@ -16,37 +16,6 @@
 /* A thread count the dispatcher reports is shown up to this. */
 #define PACE_MAX_THREADS_REPORTED 65536u
 
-/* (Re)maps the dispatcher's accounting file when it is new: another inode
- * means a restarted dispatcher. Only a regular file of root's of the exact
- * size, with the right magic and version, is read. */
-static void stats_refresh(Broker *b) {
-        struct stat st;
-
-        if (b->runtime_dir_fd < 0)
-                return;
-        if (fstatat(b->runtime_dir_fd, PACE_STATS_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-            st.st_uid != 0 || (uint64_t) st.st_size != sizeof(PaceStatsFile)) {
-                if (b->stats)
-                        munmap((void *) b->stats, sizeof(PaceStatsFile));
-                b->stats = NULL;
-                return;
-        }
-        if (b->stats && st.st_dev == b->stats_dev && st.st_ino == b->stats_ino)
-                return;
-        if (b->stats)
-                munmap((void *) b->stats, sizeof(PaceStatsFile));
-        b->stats = NULL;
-        _cleanup_close_ int fd = openat(b->runtime_dir_fd, PACE_STATS_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return;
-        void *m = mmap(NULL, sizeof(PaceStatsFile), PROT_READ, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED)
-                return;
-        b->stats = m;
-        b->stats_dev = st.st_dev;
-        b->stats_ino = st.st_ino;
-}
-
 /* The accounting of reservation id, summed over its pieces; false if the
  * dispatcher has not reported on it. The file is the dispatcher's, but it is
  * read as input all the same: torn copies are skipped, counts clamped. */
@@ -92,7 +61,7 @@ int handle_status(Broker *b, uint8_t **reply, size_t *reply_size) {
         _cleanup_free_ Pace__Accounting *accs = calloc(n ? n : 1, sizeof(Pace__Accounting));
         if (!accs)
                 return -ENOMEM;
-        stats_refresh(b);
+        broker_stats_refresh(b);
         for (size_t i = 0; i < n; i++) {
                 uint32_t threads;
                 grant_from_entry(b, plan_entry(b->plan, i), &grants[i]);

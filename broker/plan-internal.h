@@ -11,6 +11,9 @@
 typedef struct PlanCpu {
         int32_t cpu;
         bool offline;
+        /* What a switch is charged here: switch_cost_us, or more where the
+         * dispatcher measured itself dearer (plan_charge_switch_cost()). */
+        uint64_t switch_cost_ns;
         uint32_t frame_slots; /* 0: nothing reserved */
         /* Owner of each slot: 0 free, else 1 + index into Plan.entries.
          * Sized for the longest frame. */

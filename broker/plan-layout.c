@@ -289,7 +289,10 @@ bool plan_frame_ok(const Plan *p, const uint32_t *s, uint32_t frame, int32_t cpu
         if (extra_server_period)
                 switches += frame_server_switches(extra_server_period, frame, &p->config);
         switches += frame_switches(s, frame);
-        if (!frame_free_share_ok(free_slots, (uint32_t) MIN(switches, (uint64_t) UINT32_MAX), frame, &p->config))
+        int i = cpu_index(p, cpu);
+        uint64_t cost = i >= 0 ? p->cpus[i].switch_cost_ns : p->config.switch_cost_ns;
+        if (!frame_free_share_ok_at(free_slots, (uint32_t) MIN(switches, (uint64_t) UINT32_MAX), frame, &p->config,
+                                    cost))
                 return false;
         return frame_max_busy_run(s, frame) <= p->max_gap_slots;
 }

@@ -68,6 +68,7 @@ int plan_new(const PaceConfig *config, Plan **ret) {
         p->n_cpus = config->n_cpus;
         for (uint32_t i = 0; i < p->n_cpus; i++) {
                 p->cpus[i].cpu = config->cpus[i];
+                p->cpus[i].switch_cost_ns = config->switch_cost_ns;
                 p->cpus[i].slots = calloc(p->max_frame_slots, sizeof(uint32_t));
                 if (!p->cpus[i].slots)
                         return -ENOMEM;
@@ -497,7 +498,20 @@ void plan_cpu_info(const Plan *p, size_t i, PlanCpuInfo *ret) {
                 .frame_slots = c->frame_slots,
                 .reserved_ppm = reserved,
                 .free_ppm = reserved < p->cap_ppm ? p->cap_ppm - reserved : 0,
+                .switch_cost_ns = c->switch_cost_ns,
         };
+}
+
+int plan_charge_switch_cost(Plan *p, int32_t cpu, uint64_t measured_ns) {
+        int i = cpu_index(p, cpu);
+
+        if (i < 0)
+                return -ENOENT;
+        uint64_t charge = MAX(measured_ns, p->config.switch_cost_ns);
+        if (p->cpus[i].switch_cost_ns == charge)
+                return 0;
+        p->cpus[i].switch_cost_ns = charge;
+        return 1;
 }
 
 int plan_phase(const Plan *p, uint64_t id, uint32_t *ret_phase_slots) {

@@ -105,6 +105,7 @@ typedef struct PlanCpuInfo {
         uint32_t frame_slots;
         uint32_t reserved_ppm; /* owned slots / frame */
         uint32_t free_ppm;     /* what could still be asked for, before rounding */
+        uint64_t switch_cost_ns; /* what admission charges a switch here */
 } PlanCpuInfo;
 
 /* config->cpus must already list the managed CPUs. */
@@ -161,6 +162,12 @@ size_t plan_n_entries(const Plan *p);
 const PlanEntry *plan_entry(const Plan *p, size_t i);
 size_t plan_n_cpus(const Plan *p);
 void plan_cpu_info(const Plan *p, size_t i, PlanCpuInfo *ret);
+/* Admission on cpu charges a switch measured_ns from now on, or
+ * switch_cost_us where that is more: 1 if the charge changed, 0 if not,
+ * -ENOENT for a CPU not managed. Grants in force stay; a CPU whose frame
+ * no longer keeps the free share at the new charge takes nothing new until
+ * enough is released. */
+int plan_charge_switch_cost(Plan *p, int32_t cpu, uint64_t measured_ns);
 
 /* Takes over the reservations of a table published earlier (by a broker that
  * has since died) whose keep[] is true, in exactly the slots they had. The

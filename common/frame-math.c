@@ -22,7 +22,40 @@ uint64_t lcm_u64(uint64_t a, uint64_t b) {
 
 /* One body per slot width: the planner's frames hold uint32_t owners, the
  * table's uint16_t. */
-#define DEFINE_FRAME_SCANS(suffix, type)                                                                uint32_t frame_switches_##suffix(const type *slots, uint32_t frame_slots) {                             uint32_t n = 0;                                                                                 for (uint32_t i = 0; i < frame_slots; i++)                                                              n += slots[i] != slots[(i + 1) % frame_slots];                                          return n;                                                                               }                                                                                                                                                                                               uint32_t frame_busy_slots_##suffix(const type *slots, uint32_t frame_slots) {                           uint32_t n = 0;                                                                                 for (uint32_t i = 0; i < frame_slots; i++)                                                              n += slots[i] != PACE_SLOT_FREE;                                                        return n;                                                                               }                                                                                                                                                                                               uint32_t frame_max_busy_run_##suffix(const type *slots, uint32_t frame_slots) {                         uint32_t first_free = UINT32_MAX, run = 0, longest = 0;                                         for (uint32_t i = 0; i < frame_slots; i++)                                                              if (slots[i] == PACE_SLOT_FREE) {                                                                       first_free = i;                                                                                 break;                                                                                  }                                                                                       if (first_free == UINT32_MAX)                                                                           return frame_slots;                                                                     /* Start just after a free slot so that wrapped runs are whole. */                             for (uint32_t k = 1; k <= frame_slots; k++) {                                                           uint32_t i = (first_free + k) % frame_slots;                                                    if (slots[i] == PACE_SLOT_FREE)                                                                         run = 0;                                                                                else                                                                                                    longest = MAX(longest, ++run);                                                  }                                                                                               return longest;                                                                         }
+#define DEFINE_FRAME_SCANS(suffix, type)                                                 \
+        uint32_t frame_switches_##suffix(const type *slots, uint32_t frame_slots) {      \
+                uint32_t n = 0;                                                          \
+                for (uint32_t i = 0; i < frame_slots; i++)                               \
+                        n += slots[i] != slots[(i + 1) % frame_slots];                   \
+                return n;                                                                \
+        }                                                                                \
+                                                                                         \
+        uint32_t frame_busy_slots_##suffix(const type *slots, uint32_t frame_slots) {    \
+                uint32_t n = 0;                                                          \
+                for (uint32_t i = 0; i < frame_slots; i++)                               \
+                        n += slots[i] != PACE_SLOT_FREE;                                 \
+                return n;                                                                \
+        }                                                                                \
+                                                                                         \
+        uint32_t frame_max_busy_run_##suffix(const type *slots, uint32_t frame_slots) {  \
+                uint32_t first_free = UINT32_MAX, run = 0, longest = 0;                  \
+                for (uint32_t i = 0; i < frame_slots; i++)                               \
+                        if (slots[i] == PACE_SLOT_FREE) {                                \
+                                first_free = i;                                          \
+                                break;                                                   \
+                        }                                                                \
+                if (first_free == UINT32_MAX)                                            \
+                        return frame_slots;                                              \
+                /* Start just after a free slot so that wrapped runs are whole. */       \
+                for (uint32_t k = 1; k <= frame_slots; k++) {                            \
+                        uint32_t i = (first_free + k) % frame_slots;                     \
+                        if (slots[i] == PACE_SLOT_FREE)                                  \
+                                run = 0;                                                 \
+                        else                                                             \
+                                longest = MAX(longest, ++run);                           \
+                }                                                                        \
+                return longest;                                                          \
+        }
 
 DEFINE_FRAME_SCANS(u16, uint16_t)
 DEFINE_FRAME_SCANS(u32, uint32_t)
@@ -60,9 +93,14 @@ uint32_t frame_server_switches(uint32_t period_slots, uint32_t frame_slots, cons
 }
 
 bool frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config) {
+        return frame_free_share_ok_at(free_slots, switches, frame_slots, config, config->switch_cost_ns);
+}
+
+bool frame_free_share_ok_at(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config,
+                            uint64_t switch_cost_ns) {
         /* In ns, 128-bit free: a frame is at most 65536 slots of 100 ms. */
         unsigned __int128 free_ns = (unsigned __int128) free_slots * config->slot_ns;
-        unsigned __int128 cost_ns = (unsigned __int128) switches * config->switch_cost_ns;
+        unsigned __int128 cost_ns = (unsigned __int128) switches * switch_cost_ns;
         unsigned __int128 frame_ns = (unsigned __int128) frame_slots * config->slot_ns;
 
         if (free_ns < cost_ns)

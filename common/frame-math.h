@@ -63,6 +63,10 @@ uint32_t frame_server_switches(uint32_t period_slots, uint32_t frame_slots, cons
 /* Whether the free time of a frame, less what the dispatcher costs at its
  * switches, covers the non-real-time share. */
 bool frame_free_share_ok(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config);
+/* The same at switch_cost_ns a switch instead of the configured cost: the
+ * broker's charge on a CPU whose dispatcher measured itself dearer. */
+bool frame_free_share_ok_at(uint32_t free_slots, uint32_t switches, uint32_t frame_slots, const PaceConfig *config,
+                            uint64_t switch_cost_ns);
 
 /* How many reservations user `who` holds and their utilization in ppm, as
  * the planner admits and the validator checks them: the pieces of a

@@ -171,7 +171,7 @@ int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher
                 return r;
         uint32_t max_frame = pace_config_frame_slots(&d->config);
         for (uint32_t i = 0; i < d->n_loops; i++) {
-                r = loop_init(&d->loops[i], &d->shared, d->config.cpus[i], max_frame);
+                r = loop_init(&d->loops[i], &d->shared, i, d->config.cpus[i], max_frame);
                 if (r < 0)
                         return r;
         }
@@ -215,6 +215,10 @@ int dispatcher_use_stats(Dispatcher *d, int fd) {
         if (d->keeper)
                 keeper_set_stats(d->keeper, f);
         return 0;
+}
+
+void dispatcher_set_test_change_spin(Dispatcher *d, uint64_t ns) {
+        d->shared.test_change_spin_ns = ns;
 }
 
 const PaceConfig *dispatcher_config(const Dispatcher *d) {

@@ -92,5 +92,8 @@ int dispatcher_stats_open(const char *runtime_dir, int *ret_fd);
 /* Maps it; entries are claimed as reservations are adopted. */
 int dispatcher_use_stats(Dispatcher *d, int fd);
 
+/* Test hook, before dispatcher_start(): every change of owner spins ns
+ * more, so a test can raise what the loops measure a change to cost. */
+void dispatcher_set_test_change_spin(Dispatcher *d, uint64_t ns);
 /* Managed CPUs after resolution. */
 const PaceConfig *dispatcher_config(const Dispatcher *d);

@@ -15,7 +15,10 @@
  *   files, through descriptors opened by the main thread: usage, the
  *   runnable probe, strict mode;
  * - write to two eventfds: the main thread's (threads came or went) and the
- *   monitor's (this loop left its idle sleep, stall.h).
+ *   monitor's (this loop left its idle sleep, stall.h);
+ * - clock_gettime(CLOCK_THREAD_CPUTIME_ID), once every 2 s of dispatching:
+ *   what a change of owner costs this thread, for the broker's admission
+ *   (loop_count_change()).
  * No path is opened or looked up, nothing is allocated or freed, no lock is
  * taken that a lower thread holds without priority inheritance, and the
  * work per change is bounded by max_threads_per_reservation. */
@@ -422,6 +425,43 @@ static void loop_servers_demote(CpuLoop *l) {
         l->free_take_until_ns = 0;
 }
 
+static uint64_t thread_cpu_ns(void) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+                return 0;
+        return (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec;
+}
+
+/* One change of owner (or a server's look, which wakes the loop the same
+ * way) done. Every ACCT_WINDOW_NS: this thread's CPU time in the window
+ * over the changes in it, published with the most of the last
+ * PACE_STATS_COST_WINDOWS windows, which the broker charges per switch
+ * where it is more than switch_cost_us: so the free share holds on a
+ * machine slower than the one the default was measured on, and with
+ * reservations of many threads (each change moves all of them). */
+static void loop_count_change(CpuLoop *l, uint64_t now) {
+        if (l->shared->test_change_spin_ns > 0) {
+                uint64_t until = now + l->shared->test_change_spin_ns;
+                while ((now = monotonic_ns()) < until)
+                        ;
+        }
+        l->cost_changes++;
+        if (l->cost_since_ns > 0 && now - l->cost_since_ns < ACCT_WINDOW_NS)
+                return;
+        uint64_t cpu_ns = thread_cpu_ns();
+        if (l->cost_since_ns > 0 && l->shared->stats && cpu_ns >= l->cost_since_cpu_ns) {
+                uint64_t spent = cpu_ns - l->cost_since_cpu_ns, most = 0;
+                l->cost_windows[l->cost_next++ % PACE_STATS_COST_WINDOWS] = spent / l->cost_changes;
+                for (unsigned i = 0; i < PACE_STATS_COST_WINDOWS; i++)
+                        most = MAX(most, l->cost_windows[i]);
+                stats_file_publish_cost(l->shared->stats, l->index, l->cpu, now - l->cost_since_ns, l->cost_changes,
+                                        spent, most, now);
+        }
+        l->cost_since_ns = now;
+        l->cost_since_cpu_ns = cpu_ns;
+        l->cost_changes = 0;
+}
+
 /* Sleeps until t, doing the servers' looks that fall due before it. */
 static int loop_sleep_serving(CpuLoop *l, uint64_t t) {
         for (;;) {
@@ -432,7 +472,9 @@ static int loop_sleep_serving(CpuLoop *l, uint64_t t) {
                 int r = loop_sleep_until(l, next);
                 if (r < 0 || next == t)
                         return r;
-                loop_servers_look(l, monotonic_ns());
+                uint64_t now = monotonic_ns();
+                loop_servers_look(l, now);
+                loop_count_change(l, now);
         }
 }
 
@@ -557,6 +599,7 @@ static void loop_active(CpuLoop *l) {
                 loop_servers_at_run(l, t, owner, k, frame_start);
                 owner = next;
                 loop_switch(l, prev, owner);
+                loop_count_change(l, monotonic_ns());
                 prev = owner;
                 if (++k == l->cur->n_runs) {
                         k = 0;
@@ -625,8 +668,9 @@ static void *loop_main(void *userdata) {
         return NULL;
 }
 
-int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_slots) {
+int loop_init(CpuLoop *l, LoopShared *shared, uint32_t index, int32_t cpu, uint32_t max_frame_slots) {
         l->shared = shared;
+        l->index = index;
         l->late_ns = LOOP_EARLY_INITIAL_NS;
         l->cpu = cpu;
         l->config = &shared->configs[0];

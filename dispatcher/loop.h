@@ -79,6 +79,9 @@ typedef struct LoopShared {
         PaceStatsFile *stats; /* NULL: no accounting file */
         /* The monitor's view of the loops (stall.h); NULL: no monitor. */
         StallPage *stall;
+        /* Test hook: spun at every change of owner, to raise what a change
+         * costs (PACE_DISPATCHER_TEST_CHANGE_SPIN_US); 0 otherwise. */
+        uint64_t test_change_spin_ns;
 } LoopShared;
 
 typedef enum LoopState {
@@ -94,6 +97,7 @@ typedef enum LoopState {
 typedef struct CpuLoop {
         LoopShared *shared;
         int32_t cpu;
+        uint32_t index; /* among the dispatcher's loops: its PaceStatsCpu */
         pthread_t thread;
         /* Its thread id, and its last promotions, each with the instant it
          * began: a member already blocked on a PI lock when the loop
@@ -155,12 +159,18 @@ typedef struct CpuLoop {
          * change takes (without, with a period's end): together, how long
          * before a change of owner the loop wakes (loop.c). */
         uint64_t late_ns, prep_ns[2];
+        /* What a change of owner costs this thread (proto/pace-stats.h):
+         * the window under way (since when, its CPU time then, the changes
+         * so far) and the last windows' costs per change. */
+        uint64_t cost_since_ns, cost_since_cpu_ns, cost_changes;
+        uint64_t cost_windows[PACE_STATS_COST_WINDOWS];
+        unsigned cost_next;
 } CpuLoop;
 
 /* Allocates every buffer the loop will ever use (a dispatch thread under
  * mlockall must not fault or allocate at SCHED_FIFO 99 for its tables and
  * runs). max_frame_slots: the longest frame the configuration allows. */
-int loop_init(CpuLoop *l, LoopShared *shared, int32_t cpu, uint32_t max_frame_slots);
+int loop_init(CpuLoop *l, LoopShared *shared, uint32_t index, int32_t cpu, uint32_t max_frame_slots);
 /* Frees them; the thread must be gone (or never started). */
 void loop_done(CpuLoop *l);
 /* What one loop locks in memory (its buffers and stack), for the

@@ -22,6 +22,7 @@
 #include "macro.h"
 #include "pace-build-config.h"
 #include "pace-limits.h"
+#include "parse-util.h"
 #include "privileges.h"
 #include "scope.h"
 #include "sweep.h"
@@ -32,6 +33,10 @@
  * whoever starts the dispatcher sets its environment, so it grants nobody
  * anything; it only makes the dispatcher easier to break on purpose. */
 #define TEST_HOOKS_ENV "PACE_DISPATCHER_TEST_HOOKS"
+/* Microseconds every change of owner spins in addition (tests only): what
+ * the loops measure a change to cost, and so what admission charges, goes
+ * up with it. Only the service's own environment can set it. */
+#define TEST_CHANGE_SPIN_ENV "PACE_DISPATCHER_TEST_CHANGE_SPIN_US"
 
 #define PROGRAM "pace-dispatcher"
 
@@ -108,6 +113,14 @@ static int dispatch(Dispatcher *d_, const char *runtime_dir, int ready_fd) {
                 r = dispatcher_use_stats(d, arg_stats_fd);
                 if (r < 0)
                         log_fmt_worded(PROGRAM, LOG_WARNING, "cannot map the accounting file: %s", strerror(-r));
+        }
+
+        const char *spin = getenv(TEST_CHANGE_SPIN_ENV);
+        uint32_t spin_us = 0;
+        if (spin && parse_uint32(spin, &spin_us) >= 0 && spin_us > 0 && spin_us <= 10000) {
+                dispatcher_set_test_change_spin(d, (uint64_t) spin_us * NSEC_PER_USEC);
+                log_fmt_worded(PROGRAM, LOG_WARNING, TEST_CHANGE_SPIN_ENV "=%" PRIu32 " us: every change of owner "
+                               "spins that much longer (tests only)", spin_us);
         }
 
         r = dispatcher_start(d, why, sizeof(why));

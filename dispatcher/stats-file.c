@@ -90,3 +90,21 @@ void stats_file_release(PaceStatsEntry *e) {
         stats_entry_write_end(e);
         atomic_store(&e->claimed, 0);
 }
+
+void stats_file_publish_cost(PaceStatsFile *f, uint32_t index, int32_t cpu, uint64_t window_ns, uint64_t changes,
+                             uint64_t cpu_time_ns, uint64_t cost_max_ns, uint64_t now) {
+        PaceStatsCpu *c;
+
+        if (index >= PACE_MAX_CPUS)
+                return;
+        c = &f->cpus[index];
+        stats_seq_write_begin(&c->seq);
+        c->cpu = cpu;
+        c->window_ns = window_ns;
+        c->changes = changes;
+        c->cpu_time_ns = cpu_time_ns;
+        c->cost_ns = changes ? cpu_time_ns / changes : 0;
+        c->cost_max_ns = cost_max_ns;
+        c->updated_ns = now;
+        stats_seq_write_end(&c->seq);
+}

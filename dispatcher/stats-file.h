@@ -34,3 +34,8 @@ int stats_file_claim(PaceStatsFile *f, uint64_t id, int32_t cpu, PaceStatsEntry 
 void stats_file_publish(PaceStatsEntry *e, const Acct *a, uint32_t threads, uint64_t usage_ns, uint64_t now);
 /* The entry is free again; readers see id 0 first. */
 void stats_file_release(PaceStatsEntry *e);
+
+/* Dispatch thread `index`'s cost per change (proto/pace-stats.h), under its
+ * seqlock; only by that thread. */
+void stats_file_publish_cost(PaceStatsFile *f, uint32_t index, int32_t cpu, uint64_t window_ns, uint64_t changes,
+                             uint64_t cpu_time_ns, uint64_t cost_max_ns, uint64_t now);

@@ -20,7 +20,7 @@
 #include "pace-limits.h"
 
 #define PACE_STATS_MAGIC 0x3154535043415045ULL /* "EPACPST1" */
-#define PACE_STATS_VERSION 1u
+#define PACE_STATS_VERSION 2u
 #define PACE_STATS_NAME "stats"
 /* Pieces in two generations of the table at once, while loops adopt. */
 #define PACE_STATS_MAX_ENTRIES (2u * PACE_MAX_RESERVATIONS)
@@ -40,6 +40,26 @@ typedef struct PaceStatsEntry {
         uint64_t updated_ns;  /* CLOCK_MONOTONIC of the last update */
 } PaceStatsEntry;
 
+/* What a dispatch thread costs per change of slot owner, measured as it
+ * runs: its own CPU time over a window divided by the changes it made in
+ * it (the wake-up, the spin to the boundary, the demotions and promotions).
+ * The broker charges admission at least cost_max_ns per switch on that
+ * CPU. One per dispatch thread, written by it alone, under the same
+ * seqlock as the entries. */
+typedef struct PaceStatsCpu {
+        _Atomic uint32_t seq; /* odd while written */
+        int32_t cpu;          /* the CPU; meaningful once updated_ns is set */
+        uint64_t window_ns;   /* the last window's length */
+        uint64_t changes;     /* changes of owner in it */
+        uint64_t cpu_time_ns; /* the dispatch thread's CPU time in it */
+        uint64_t cost_ns;     /* per change, in it */
+        uint64_t cost_max_ns; /* per change, the most of the last PACE_STATS_COST_WINDOWS windows */
+        uint64_t updated_ns;  /* CLOCK_MONOTONIC of the last update; 0: none yet */
+} PaceStatsCpu;
+
+/* How many windows (of about 2 s) cost_max_ns looks back over. */
+#define PACE_STATS_COST_WINDOWS 16u
+
 typedef struct PaceStatsFile {
         uint64_t magic;
         uint32_t version;
@@ -47,4 +67,6 @@ typedef struct PaceStatsFile {
         int32_t dispatcher_pid;
         uint32_t reserved;
         PaceStatsEntry entries[PACE_STATS_MAX_ENTRIES];
+        /* By dispatch thread (the dispatcher's managed CPUs, in order). */
+        PaceStatsCpu cpus[PACE_MAX_CPUS];
 } PaceStatsFile;

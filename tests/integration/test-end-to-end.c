@@ -311,4 +311,92 @@ TEST(an_unprivileged_client_cannot_escape_its_grant) {
         ASSERT_CMP(sh[0], <=, 42.0);
 }
 
+/* pace-run --kind slots --period 5ms --util 20% --cpu 1 -- a spinner: 400
+ * changes of owner a second on CPU 1. */
+static void reserved_fast(const void *arg) {
+        const char *pace_run = getenv("PACE_RUN");
+        setenv("PACE_SOCKET", stack_socket, 1);
+        execl(pace_run, pace_run, "--quiet", "--kind", "slots", "--period", "5ms", "--util", "20%", "--cpu", "1", "--",
+              "/bin/sh", "-c", "while :; do :; done", (char *) NULL);
+        _exit(127);
+}
+
+/* Whether child (a pace-run) exited with status 1, the broker's refusal,
+ * within ms; false if it is still running (granted). */
+static bool refused_within(pid_t child, unsigned ms) {
+        int status;
+        for (unsigned i = 0; i < ms / 10; i++) {
+                if (waitpid(child, &status, WNOHANG) == child)
+                        return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+                sleep_ms(10);
+        }
+        return false;
+}
+
+/* A 20%/5 ms client on CPU 1, then a 40%/50 ms one beside it, with each
+ * change of owner made to cost spin_us more than it does: returns whether
+ * the second was refused, and (when it was not) leaves the shares of the
+ * hog beside them in ret_hog. */
+static bool second_refused(unsigned spin_us, double *ret_hog, char *ret_log_line, size_t size) {
+        Stack s = {};
+        char spin[16];
+        snprintf(spin, sizeof(spin), "%u", spin_us);
+        setenv("PACE_DISPATCHER_TEST_CHANGE_SPIN_US", spin, 1);
+        stack_start(&s);
+        unsetenv("PACE_DISPATCHER_TEST_CHANGE_SPIN_US");
+
+        pid_t other = spawn(hog, NULL);
+        pid_t a = spawn_reserved(&s, reserved_fast, NULL, 1);
+        /* Two of the dispatcher's 2 s windows: a measured cost published. */
+        sleep_ms(4500);
+        pid_t b = spawn(reserved_hog, "40%");
+        bool refused = refused_within(b, 3000);
+        if (refused)
+                b = 0;
+        /* The second client among those measured when it runs: its time
+         * is not a neighbour's. */
+        double shares[4];
+        pid_t measured[4] = { other, a, dispatcher_child(&s), b };
+        share_measure(STACK_CPU, measured, b > 0 ? 4 : 3, 3000, shares);
+        *ret_hog = shares[0] + share_foreign();
+        ret_log_line[0] = '\0';
+        FILE *f = fopen(s.broker.log, "re");
+        for (char line[1024]; f && fgets(line, sizeof(line), f);)
+                if (strstr(line, "per change of owner"))
+                        snprintf(ret_log_line, size, "%s", line);
+        if (f)
+                fclose(f);
+        reap(b);
+        reap(a);
+        reap(other);
+        await_no_reservations(s.broker.socket);
+        stack_stop(&s);
+        return refused;
+}
+
+/* What admission charges a switch follows what the dispatcher measures one
+ * to cost (issue 27): switch_cost_us (75) fits a 40% grant beside a
+ * 20%/5 ms one on CPU 1 (400 changes a second), but at 400 us more a change
+ * those switches alone take 17% of the CPU, and the grant would leave the
+ * hog beside them far below non_rt_share (25%). */
+TEST(admission_charges_what_the_dispatcher_measures_a_switch_to_cost) {
+        Stack probe = {};
+        char line[1024];
+        double hog_plain, hog_dear;
+        STACK_START_OR_SKIP(&probe);
+        stack_stop(&probe);
+
+        bool plain = second_refused(0, &hog_plain, line, sizeof(line));
+        printf("  at the machine's own cost: second grant %s, hog %.1f%%\n", plain ? "refused" : "granted", hog_plain);
+        bool dear = second_refused(400, &hog_dear, line, sizeof(line));
+        printf("  400 us dearer a change: second grant %s, hog %.1f%%; the broker: %s", dear ? "refused" : "granted",
+               hog_dear, line[0] ? line : "(nothing)\n");
+        ASSERT_FALSE(plain);
+        ASSERT_TRUE(dear);
+        ASSERT_TRUE(strstr(line, "more than switch_cost_us") != NULL);
+        /* non_rt_share less 3 points: the spinning itself is the dispatcher's
+         * and counted as its cost; the rest is the hog's. */
+        ASSERT_CMP(hog_dear, >=, 22.0);
+}
+
 TEST_MAIN()

@@ -858,6 +858,53 @@ TEST(servers_and_aligned_reservations_are_never_split) {
  * request that fits beside an equal slots reservation is refused, and the
  * table that results either way passes the validator, which charges the
  * same. */
+/* Admission charges what the dispatcher measured a switch to cost where
+ * that is more than switch_cost_us (issue 27), per CPU, and never less:
+ * the most a request may have beside 20% in one-slot runs every 5 ms
+ * (400 changes a second) falls, on that CPU only. */
+static uint32_t most_beside_a_fast_one(uint64_t measured_ns, int32_t on_cpu, int32_t ask_cpu) {
+        PaceConfig c;
+        char why[512];
+        uint32_t fits = 0;
+
+        config_for(&c, 2);
+        for (uint32_t pct = 1; pct <= 75; pct++) {
+                _cleanup_(plan_freep) Plan *p = NULL;
+                ASSERT_OK(plan_new(&c, &p));
+                if (measured_ns)
+                        ASSERT_EQ(plan_charge_switch_cost(p, on_cpu, measured_ns), measured_ns > c.switch_cost_ns);
+                PlanRequest a = { .id = 1, .uid = 0, .period_ns = 5 * NSEC_PER_MSEC, .utilization_ppm = 200000,
+                                  .cpu = ask_cpu };
+                ASSERT_ADMITTED(plan_admit(p, &a, NULL, why, sizeof(why)));
+                PlanRequest b = { .id = 2, .uid = 0, .period_ns = 50 * NSEC_PER_MSEC,
+                                  .utilization_ppm = pct * 10000, .cpu = ask_cpu };
+                if (plan_admit(p, &b, NULL, why, sizeof(why)) == 0)
+                        fits = pct;
+        }
+        return fits;
+}
+
+TEST(admission_charges_a_measured_switch_cost_above_the_configured_one) {
+        uint32_t plain = most_beside_a_fast_one(0, 0, 1);
+        uint32_t dear = most_beside_a_fast_one(500 * NSEC_PER_USEC, 1, 1);
+        uint32_t elsewhere = most_beside_a_fast_one(500 * NSEC_PER_USEC, 0, 1);
+        uint32_t cheaper = most_beside_a_fast_one(10 * NSEC_PER_USEC, 1, 1);
+        printf("  beside 20%% every 5 ms on CPU 1: at most %u%% at switch_cost_us, %u%% at 500 us measured there, "
+               "%u%% at 500 us measured on CPU 0, %u%% at 10 us measured\n", plain, dear, elsewhere, cheaper);
+        ASSERT_CMP(plain, >=, 40u);
+        ASSERT_CMP(dear, <, plain);
+        ASSERT_EQ(elsewhere, plain);
+        ASSERT_EQ(cheaper, plain);
+        PaceConfig c;
+        _cleanup_(plan_freep) Plan *p = plan_for(&c, 1);
+        ASSERT_EQ(plan_charge_switch_cost(p, 7, NSEC_PER_MSEC), -ENOENT);
+        PlanCpuInfo info;
+        ASSERT_EQ(plan_charge_switch_cost(p, 0, NSEC_PER_MSEC), 1);
+        ASSERT_EQ(plan_charge_switch_cost(p, 0, NSEC_PER_MSEC), 0);
+        plan_cpu_info(p, 0, &info);
+        ASSERT_EQ(info.switch_cost_ns, NSEC_PER_MSEC);
+}
+
 TEST(servers_are_charged_their_switches) {
         PaceConfig c;
         char why[512];
