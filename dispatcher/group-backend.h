@@ -175,6 +175,9 @@ void group_move_back(const char *root, const char *orig, const char *file, pid_t
 int group_read_orig(const char *proc_path, const char *controller, char *ret, size_t size);
 /* A tree's members, listed for group_list_threads(). */
 void group_refresh_candidates(GroupSet *s, Group *g);
+/* Every process listed in dir's cgroup.procs written into root's (a
+ * hierarchy's root, or any group there): how many were listed. */
+size_t group_empty_into(const char *dir, const char *root);
 /* Whether dir (a path) is gone or could be removed now. */
 bool group_dir_removed(const char *dir);
 /* Each res-<id> group in base whose id is no Group of s (live or waiting

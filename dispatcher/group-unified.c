@@ -52,28 +52,16 @@ bool group_unified_usable(void) {
 
 void group_unified_remove(const char *base) {
         DIR *d = opendir(base);
-        char path[PATH_MAX + 300], line[32];
+        char path[PATH_MAX + 300];
 
         for (struct dirent *de; d && (de = readdir(d));) {
                 if (de->d_type != DT_DIR || de->d_name[0] == '.')
                         continue;
                 snprintf(path, sizeof(path), "%s/%s/cgroup.freeze", base, de->d_name);
                 (void) write_string_file(path, "0");
-                snprintf(path, sizeof(path), "%s/%s/cgroup.procs", base, de->d_name);
-                for (int round = 0; round < 8; round++) {
-                        FILE *f = fopen(path, "re");
-                        bool any = false;
-                        while (f && fgets(line, sizeof(line), f)) {
-                                line[strcspn(line, "\n")] = '\0';
-                                (void) write_string_file(GROUP_UNIFIED_ROOT "/cgroup.procs", line);
-                                any = true;
-                        }
-                        if (f)
-                                fclose(f);
-                        if (!any)
-                                break;
-                }
                 snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+                for (int round = 0; round < 8 && group_empty_into(path, GROUP_UNIFIED_ROOT) > 0; round++)
+                        ;
                 (void) rmdir(path);
         }
         if (d)

@@ -383,13 +383,7 @@ static int v1_destroy(GroupSet *s, Group *g) {
         bool gone = group_dir_removed(g->dir);
         if (g->cpuset_dir[0]) {
                 /* Stragglers a fork raced in: to the root, so the group goes. */
-                char path[PATH_MAX + 96], line[32];
-                snprintf(path, sizeof(path), "%s/cgroup.procs", g->cpuset_dir);
-                FILE *f = fopen(path, "re");
-                while (f && fgets(line, sizeof(line), f))
-                        (void) group_write_id(s->cpuset_root, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
-                if (f)
-                        fclose(f);
+                (void) group_empty_into(g->cpuset_dir, s->cpuset_root);
                 gone = group_dir_removed(g->cpuset_dir) && gone;
         }
         return gone ? 0 : -EBUSY;

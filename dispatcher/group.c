@@ -340,6 +340,21 @@ void group_release(GroupSet *s, Group *g) {
         group_free(g);
 }
 
+size_t group_empty_into(const char *dir, const char *root) {
+        char path[PATH_MAX + 32], line[32];
+        size_t n = 0;
+
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        FILE *f = fopen(path, "re");
+        while (f && fgets(line, sizeof(line), f)) {
+                (void) group_write_id(root, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
+                n++;
+        }
+        if (f)
+                fclose(f);
+        return n;
+}
+
 bool group_dir_removed(const char *dir) {
         return rmdir(dir) == 0 || errno == ENOENT;
 }
@@ -362,7 +377,7 @@ size_t group_sweep_stale_dir(GroupSet *s, const char *base, const char *root) {
 
         const char *own_marker = s->owner_dir[0] ? strrchr(s->owner_dir, '/') + 1 : "";
         for (struct dirent *de; d && (de = readdir(d));) {
-                char *end, dir[PATH_MAX + 300], path[PATH_MAX + 330], line[32];
+                char *end, dir[PATH_MAX + 300];
                 /* A dead predecessor's marker (it shares our name): the base
                  * could never go with it there. */
                 if (strncmp(de->d_name, "owner-", 6) == 0 && strcmp(de->d_name, own_marker) != 0 &&
@@ -377,12 +392,7 @@ size_t group_sweep_stale_dir(GroupSet *s, const char *base, const char *root) {
                 if (end == de->d_name + 4 || *end || id_known(s, id))
                         continue;
                 snprintf(dir, sizeof(dir), "%s/%s", base, de->d_name);
-                snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-                FILE *f = fopen(path, "re");
-                while (f && fgets(line, sizeof(line), f))
-                        (void) group_write_id(root, "cgroup.procs", (pid_t) strtol(line, NULL, 10));
-                if (f)
-                        fclose(f);
+                (void) group_empty_into(dir, root);
                 left += !group_dir_removed(dir);
         }
         if (d)
