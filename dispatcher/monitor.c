@@ -526,6 +526,13 @@ static int watch_deaths(Monitor *m) {
         return r;
 }
 
+/* Whether the child, dead, may be reaped after its successor starts: a
+ * crash we swept (one stopping in order, or with us, is waited for: its
+ * status decides what comes next), while there is room to remember it. */
+static bool may_reap_later(const Monitor *m) {
+        return m->swept && !m->orderly && !m->stopping && m->n_dying < MAX_DYING;
+}
+
 /* Until the child has died; then sweeps (unless it stopped in order) and
  * reaps it. Returns its wait status. */
 static int watch_child(Monitor *m) {
@@ -556,7 +563,7 @@ static int watch_child(Monitor *m) {
                         break;
                 if (r == 0 && !slow) {
                         slow = true;
-                        left = m->swept && !m->orderly && !m->stopping && m->n_dying < MAX_DYING;
+                        left = may_reap_later(m);
                         mlog(m, LOG_WARNING, "dispatcher pid %d still exiting after %d ms%s", (int) m->child,
                              EXIT_SLOW_MS, left ? ": left to exit on its own, reaped when it has" : "");
                         if (left)
@@ -569,7 +576,7 @@ static int watch_child(Monitor *m) {
         /* A crash that has exited is reaped later, once its successor
          * runs (reap() says why), its wait status read without reaping. */
         siginfo_t si = {};
-        bool zombie = !left && m->swept && !m->orderly && !m->stopping && m->n_dying < MAX_DYING &&
+        bool zombie = !left && may_reap_later(m) &&
                       waitid((idtype_t) P_PIDFD, (id_t) m->pidfd, &si, WEXITED | WNOWAIT) == 0 && si.si_pid == m->child;
         if (left || zombie) {
                 m->dying[m->n_dying++] = (Dying) { .pid = m->child, .pidfd = m->pidfd, .since_ns = t0,
