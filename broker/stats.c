@@ -61,13 +61,8 @@ void broker_charge_measured_costs(Broker *b) {
                         continue;
                 if (c.cost_max_ns > COST_BELIEVABLE_MAX_NS(b))
                         continue;
-                PlanCpuInfo before = {};
-                for (size_t k = 0; k < plan_n_cpus(b->plan); k++) {
-                        PlanCpuInfo info;
-                        plan_cpu_info(b->plan, k, &info);
-                        if (info.cpu == c.cpu)
-                                before = info;
-                }
+                /* The charge changed: up to what was measured, or (within
+                 * the configured cost) back down to that from above it. */
                 if (plan_charge_switch_cost(b->plan, c.cpu, c.cost_max_ns) <= 0)
                         continue;
                 uint64_t configured = b->config.switch_cost_ns, configured_us = configured / NSEC_PER_USEC;
@@ -79,7 +74,7 @@ void broker_charge_measured_costs(Broker *b) {
                                    "the last), more than switch_cost_us %" PRIu64 ": admission charges %" PRIu64
                                    " us a switch there from now on",
                                    c.cpu, cost_us, c.changes, cpu_us, configured_us, cost_us);
-                else if (before.switch_cost_ns > configured)
+                else
                         broker_log(b, LOG_INFO,
                                    "CPU %" PRIi32 ": the dispatcher measures %" PRIu64 " us per change of owner "
                                    "again, within switch_cost_us: admission charges %" PRIu64 " us a switch there",
