@@ -278,7 +278,17 @@ char *broker_log(const BrokerInstance *b) {
 }
 
 void assert_broker_log_contains(const BrokerInstance *b, const char *needle) {
-        char *log = broker_log(b);
+        /* The broker writes its log as it goes: a line about its start may
+         * land a moment after its socket is ready (an ASan build on a busy
+         * host once read an empty log). Up to 2 s for it to appear. */
+        char *log = NULL;
+        for (int i = 0; i < 200; i++) {
+                free(log);
+                log = broker_log(b);
+                if (!log || strstr(log, needle))
+                        break;
+                usleep(10000);
+        }
         ASSERT_CONTAINS(log, needle);
         free(log);
 }
