@@ -75,8 +75,11 @@ bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling);
  * between has such a child (no policy check sees it, and it stays
  * real-time for good). stat is the text of the thread's /proc stat file. */
 bool sched_stat_class_leaked(const char *stat);
-/* The same for thread tid of process tgid, from its /proc stat file: 1 or
- * 0, or a negative errno if it cannot be read (gone). */
+/* The same from the text of a thread's /proc sched file. */
+bool sched_sched_class_leaked(const char *text);
+/* The same for thread tid of process tgid, from its /proc sched file (its
+ * stat file where there is none): 1 or 0, or a negative errno if it cannot
+ * be read (gone). */
 int sched_thread_class_leaked(pid_t tgid, pid_t tid);
 /* Puts such a thread back in its policy's class: the kernel reconsiders
  * the class only when something changes, so the policy is changed (to

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "proc-util.h"
 #include "sched-util.h"
 #include "test.h"
 
@@ -57,6 +58,70 @@ TEST(a_line_cut_short_is_not_leaked) {
         ASSERT_FALSE(sched_stat_class_leaked(""));
         ASSERT_FALSE(sched_stat_class_leaked("4242 (spin) R 1 2 3"));
         ASSERT_FALSE(sched_stat_class_leaked("no parenthesis at all"));
+}
+
+/* A /proc sched file as the kernel writes it (the lines around the two
+ * read, shortened), with the thread's name on the first line. */
+static void sched_text(const char *comm, long prio, long policy, char *buf, size_t size) {
+        snprintf(buf, size,
+                 "%s (4242, #threads: 1)\n"
+                 "-------------------------------------------------------------------\n"
+                 "se.exec_start                                :      80506777.162808\n"
+                 "nr_switches                                  :                    1\n"
+                 "policy                                       :                    %ld\n"
+                 "prio                                         :                  %ld\n"
+                 "clock-delta                                  :                   50\n"
+                 "mm->numa_scan_seq                            :                    0\n",
+                 comm, policy, prio);
+}
+
+/* prio as the sched file shows it: 100 + 20 + nice for SCHED_OTHER, 99 -
+ * the real-time priority in the real-time class, -1 for SCHED_DEADLINE.
+ * A client names its threads: a name that looks like the file's lines
+ * (newlines and all, 15 bytes at most) must not change the answer. */
+static const struct {
+        const char *comm;
+        long prio, policy;
+        bool leaked;
+} sched_cases[] = {
+        { "spin", 120, SCHED_OTHER, false },
+        { "spin", 0, SCHED_FIFO, false },
+        { "spin", 0, SCHED_RR, false },
+        { "spin", -1, SCHED_DEADLINE, false },
+        { "spin", 0, SCHED_OTHER, true },
+        { "spin", 97, SCHED_BATCH, true },
+        { "spin", 139, SCHED_IDLE, false },
+        { "\nprio :0\npolicy:0", 120, SCHED_OTHER, false },
+        { "\nprio : 120\n", 1, SCHED_OTHER, true },
+        { "\npolicy : 1\n", 1, SCHED_OTHER, true },
+};
+
+TEST(the_sched_file_tells_a_leaked_class_as_stat_does_whatever_the_name) {
+        char buf[1024];
+
+        for (size_t i = 0; i < ELEMENTSOF(sched_cases); i++) {
+                sched_text(sched_cases[i].comm, sched_cases[i].prio, sched_cases[i].policy, buf, sizeof(buf));
+                if (sched_sched_class_leaked(buf) != sched_cases[i].leaked)
+                        TEST_FAIL_("case %zu (prio %ld, policy %ld): leaked should be %s", i, sched_cases[i].prio,
+                                   sched_cases[i].policy, sched_cases[i].leaked ? "true" : "false");
+        }
+        ASSERT_FALSE(sched_sched_class_leaked(""));
+        ASSERT_FALSE(sched_sched_class_leaked("spin (4242, #threads: 1)\nprio : 0\n"));
+        ASSERT_FALSE(sched_sched_class_leaked("spin (4242, #threads: 1)\npolicy : 0\nprio : x\n"));
+}
+
+TEST(our_own_thread_is_read_from_its_sched_file_and_not_leaked) {
+        pid_t tid = (pid_t) syscall(SYS_gettid);
+        char path[64], text[4096];
+
+        /* This kernel has the file (the dispatcher falls back to stat where
+         * one has not), and it names our policy and class. */
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/sched", (int) getpid(), (int) tid);
+        ASSERT_OK(read_small_file(path, text, sizeof(text)));
+        ASSERT_TRUE(strstr(text, "\npolicy "));
+        ASSERT_TRUE(strstr(text, "\nprio "));
+        ASSERT_EQ(sched_thread_class_leaked(getpid(), tid), 0);
+        ASSERT_EQ(sched_thread_class_leaked(getpid(), 0x7ffffff0), -ESRCH);
 }
 
 TEST(reclass_keeps_the_policy_nice_level_and_flag) {
