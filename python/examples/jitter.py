@@ -97,9 +97,15 @@ def measure(args, period_ns, reservation=None):
 
 def run_deadline(args, period_ns):
     # The kernel admits a deadline task only with every CPU of its root
-    # domain allowed; the hogs are on every CPU for that reason.
-    os.sched_setaffinity(0, args.all_cpus)
-    set_deadline(round(args.util * period_ns), period_ns)
+    # domain allowed: the loop's CPU alone where it is a domain of its own
+    # (pace's cpusets can make it one), else every CPU (the hogs are on
+    # every CPU for that case).
+    runtime = round(args.util * period_ns)
+    try:
+        set_deadline(runtime, period_ns)
+    except PermissionError:
+        os.sched_setaffinity(0, args.all_cpus)
+        set_deadline(runtime, period_ns)
     return measure(args, period_ns)
 
 
