@@ -87,6 +87,13 @@ bool sched_attr_owner_could_set(const PaceSchedAttr *a, uint32_t ceiling) {
         return a->sched_priority <= ceiling;
 }
 
+/* In the real-time class (the kernel's priority for the thread says so)
+ * under a policy that is not real-time; policy below 0: not read. */
+static bool class_leaked(bool realtime_class, long policy) {
+        return realtime_class && policy >= 0 && policy != SCHED_FIFO && policy != SCHED_RR &&
+               policy != SCHED_DEADLINE;
+}
+
 bool sched_stat_class_leaked(const char *stat) {
         /* "tid (comm) state ...": comm may hold spaces and parentheses.
          * Field 18 is the priority as the kernel runs the thread (below 0:
@@ -104,7 +111,7 @@ bool sched_stat_class_leaked(const char *stat) {
                 else if (field == 41)
                         policy = strtol(p + 1, NULL, 10);
         }
-        return priority < 0 && policy >= 0 && policy != SCHED_FIFO && policy != SCHED_RR && policy != SCHED_DEADLINE;
+        return class_leaked(priority < 0, policy);
 }
 
 /* The number after "key" and its colon on the last line of a /proc sched
@@ -138,7 +145,7 @@ bool sched_sched_class_leaked(const char *text) {
          * class (-1 for SCHED_DEADLINE). */
         if (sched_text_field(text, "prio", &prio) < 0 || sched_text_field(text, "policy", &policy) < 0)
                 return false;
-        return prio < 100 && policy >= 0 && policy != SCHED_FIFO && policy != SCHED_RR && policy != SCHED_DEADLINE;
+        return class_leaked(prio < 100, policy);
 }
 
 int sched_thread_class_leaked(pid_t tgid, pid_t tid) {
@@ -148,10 +155,10 @@ int sched_thread_class_leaked(pid_t tgid, pid_t tid) {
         /* The sched file, not stat: reading stat waits for the thread's
          * exec_update_lock, which a thread holds through the middle of an
          * execve(). A newcomer weighed down in its waiting group on a busy
-         * CPU was seen to hold it for 17 minutes (preempted mid-exec, and
+         * CPU was seen to hold it for 19 minutes (preempted mid-exec, and
          * starved there until it would be registered), and the main thread
          * that read its stat to register it waited all that time (the
-         * fifth soak of the eighth stop). The sched file takes no such
+         * eighth stop's 30-minute soak). The sched file takes no such
          * lock; stat only where a kernel has no sched file. */
         snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/sched", tgid, tid);
         r = read_small_file(path, text, sizeof(text));
