@@ -58,48 +58,20 @@ typedef struct Args {
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: admission-client [--live N] [--pairs N] [--period DUR] [--util-ppm PPM] "
                                     "[--cpu N] [--duration DUR] [--samples FILE]\n";
-        static const struct option options[] = {
-                { "live", required_argument, NULL, 'l' },
-                { "pairs", required_argument, NULL, 'n' },
-                { "period", required_argument, NULL, 'p' },
-                { "util-ppm", required_argument, NULL, 'u' },
-                { "cpu", required_argument, NULL, 'c' },
-                { "duration", required_argument, NULL, 'd' },
-                { "samples", required_argument, NULL, 's' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         Args a = {
                 .params = { .period_ns = 1200 * NSEC_PER_MSEC, .utilization_ppm = 800, .cpu = -1 },
                 .pairs = 1000,
                 .duration_ns = 10 * NSEC_PER_SEC,
         };
-        int c;
+        const BenchOption options[] = {
+                BENCH_OPT_UINT32("live", &a.live, 0, 1023),
+                BENCH_OPT_UINT32("pairs", &a.pairs, 1, UINT32_MAX),
+                BENCH_RESERVE_OPTIONS(&a.params),
+                BENCH_OPT_DURATION("duration", &a.duration_ns),
+                BENCH_OPT_STRING("samples", &a.samples_path),
+        };
 
-        while ((c = bench_getopt(argc, argv, "l:n:p:u:c:d:s:h", options, usage)) >= 0)
-                switch (c) {
-                case 'l':
-                        a.live = bench_arg_uint32("--live", optarg, 0, 1023);
-                        break;
-                case 'n':
-                        a.pairs = bench_arg_uint32("--pairs", optarg, 1, UINT32_MAX);
-                        break;
-                case 'p':
-                        a.params.period_ns = bench_arg_duration("--period", optarg);
-                        break;
-                case 'u':
-                        a.params.utilization_ppm = bench_arg_uint32("--util-ppm", optarg, 0, UINT32_MAX);
-                        break;
-                case 'c':
-                        a.params.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 'd':
-                        a.duration_ns = bench_arg_duration("--duration", optarg);
-                        break;
-                case 's':
-                        a.samples_path = optarg;
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
         *ret = a;
 }
 

@@ -90,32 +90,25 @@ static int parse_frames(const char *s, Args *a) {
         return a->n_frames > 0 ? 0 : -EINVAL;
 }
 
+static void read_frames(const char *option, const char *value, void *userdata) {
+        if (parse_frames(value, userdata) < 0)
+                bench_arg_refuse(option, value, "up to %d frame lengths in ms from 20 to 60000, such as 100,1200",
+                                 MAX_FRAMES);
+}
+
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: admission-plan [--reps N] [--frames MS,MS,...]\n";
-        static const struct option options[] = {
-                { "reps", required_argument, NULL, 'r' },
-                { "frames", required_argument, NULL, 'f' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         Args a = {
                 .reps = 50,
                 .frames_ms = { 100, 1200, 6000, 12000, 60000 },
                 .n_frames = 5,
         };
-        int c;
+        const BenchOption options[] = {
+                BENCH_OPT_UINT32("reps", &a.reps, 1, 100000),
+                BENCH_OPT_CUSTOM("frames", read_frames, &a),
+        };
 
-        while ((c = bench_getopt(argc, argv, "r:f:h", options, usage)) >= 0)
-                switch (c) {
-                case 'r':
-                        a.reps = bench_arg_uint32("--reps", optarg, 1, 100000);
-                        break;
-                case 'f':
-                        if (parse_frames(optarg, &a) < 0)
-                                bench_arg_refuse("--frames", optarg, "up to %d frame lengths in ms from 20 to 60000, "
-                                                 "such as 100,1200", MAX_FRAMES);
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
         *ret = a;
 }
 

@@ -94,6 +94,62 @@ unsigned bench_arg_choice(const char *option, const char *value, const char *con
         bench_arg_refuse(option, value, "%s", list);
 }
 
+/* Above any character, so that no option's val is taken for -h. */
+#define BENCH_OPTION_VAL_BASE 256
+#define BENCH_MAX_OPTIONS 32
+
+static void bench_read_option(const BenchOption *o, const char *value) {
+        char option[64];
+
+        snprintf(option, sizeof(option), "--%s", o->name);
+        switch (o->kind) {
+        case BENCH_ARG_DURATION:
+                *o->u64 = bench_arg_duration(option, value);
+                break;
+        case BENCH_ARG_UTILIZATION:
+                *o->u32 = bench_arg_utilization(option, value);
+                break;
+        case BENCH_ARG_UINT32:
+                *o->u32 = bench_arg_uint32(option, value, o->min, o->max);
+                break;
+        case BENCH_ARG_CPU:
+                *o->cpu = bench_arg_cpu(option, value);
+                break;
+        case BENCH_ARG_CHOICE:
+                *o->choice = bench_arg_choice(option, value, o->choices);
+                break;
+        case BENCH_ARG_STRING:
+                *o->string = value;
+                break;
+        case BENCH_ARG_FLAG:
+                *o->flag = true;
+                break;
+        case BENCH_ARG_CUSTOM:
+                o->parse(option, value, o->userdata);
+                break;
+        }
+}
+
+void bench_parse_argv(int argc, char **argv, const char *usage, const BenchOption *options, size_t n_options) {
+        struct option longopts[BENCH_MAX_OPTIONS + 2] = {};
+        int c;
+
+        /* A programming error, not a user's: the table is the program's own. */
+        if (n_options > BENCH_MAX_OPTIONS)
+                abort();
+        for (size_t i = 0; i < n_options; i++)
+                longopts[i] = (struct option) {
+                        .name = options[i].name,
+                        .has_arg = options[i].kind == BENCH_ARG_FLAG ? no_argument : required_argument,
+                        .val = BENCH_OPTION_VAL_BASE + (int) i,
+                };
+        longopts[n_options] = (struct option) { .name = "help", .has_arg = no_argument, .val = 'h' };
+
+        while ((c = bench_getopt(argc, argv, "h", longopts, usage)) >= 0)
+                if (c >= BENCH_OPTION_VAL_BASE && c < BENCH_OPTION_VAL_BASE + (int) n_options)
+                        bench_read_option(&options[c - BENCH_OPTION_VAL_BASE], optarg);
+}
+
 pid_t bench_fork_pipe(bool child_writes, int *ret_fd) {
         int fds[2];
 

@@ -32,47 +32,28 @@ static void burn_cpu(uint64_t ns) {
 }
 
 typedef struct Args {
-        uint64_t fps, work_ns, duration_ns;
+        uint32_t fps;
+        uint64_t work_ns, duration_ns;
         const char *csv_path, *label;
 } Args;
 
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: frame-player [--fps N] [--work DURATION] [--duration DURATION] [--csv FILE] [--label NAME]\n";
-        static const struct option options[] = {
-                { "fps", required_argument, NULL, 'f' },
-                { "work", required_argument, NULL, 'w' },
-                { "duration", required_argument, NULL, 'd' },
-                { "csv", required_argument, NULL, 'c' },
-                { "label", required_argument, NULL, 'l' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         Args a = {
                 .fps = 10,
                 .work_ns = 25 * NSEC_PER_MSEC,
                 .duration_ns = 10 * NSEC_PER_SEC,
                 .label = "frame-player",
         };
-        int c;
+        const BenchOption options[] = {
+                BENCH_OPT_UINT32("fps", &a.fps, 1, 10000),
+                BENCH_OPT_DURATION("work", &a.work_ns),
+                BENCH_OPT_DURATION("duration", &a.duration_ns),
+                BENCH_OPT_STRING("csv", &a.csv_path),
+                BENCH_OPT_STRING("label", &a.label),
+        };
 
-        while ((c = bench_getopt(argc, argv, "f:w:d:c:l:h", options, usage)) >= 0)
-                switch (c) {
-                case 'f':
-                        a.fps = bench_arg_uint32("--fps", optarg, 1, 10000);
-                        break;
-                case 'w':
-                        a.work_ns = bench_arg_duration("--work", optarg);
-                        break;
-                case 'd':
-                        a.duration_ns = bench_arg_duration("--duration", optarg);
-                        break;
-                case 'c':
-                        a.csv_path = optarg;
-                        break;
-                case 'l':
-                        a.label = optarg;
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
         *ret = a;
 }
 

@@ -48,6 +48,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -326,30 +327,19 @@ typedef struct Args {
         const char *root, *label, *out_path;
 } Args;
 
+static void read_counts(const char *option, const char *value, void *userdata) {
+        Args *a = userdata;
+
+        if (parse_counts(value, a->counts, &a->n_counts) < 0)
+                bench_arg_refuse(option, value, "up to %d thread counts from 1 to %d, such as 1,8,64", MAX_COUNTS,
+                                 MAX_THREADS);
+}
+
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: freeze-probe --backend v1|v2 [--root DIR] [--threads 1,8,64] [--iterations N]\n"
                                     "                    [--wait read|poll] [--anchor] [--cpu N] [--ctl-cpu N] [--priority P]\n"
                                     "                    [--spin-priority P]\n"
                                     "                    [--running D] [--frozen D] [--label L] [--out FILE] [--limit D]\n";
-        static const struct option options[] = {
-                { "backend", required_argument, NULL, 'b' },
-                { "root", required_argument, NULL, 'R' },
-                { "threads", required_argument, NULL, 'n' },
-                { "iterations", required_argument, NULL, 'i' },
-                { "wait", required_argument, NULL, 'w' },
-                { "anchor", no_argument, NULL, 'A' },
-                { "cpu", required_argument, NULL, 'c' },
-                { "ctl-cpu", required_argument, NULL, 'C' },
-                { "priority", required_argument, NULL, 'P' },
-                { "spin-priority", required_argument, NULL, 'S' },
-                { "running", required_argument, NULL, 'r' },
-                { "frozen", required_argument, NULL, 'f' },
-                { "label", required_argument, NULL, 'l' },
-                { "out", required_argument, NULL, 'o' },
-                { "limit", required_argument, NULL, 'L' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         static const char *const backends[] = { "v1", "v2", NULL };
         static const char *const waits[] = { "read", "poll", NULL };
         Args a = {
@@ -364,62 +354,30 @@ static void parse_argv(int argc, char **argv, Args *ret) {
                 .frozen_ns = 7 * NSEC_PER_MSEC,
                 .limit_ns = 60 * NSEC_PER_SEC,
         };
-        bool have_backend = false;
-        int c;
+        unsigned backend = UINT_MAX, wait_mode = 0; /* backend: none given */
+        const BenchOption options[] = {
+                BENCH_OPT_CHOICE("backend", &backend, backends),
+                BENCH_OPT_STRING("root", &a.root),
+                BENCH_OPT_CUSTOM("threads", read_counts, &a),
+                BENCH_OPT_UINT32("iterations", &a.iterations, 1, 1000000),
+                BENCH_OPT_CHOICE("wait", &wait_mode, waits),
+                BENCH_OPT_FLAG("anchor", &a.anchor),
+                BENCH_OPT_CPU("cpu", &a.cpu),
+                BENCH_OPT_CPU("ctl-cpu", &a.ctl_cpu),
+                BENCH_OPT_UINT32("priority", &a.priority, 1, 98),
+                BENCH_OPT_UINT32("spin-priority", &a.spin_priority, 0, 49),
+                BENCH_OPT_DURATION("running", &a.running_ns),
+                BENCH_OPT_DURATION("frozen", &a.frozen_ns),
+                BENCH_OPT_STRING("label", &a.label),
+                BENCH_OPT_STRING("out", &a.out_path),
+                BENCH_OPT_DURATION("limit", &a.limit_ns),
+        };
 
-        while ((c = bench_getopt(argc, argv, "b:R:n:i:w:Ac:C:P:S:r:f:l:o:L:h", options, usage)) >= 0)
-                switch (c) {
-                case 'b':
-                        a.v2 = bench_arg_choice("--backend", optarg, backends) == 1;
-                        have_backend = true;
-                        break;
-                case 'R':
-                        a.root = optarg;
-                        break;
-                case 'n':
-                        if (parse_counts(optarg, a.counts, &a.n_counts) < 0)
-                                bench_arg_refuse("--threads", optarg, "up to %d thread counts from 1 to %d, such as 1,8,64",
-                                                 MAX_COUNTS, MAX_THREADS);
-                        break;
-                case 'i':
-                        a.iterations = bench_arg_uint32("--iterations", optarg, 1, 1000000);
-                        break;
-                case 'w':
-                        a.use_poll = bench_arg_choice("--wait", optarg, waits) == 1;
-                        break;
-                case 'A':
-                        a.anchor = true;
-                        break;
-                case 'c':
-                        a.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 'C':
-                        a.ctl_cpu = bench_arg_cpu("--ctl-cpu", optarg);
-                        break;
-                case 'P':
-                        a.priority = bench_arg_uint32("--priority", optarg, 1, 98);
-                        break;
-                case 'S':
-                        a.spin_priority = bench_arg_uint32("--spin-priority", optarg, 0, 49);
-                        break;
-                case 'r':
-                        a.running_ns = bench_arg_duration("--running", optarg);
-                        break;
-                case 'f':
-                        a.frozen_ns = bench_arg_duration("--frozen", optarg);
-                        break;
-                case 'L':
-                        a.limit_ns = bench_arg_duration("--limit", optarg);
-                        break;
-                case 'l':
-                        a.label = optarg;
-                        break;
-                case 'o':
-                        a.out_path = optarg;
-                        break;
-                }
-        if (!have_backend)
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
+        if (backend == UINT_MAX)
                 bench_usage_error("--backend v1 or v2 is required");
+        a.v2 = backend == 1;
+        a.use_poll = wait_mode == 1;
         if (a.use_poll && !a.v2)
                 bench_usage_error("--wait poll needs the unified hierarchy (v1's freezer.state has no notification)");
         if (!a.label)

@@ -41,23 +41,8 @@
 #include "bench-util.h"
 #include "macro.h"
 #include "parse-util.h"
+#include "sched-attr.h"
 
-#ifndef SCHED_DEADLINE
-#define SCHED_DEADLINE 6
-#endif
-
-/* The kernel's struct sched_attr, under a name of our own (glibc 2.36 has
- * no sched_setattr). */
-typedef struct HgSchedAttr {
-        uint32_t size;
-        uint32_t sched_policy;
-        uint64_t sched_flags;
-        int32_t sched_nice;
-        uint32_t sched_priority;
-        uint64_t sched_runtime;
-        uint64_t sched_deadline;
-        uint64_t sched_period;
-} HgSchedAttr;
 
 typedef struct Run {
         uint64_t start, end;
@@ -144,23 +129,17 @@ typedef struct Args {
         const char *label, *runs_path;
 } Args;
 
+static void read_deadline(const char *option, const char *value, void *userdata) {
+        Args *a = userdata;
+
+        if (parse_deadline(value, &a->dl_runtime, &a->dl_period) < 0)
+                bench_arg_refuse(option, value, "RUNTIME/PERIOD, e.g. 30ms/50ms");
+}
+
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: hourglass [--cpu N] [--duration D] [--warmup D] [--window D] [--gap D]\n"
                                     "                 [--fifo PRIO | --deadline RUNTIME/PERIOD] [--label NAME]\n"
                                     "                 [--runs FILE]\n";
-        static const struct option options[] = {
-                { "cpu", required_argument, NULL, 'c' },
-                { "duration", required_argument, NULL, 'd' },
-                { "warmup", required_argument, NULL, 'w' },
-                { "window", required_argument, NULL, 'W' },
-                { "gap", required_argument, NULL, 'g' },
-                { "fifo", required_argument, NULL, 'f' },
-                { "deadline", required_argument, NULL, 'D' },
-                { "label", required_argument, NULL, 'l' },
-                { "runs", required_argument, NULL, 'r' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         Args a = {
                 .duration_ns = 4 * NSEC_PER_SEC,
                 .warmup_ns = NSEC_PER_SEC,
@@ -168,39 +147,19 @@ static void parse_argv(int argc, char **argv, Args *ret) {
                 .cpu = -1,
                 .label = "hourglass",
         };
-        int c;
+        const BenchOption options[] = {
+                BENCH_OPT_CPU("cpu", &a.cpu),
+                BENCH_OPT_DURATION("duration", &a.duration_ns),
+                BENCH_OPT_DURATION("warmup", &a.warmup_ns),
+                BENCH_OPT_DURATION("window", &a.window_ns),
+                BENCH_OPT_DURATION("gap", &a.gap_ns),
+                BENCH_OPT_UINT32("fifo", &a.fifo, 1, 97),
+                BENCH_OPT_CUSTOM("deadline", read_deadline, &a),
+                BENCH_OPT_STRING("label", &a.label),
+                BENCH_OPT_STRING("runs", &a.runs_path),
+        };
 
-        while ((c = bench_getopt(argc, argv, "c:d:w:W:g:f:D:l:r:h", options, usage)) >= 0)
-                switch (c) {
-                case 'c':
-                        a.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 'd':
-                        a.duration_ns = bench_arg_duration("--duration", optarg);
-                        break;
-                case 'w':
-                        a.warmup_ns = bench_arg_duration("--warmup", optarg);
-                        break;
-                case 'W':
-                        a.window_ns = bench_arg_duration("--window", optarg);
-                        break;
-                case 'g':
-                        a.gap_ns = bench_arg_duration("--gap", optarg);
-                        break;
-                case 'f':
-                        a.fifo = bench_arg_uint32("--fifo", optarg, 1, 97);
-                        break;
-                case 'D':
-                        if (parse_deadline(optarg, &a.dl_runtime, &a.dl_period) < 0)
-                                bench_arg_refuse("--deadline", optarg, "RUNTIME/PERIOD, e.g. 30ms/50ms");
-                        break;
-                case 'l':
-                        a.label = optarg;
-                        break;
-                case 'r':
-                        a.runs_path = optarg;
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
         *ret = a;
 }
 
@@ -223,7 +182,7 @@ static int set_scheduling(const Args *a) {
                 }
         }
         if (a->dl_period > 0) {
-                HgSchedAttr attr = {
+                PaceSchedAttr attr = {
                         .size = sizeof(attr),
                         .sched_policy = SCHED_DEADLINE,
                         .sched_runtime = a->dl_runtime,

@@ -181,19 +181,6 @@ static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: latency-probe --cpu N [--period D] [--util U] [--threads K]\n"
                                     "                     [--duration D] [--warmup D] [--out FILE] [--table PATH]\n"
                                     "                     [--freeze-out FILE]\n";
-        static const struct option options[] = {
-                { "cpu", required_argument, NULL, 'c' },
-                { "period", required_argument, NULL, 'p' },
-                { "util", required_argument, NULL, 'u' },
-                { "threads", required_argument, NULL, 't' },
-                { "duration", required_argument, NULL, 'd' },
-                { "warmup", required_argument, NULL, 'w' },
-                { "out", required_argument, NULL, 'o' },
-                { "table", required_argument, NULL, 'T' },
-                { "freeze-out", required_argument, NULL, 'F' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         Args a = {
                 .cpu = -1,
                 .period_ns = 2 * NSEC_PER_MSEC,
@@ -202,41 +189,25 @@ static void parse_argv(int argc, char **argv, Args *ret) {
                 .util_ppm = 500000,
                 .threads = 1,
         };
-        int c;
+        const char *table = NULL;
+        const BenchOption options[] = {
+                BENCH_OPT_CPU("cpu", &a.cpu),
+                BENCH_OPT_DURATION("period", &a.period_ns),
+                BENCH_OPT_UTILIZATION("util", &a.util_ppm),
+                BENCH_OPT_UINT32("threads", &a.threads, 1, 1024),
+                BENCH_OPT_DURATION("duration", &a.duration_ns),
+                BENCH_OPT_DURATION("warmup", &a.warmup_ns),
+                BENCH_OPT_STRING("out", &a.out_path),
+                BENCH_OPT_STRING("table", &table),
+                BENCH_OPT_STRING("freeze-out", &a.freeze_path),
+        };
 
-        while ((c = bench_getopt(argc, argv, "c:p:u:t:d:w:o:T:F:h", options, usage)) >= 0)
-                switch (c) {
-                case 'c':
-                        a.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 'p':
-                        a.period_ns = bench_arg_duration("--period", optarg);
-                        break;
-                case 'd':
-                        a.duration_ns = bench_arg_duration("--duration", optarg);
-                        break;
-                case 'w':
-                        a.warmup_ns = bench_arg_duration("--warmup", optarg);
-                        break;
-                case 'u':
-                        a.util_ppm = bench_arg_utilization("--util", optarg);
-                        break;
-                case 't':
-                        a.threads = bench_arg_uint32("--threads", optarg, 1, 1024);
-                        break;
-                case 'o':
-                        a.out_path = optarg;
-                        break;
-                case 'T':
-                        snprintf(a.table_path, sizeof(a.table_path), "%s", optarg);
-                        break;
-                case 'F':
-                        a.freeze_path = optarg;
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
         if (a.cpu < 0)
                 bench_usage_error("--cpu is required");
-        if (!a.table_path[0])
+        if (table && table[0])
+                snprintf(a.table_path, sizeof(a.table_path), "%s", table);
+        else
                 table_path_from_env(a.table_path, sizeof(a.table_path));
         *ret = a;
 }

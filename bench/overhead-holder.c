@@ -138,18 +138,6 @@ typedef struct Args {
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: overhead-holder --count N --period DUR --util-ppm PPM [--cpu N] [--threads N] "
                                     "[--spin] [--hold DUR] [--scope process|tree]\n";
-        static const struct option options[] = {
-                { "count", required_argument, NULL, 'n' },
-                { "period", required_argument, NULL, 'p' },
-                { "util-ppm", required_argument, NULL, 'u' },
-                { "cpu", required_argument, NULL, 'c' },
-                { "threads", required_argument, NULL, 't' },
-                { "spin", no_argument, NULL, 's' },
-                { "hold", required_argument, NULL, 'H' },
-                { "scope", required_argument, NULL, 'S' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         static const char *const scopes[] = { "process", "tree", NULL };
         Args a = {
                 .params = { .period_ns = 10 * NSEC_PER_MSEC, .utilization_ppm = 10000, .cpu = -1 },
@@ -157,36 +145,18 @@ static void parse_argv(int argc, char **argv, Args *ret) {
                 .threads = 1,
                 .hold_ns = 60 * NSEC_PER_SEC,
         };
-        int c;
+        unsigned scope = 0;
+        const BenchOption options[] = {
+                BENCH_OPT_UINT32("count", &a.count, 1, 1024),
+                BENCH_RESERVE_OPTIONS(&a.params),
+                BENCH_OPT_UINT32("threads", &a.threads, 1, 1024),
+                BENCH_OPT_FLAG("spin", &a.spin),
+                BENCH_OPT_DURATION("hold", &a.hold_ns),
+                BENCH_OPT_CHOICE("scope", &scope, scopes),
+        };
 
-        while ((c = bench_getopt(argc, argv, "n:p:u:c:t:sH:S:h", options, usage)) >= 0)
-                switch (c) {
-                case 'n':
-                        a.count = bench_arg_uint32("--count", optarg, 1, 1024);
-                        break;
-                case 'p':
-                        a.params.period_ns = bench_arg_duration("--period", optarg);
-                        break;
-                case 'u':
-                        a.params.utilization_ppm = bench_arg_uint32("--util-ppm", optarg, 0, UINT32_MAX);
-                        break;
-                case 'c':
-                        a.params.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 't':
-                        a.threads = bench_arg_uint32("--threads", optarg, 1, 1024);
-                        break;
-                case 's':
-                        a.spin = true;
-                        break;
-                case 'H':
-                        a.hold_ns = bench_arg_duration("--hold", optarg);
-                        break;
-                case 'S':
-                        a.params.scope = bench_arg_choice("--scope", optarg, scopes) == 0 ? PACE_SCOPE_PROCESS
-                                                                                           : PACE_SCOPE_TREE;
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
+        a.params.scope = scope == 0 ? PACE_SCOPE_PROCESS : PACE_SCOPE_TREE;
         *ret = a;
 }
 

@@ -91,37 +91,20 @@ typedef struct Args {
 
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: switch-floor [--cpu N] [--interval D] [--duration D] [--threads N]\n";
-        static const struct option options[] = {
-                { "cpu", required_argument, NULL, 'c' },
-                { "interval", required_argument, NULL, 'i' },
-                { "duration", required_argument, NULL, 'd' },
-                { "threads", required_argument, NULL, 't' },
-                { "help", no_argument, NULL, 'h' },
-                {}
-        };
         Args a = {
                 .cpu = 1,
                 .threads = 1,
                 .interval_ns = 1333 * NSEC_PER_USEC,
                 .duration_ns = 3 * NSEC_PER_SEC,
         };
-        int c;
+        const BenchOption options[] = {
+                BENCH_OPT_CPU("cpu", &a.cpu),
+                BENCH_OPT_DURATION("interval", &a.interval_ns),
+                BENCH_OPT_DURATION("duration", &a.duration_ns),
+                BENCH_OPT_UINT32("threads", &a.threads, 1, MAX_THREADS),
+        };
 
-        while ((c = bench_getopt(argc, argv, "c:i:d:t:h", options, usage)) >= 0)
-                switch (c) {
-                case 'c':
-                        a.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 'i':
-                        a.interval_ns = bench_arg_duration("--interval", optarg);
-                        break;
-                case 'd':
-                        a.duration_ns = bench_arg_duration("--duration", optarg);
-                        break;
-                case 't':
-                        a.threads = bench_arg_uint32("--threads", optarg, 1, MAX_THREADS);
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
         *ret = a;
 }
 

@@ -146,19 +146,6 @@ typedef struct Args {
 static void parse_argv(int argc, char **argv, Args *ret) {
         static const char usage[] = "Usage: threads-client [--period DUR] [--util-ppm PPM] [--cpu N] [--threads N] "
                                     "[--create-cpu N] [--churn LIVE] [--life DUR] [--stack-kib K] [--hold DUR]\n";
-        static const struct option options[] = {
-                { "period", required_argument, NULL, 'p' },
-                { "util-ppm", required_argument, NULL, 'u' },
-                { "cpu", required_argument, NULL, 'c' },
-                { "threads", required_argument, NULL, 't' },
-                { "create-cpu", required_argument, NULL, 'C' },
-                { "churn", required_argument, NULL, 'n' },
-                { "life", required_argument, NULL, 'l' },
-                { "stack-kib", required_argument, NULL, 's' },
-                { "hold", required_argument, NULL, 'H' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
         Args a = {
                 .params = { .period_ns = 20 * NSEC_PER_MSEC, .utilization_ppm = 100000, .cpu = 1 },
                 .threads = 32,
@@ -167,38 +154,17 @@ static void parse_argv(int argc, char **argv, Args *ret) {
                 .life_ns = NSEC_PER_MSEC,
                 .hold_ns = 60 * NSEC_PER_SEC,
         };
-        int c;
+        const BenchOption options[] = {
+                BENCH_RESERVE_OPTIONS(&a.params),
+                BENCH_OPT_UINT32("threads", &a.threads, 2, 1000000),
+                BENCH_OPT_CPU("create-cpu", &a.create_cpu),
+                BENCH_OPT_UINT32("churn", &a.churn, 0, 1000),
+                BENCH_OPT_DURATION("life", &a.life_ns),
+                BENCH_OPT_UINT32("stack-kib", &a.stack_kib, 16, 8192),
+                BENCH_OPT_DURATION("hold", &a.hold_ns),
+        };
 
-        while ((c = bench_getopt(argc, argv, "p:u:c:t:C:n:l:s:H:h", options, usage)) >= 0)
-                switch (c) {
-                case 'p':
-                        a.params.period_ns = bench_arg_duration("--period", optarg);
-                        break;
-                case 'u':
-                        a.params.utilization_ppm = bench_arg_uint32("--util-ppm", optarg, 0, UINT32_MAX);
-                        break;
-                case 'c':
-                        a.params.cpu = bench_arg_cpu("--cpu", optarg);
-                        break;
-                case 't':
-                        a.threads = bench_arg_uint32("--threads", optarg, 2, 1000000);
-                        break;
-                case 'C':
-                        a.create_cpu = bench_arg_cpu("--create-cpu", optarg);
-                        break;
-                case 'n':
-                        a.churn = bench_arg_uint32("--churn", optarg, 0, 1000);
-                        break;
-                case 'l':
-                        a.life_ns = bench_arg_duration("--life", optarg);
-                        break;
-                case 's':
-                        a.stack_kib = bench_arg_uint32("--stack-kib", optarg, 16, 8192);
-                        break;
-                case 'H':
-                        a.hold_ns = bench_arg_duration("--hold", optarg);
-                        break;
-                }
+        bench_parse_argv(argc, argv, usage, options, ELEMENTSOF(options));
         *ret = a;
 }
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "parse-util.h"
+#include "spin-util.h"
 
 static atomic_bool orphaned;
 static uint32_t linger_ms;
@@ -143,18 +144,9 @@ int main(int argc, char **argv) {
                    parse_uint32(args[1], &b) == 0 && a > 0 && a <= 10000000 && b < a)
                 return periodic(a, b);
         else if (strcmp(mode, "threads") == 0 && rest == 1 && parse_uint32(args[0], &a) == 0 && a > 0 && a <= 1024) {
-                pthread_attr_t attr;
-                pthread_attr_init(&attr);
-                pthread_attr_setstacksize(&attr, 64 * 1024);
                 /* The main thread is one of the N. */
-                for (uint32_t k = 1; k < a; k++) {
-                        pthread_t t;
-                        int r = pthread_create(&t, &attr, spin, NULL);
-                        if (r != 0) {
-                                fprintf(stderr, "soak-client: thread %u of %u: %s\n", k + 1, a, strerror(r));
-                                return 1;
-                        }
-                }
+                if (spin_util_start_threads("soak-client", 1, a, spin) < 0)
+                        return 1;
                 spin(NULL);
         }
         return usage();

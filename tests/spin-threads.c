@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "parse-util.h"
+#include "spin-util.h"
 
 /* All start together once all exist: spinners born one by one would starve
  * the thread creating the rest (under a reservation, outside its runs, the
@@ -36,25 +37,15 @@ static void *spin(void *arg) {
 
 int main(int argc, char **argv) {
         uint32_t n, seconds = 60;
-        pthread_attr_t attr;
 
         if (argc < 2 || argc > 3 || parse_uint32(argv[1], &n) < 0 || n == 0 || n > 100000 ||
             (argc == 3 && (parse_uint32(argv[2], &seconds) < 0 || seconds == 0 || seconds > 3600))) {
                 fprintf(stderr, "usage: spin-threads N (1..100000) [SECONDS (1..3600, default 60)]\n");
                 return 2;
         }
-        /* Small stacks: a thousand threads need not cost 8 GiB of address space. */
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, 64 * 1024);
         pthread_barrier_init(&all_born, NULL, n + 1);
-        for (uint32_t i = 0; i < n; i++) {
-                pthread_t t;
-                int r = pthread_create(&t, &attr, spin, NULL);
-                if (r != 0) {
-                        fprintf(stderr, "spin-threads: thread %u of %u: %s\n", i + 1, n, strerror(r));
-                        return 1;
-                }
-        }
+        if (spin_util_start_threads("spin-threads", 0, n, spin) < 0)
+                return 1;
         pthread_barrier_wait(&all_born);
         printf("spinning %u\n", n);
         fflush(stdout);
