@@ -112,7 +112,7 @@ static size_t take_reservations(Broker *b, const PaceTableBuffer *old, const boo
                         safe_close(nr->pidfd);
                         continue;
                 }
-                b->n_reservations++;
+                add_reservation(b);
                 kept++;
         }
         return kept;

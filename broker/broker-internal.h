@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "broker.h"
+#include "id-index.h"
 #include "log-sink.h"
 #include "macro.h"
 #include "pace-stats.h"
@@ -19,6 +20,12 @@
 #include "rate-limit.h"
 
 typedef struct Reservation {
+        /* Its entries in the plan are plan_find(b->plan, id), an indexed
+         * lookup. The id and not a pointer: a change is admitted in a copy
+         * of the plan that then replaces it (replan()), a reload builds a
+         * new plan, and a removal moves entries, so only the id stays
+         * valid. And what the plan holds (pid, scope, CPU, grant) is not
+         * copied here, so the two cannot disagree. */
         uint64_t id;
         uid_t owner_uid; /* who asked: may release it */
         int pidfd;       /* the process it covers; readable once that exits */
@@ -64,6 +71,9 @@ struct Broker {
         ino_t stats_ino;
         size_t n_reservations;
         Reservation reservations[PACE_MAX_RESERVATIONS];
+        /* find_reservation()'s way into reservations[]: kept by
+         * add_reservation() and drop_reservation(). */
+        IdIndex reservation_by_id;
         /* Peers of this uid (the broker's own) and root may ask on behalf
          * of another process: pace-rtkit runs as it. */
         uid_t delegate_uid;
@@ -84,7 +94,14 @@ void broker_stats_refresh(Broker *b);
  * admission on its CPU where that is more than switch_cost_us (said in the
  * log when the charge changes). Before every admission. */
 void broker_charge_measured_costs(Broker *b);
+/* The reservation of id, or NULL: by its index, for a Broker one may
+ * change or a const one. */
 Reservation *find_reservation(Broker *b, uint64_t id);
+const Reservation *lookup_reservation(const Broker *b, uint64_t id);
+/* Makes the one written at reservations[n_reservations] the broker's. It is
+ * written in place so that its watch can be set up before, and given up if
+ * that fails. */
+void add_reservation(Broker *b);
 /* Frees its slots and its pidfd, and publishes. */
 void drop_reservation(Broker *b, Reservation *res);
 void drop_nice(Broker *b, size_t i);

@@ -112,11 +112,20 @@ uint64_t broker_generation(const Broker *b) {
         return b->table ? table_writer_generation(b->table) : 0;
 }
 
+const Reservation *lookup_reservation(const Broker *b, uint64_t id) {
+        uint32_t i;
+
+        return id_index_find(&b->reservation_by_id, id, &i) == 0 ? &b->reservations[i] : NULL;
+}
+
 Reservation *find_reservation(Broker *b, uint64_t id) {
-        for (size_t i = 0; i < b->n_reservations; i++)
-                if (b->reservations[i].id == id)
-                        return &b->reservations[i];
-        return NULL;
+        /* As strchr() does: the caller's own Broker, so its own element. */
+        return (Reservation *) lookup_reservation(b, id);
+}
+
+void add_reservation(Broker *b) {
+        id_index_add(&b->reservation_by_id, b->reservations[b->n_reservations].id, (uint32_t) b->n_reservations);
+        b->n_reservations++;
 }
 
 void drop_reservation(Broker *b, Reservation *res) {
@@ -127,6 +136,9 @@ void drop_reservation(Broker *b, Reservation *res) {
                 b->hooks.unwatch(b->hooks.userdata, res->watch);
         safe_close(res->pidfd);
         b->reservations[i] = b->reservations[--b->n_reservations];
+        /* The last one took its place (id-index.h: rebuilt, not patched). */
+        id_index_rebuild(&b->reservation_by_id, b->reservations, b->n_reservations, sizeof(Reservation),
+                         offsetof(Reservation, id));
         broker_publish(b);
 }
 

@@ -13,13 +13,35 @@
 #include "parse-util.h"
 #include "proc-util.h"
 
-/* Opens the target and checks it is one the peer may reserve: 0 with the
- * pidfd, a refusal (> 0, in *ret_refusal) or a negative errno. */
-static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req, pid_t *ret_pid,
-                          ProcInfo *ret_info, int *ret_pidfd, uint32_t *ret_threads, uint64_t *ret_allowed_cpus,
-                          Refusal *ret_refusal) {
+/* What a reserve request covers, once the peer may reserve it: what its
+ * PlanRequest and its Reservation are made of. One struct because they all
+ * come out of the one check, valid together or not at all. Owns pidfd,
+ * which held the process through that check, so that none of it can be
+ * about a process that reused the pid. */
+typedef struct ResolvedTarget {
+        pid_t pid;
+        ProcInfo info;
+        int pidfd;
+        uint32_t scope; /* PACE_TABLE_SCOPE_* */
+        pid_t tid;      /* the thread scope's thread, else 0 */
+        uint32_t threads; /* at the grant: Reservation.threads */
+        uint64_t allowed_cpus; /* from the kernel (read_allowed_cpus()) */
+} ResolvedTarget;
+
+static void resolved_target_done(ResolvedTarget *t) {
+        if (!t)
+                return;
+        t->pidfd = safe_close(t->pidfd);
+}
+
+/* Opens the target and checks it is one the peer may reserve: 0 with
+ * *ret_target, a refusal (> 0, in *ret_refusal) or a negative errno. */
+static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__ReserveRequest *req,
+                          ResolvedTarget *ret_target, Refusal *ret_refusal) {
         _cleanup_close_ int pidfd = -EBADF;
         pid_t pid = req->has_pid ? req->pid : peer->pid;
+        ProcInfo info;
+        uint64_t allowed_cpus;
         int r;
 
         if (req->has_pid && req->pid <= 0)
@@ -42,7 +64,7 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                 return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
                               "a thread id (tid %" PRIi32 ") belongs only with the thread scope", req->tid);
 
-        r = open_target(b, peer, pid, !req->has_pid && peer->pidfd >= 0, 0, &reserve_words, &pidfd, ret_info,
+        r = open_target(b, peer, pid, !req->has_pid && peer->pidfd >= 0, 0, &reserve_words, &pidfd, &info,
                         NULL, ret_refusal);
         if (r != 0)
                 return r;
@@ -50,7 +72,7 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
          * file per thread, and any pid may be named (issue 26: another
          * user's status request waited 8.5 s behind tree requests for
          * 20,000-thread strangers). */
-        r = target_permitted(b, peer, pid, ret_info, &reserve_words, ret_refusal);
+        r = target_permitted(b, peer, pid, &info, &reserve_words, ret_refusal);
         if (r != 0)
                 return r;
         uint32_t threads = 1;
@@ -72,7 +94,6 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                               "switch", (int32_t) pid, scope == PACE_TABLE_SCOPE_TREE ? "at least " : "", threads,
                               scope == PACE_TABLE_SCOPE_TREE ? " with its descendants" : "",
                               b->config.max_threads_per_reservation);
-        *ret_threads = threads;
         r = target_limits_kept(b, pid, scope, req->tid, ret_refusal);
         if (r != 0)
                 return r;
@@ -94,11 +115,18 @@ static int resolve_target(Broker *b, const BrokerPeer *peer, const Pace__Reserve
                                       "; release it first (one reservation per process)",
                                       (int32_t) pid, e->id);
         }
-        r = read_allowed_cpus(b, pid, scope, req->tid, pidfd, ret_allowed_cpus, ret_refusal);
+        r = read_allowed_cpus(b, pid, scope, req->tid, pidfd, &allowed_cpus, ret_refusal);
         if (r != 0)
                 return r;
-        *ret_pid = pid;
-        *ret_pidfd = TAKE_FD(pidfd);
+        *ret_target = (ResolvedTarget) {
+                .pid = pid,
+                .info = info,
+                .pidfd = TAKE_FD(pidfd),
+                .scope = scope,
+                .tid = scope == PACE_TABLE_SCOPE_THREAD ? req->tid : 0,
+                .threads = threads,
+                .allowed_cpus = allowed_cpus,
+        };
         return 0;
 }
 
@@ -200,11 +228,9 @@ static int plan_refused(Broker *b, const BrokerPeer *peer, int r, const char *wh
 
 int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace__ReserveRequest *req,
                    uint8_t **reply, size_t *reply_size, Refusal *ret_refusal) {
-        _cleanup_close_ int pidfd = -EBADF;
+        _cleanup_(resolved_target_done) ResolvedTarget target = { .pidfd = -EBADF };
         char why[512] = "";
-        ProcInfo info;
         PlanEntry entry;
-        pid_t pid = 0;
         int r;
 
         PlanKind kind = PLAN_KIND_SLOTS;
@@ -242,17 +268,15 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
                               "the broker holds %zu reservations, its limit (max_reservations); try again when "
                               "some have ended", b->n_reservations);
 
-        uint32_t threads = 0;
-        uint64_t allowed_cpus = 0;
-        r = resolve_target(b, peer, req, &pid, &info, &pidfd, &threads, &allowed_cpus, ret_refusal);
+        r = resolve_target(b, peer, req, &target, ret_refusal);
         if (r != 0)
                 return r;
 
-        preq.pid = pid;
-        preq.start_time = info.start_time;
-        preq.scope = req->has_scope ? (uint32_t) req->scope : PACE_TABLE_SCOPE_PROCESS;
-        preq.tid = preq.scope == PACE_TABLE_SCOPE_THREAD ? req->tid : 0;
-        preq.allowed_cpus = allowed_cpus;
+        preq.pid = target.pid;
+        preq.start_time = target.info.start_time;
+        preq.scope = target.scope;
+        preq.tid = target.tid;
+        preq.allowed_cpus = target.allowed_cpus;
         broker_charge_measured_costs(b);
         r = plan_admit(b->plan, &preq, &entry, why, sizeof(why));
         if (r != 0)
@@ -260,14 +284,14 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
 
         uint64_t thread_start_time = 0;
         if (preq.scope == PACE_TABLE_SCOPE_THREAD)
-                (void) proc_thread_start_time(b->proc_root, pid, preq.tid, &thread_start_time);
+                (void) proc_thread_start_time(b->proc_root, target.pid, preq.tid, &thread_start_time);
         Reservation *res = &b->reservations[b->n_reservations];
         *res = (Reservation) {
                 .id = entry.id,
                 .owner_uid = peer->uid,
-                .pidfd = TAKE_FD(pidfd),
-                .threads = threads,
-                .allowed_cpus = allowed_cpus,
+                .pidfd = TAKE_FD(target.pidfd),
+                .threads = target.threads,
+                .allowed_cpus = target.allowed_cpus,
                 .tid = preq.tid,
                 .thread_start_time = thread_start_time,
         };
@@ -277,10 +301,10 @@ int handle_reserve(Broker *b, const BrokerPeer *peer, bool on_behalf, const Pace
                         (void) plan_remove(b->plan, entry.id);
                         safe_close(res->pidfd);
                         return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INTERNAL,
-                                      "cannot watch pid %" PRIi32 ": %s", (int32_t) pid, strerror(-r));
+                                      "cannot watch pid %" PRIi32 ": %s", (int32_t) target.pid, strerror(-r));
                 }
         }
-        b->n_reservations++;
+        add_reservation(b);
         b->next_id++;
         broker_publish(b);
 
@@ -315,14 +339,16 @@ int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *
         PlanEntry entry;
         int r;
 
-        PlanKind kind = PLAN_KIND_SLOTS;
         r = owned_reservation(b, peer, req->id, "change", &res, ret_refusal);
         if (r == 0)
                 r = bad_cpu_field(req->has_cpu, req->cpu, ret_refusal);
+        if (r != 0)
+                return r;
+        const PlanEntry *old = plan_find(b->plan, req->id);
         /* Absent: the kind it has. */
-        if (r == 0)
-                r = request_kind(req->has_kind, (int) req->kind, plan_flags_kind(plan_find(b->plan, req->id)->flags),
-                                 "the reservation's own", &kind, ret_refusal);
+        PlanKind kind = PLAN_KIND_SLOTS;
+        r = request_kind(req->has_kind, (int) req->kind, plan_flags_kind(old->flags), "the reservation's own", &kind,
+                         ret_refusal);
         if (r != 0)
                 return r;
 
@@ -331,7 +357,6 @@ int handle_modify(Broker *b, const BrokerPeer *peer, const Pace__ModifyRequest *
          * (or changed the pieces of a split one) could hold old and new
          * slots at once for up to a frame. On one CPU the swap is a single
          * frame boundary, so a change stays where the reservation is. */
-        const PlanEntry *old = plan_find(b->plan, req->id);
         if (old->flags & PACE_RES_PIECE)
                 return refuse(ret_refusal, PACE__ERROR_CODE__ERROR_INVALID_ARGUMENT,
                               "reservation %" PRIu64 " is split over CPUs, and its pieces cannot all change at "

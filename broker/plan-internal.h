@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "frame-math.h"
+#include "id-index.h"
 #include "plan.h"
 
 typedef struct PlanCpu {
@@ -38,6 +39,13 @@ struct Plan {
         PlanCpu cpus[PACE_MAX_CPUS];
         uint32_t n_entries;
         PlanEntry entries[PACE_MAX_RESERVATIONS];
+        /* plan_find()'s way into entries[]: the first entry of each id (a
+         * split's first piece). Kept here, beside what it indexes, so that
+         * every copy of a plan carries its own and the planner stays
+         * usable without the broker. Entries are added only through
+         * plan_add_entry() and taken out only by plan_remove(), which keep
+         * it. */
+        IdIndex by_id;
 };
 
 static inline uint32_t ceil_div_ppm(uint64_t x, uint32_t ppm) {
@@ -69,6 +77,9 @@ bool plan_frame_ok(const Plan *p, const uint32_t *s, uint32_t frame, int32_t cpu
  * it fits with every guarantee intact. */
 int plan_try_cpu(Plan *p, const PlanCpu *c, uint32_t cpu_index, const PlanRequest *req, uint32_t period,
                  uint32_t budget, uint32_t owner, uint32_t *ret_frame, bool *ret_window_short);
+
+/* Appends e to the entries (there is room: callers check n_entries). */
+void plan_add_entry(Plan *p, const PlanEntry *e);
 
 /* An admitted request's entry (or one piece of it) on cpu. */
 PlanEntry plan_entry_for_request(const PlanRequest *req, int32_t cpu, uint32_t period_slots, uint32_t budget_slots,

@@ -146,7 +146,8 @@ static int try_split(Plan *p, const PlanRequest *req, uint32_t period, uint32_t 
                 for (uint32_t i = 0; i < frame[o]; i++)
                         c->slots[i] = p->split_scratch[o][i] == tmp_owner ? owner : p->split_scratch[o][i];
                 c->frame_slots = frame[o];
-                p->entries[p->n_entries++] = plan_entry_for_request(req, c->cpu, period, pieces[o], PACE_RES_PIECE);
+                PlanEntry e = plan_entry_for_request(req, c->cpu, period, pieces[o], PACE_RES_PIECE);
+                plan_add_entry(p, &e);
         }
         if (ret_entry) {
                 *ret_entry = p->entries[base];

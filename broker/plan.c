@@ -114,6 +114,11 @@ PlanKind plan_flags_kind(uint32_t flags) {
         return PLAN_KIND_SLOTS;
 }
 
+void plan_add_entry(Plan *p, const PlanEntry *e) {
+        id_index_add(&p->by_id, e->id, p->n_entries);
+        p->entries[p->n_entries++] = *e;
+}
+
 /* An admitted request's entry (or one piece of it) on cpu. */
 PlanEntry plan_entry_for_request(const PlanRequest *req, int32_t cpu, uint32_t period_slots, uint32_t budget_slots,
                                  uint32_t flags) {
@@ -305,10 +310,11 @@ static int place_on_one_cpu(Plan *p, const PlanRequest *req, const uint32_t *ord
 
                                 memcpy(c->slots, p->scratch, frame * sizeof(uint32_t));
                                 c->frame_slots = frame;
-                                PlanEntry *e = &p->entries[p->n_entries++];
-                                *e = plan_entry_for_request(req, c->cpu, cand, budget, plan_kind_flags(req->kind));
+                                PlanEntry e = plan_entry_for_request(req, c->cpu, cand, budget,
+                                                                     plan_kind_flags(req->kind));
+                                plan_add_entry(p, &e);
                                 if (ret_entry)
-                                        *ret_entry = *e;
+                                        *ret_entry = e;
                                 return 0;
                         }
                 }
@@ -396,6 +402,8 @@ int plan_clone(const Plan *p, Plan **ret) {
         }
         c->n_entries = p->n_entries;
         memcpy(c->entries, p->entries, p->n_entries * sizeof(PlanEntry));
+        /* The same entries at the same places: the same index. */
+        c->by_id = p->by_id;
         *ret = TAKE_PTR(c);
         return 0;
 }
@@ -460,7 +468,11 @@ int plan_remove(Plan *p, uint64_t id) {
                 remove_entry(p, i);
                 found = true;
         }
-        return found ? 0 : -ENOENT;
+        if (!found)
+                return -ENOENT;
+        /* remove_entry() moved the last entries into the gaps. */
+        id_index_rebuild(&p->by_id, p->entries, p->n_entries, sizeof(PlanEntry), offsetof(PlanEntry, id));
+        return 0;
 }
 
 bool plan_on_offline_cpu(const Plan *p, uint64_t id) {
@@ -471,10 +483,9 @@ bool plan_on_offline_cpu(const Plan *p, uint64_t id) {
 }
 
 const PlanEntry *plan_find(const Plan *p, uint64_t id) {
-        for (uint32_t i = 0; i < p->n_entries; i++)
-                if (p->entries[i].id == id)
-                        return &p->entries[i];
-        return NULL;
+        uint32_t i;
+
+        return id_index_find(&p->by_id, id, &i) == 0 ? &p->entries[i] : NULL;
 }
 
 size_t plan_n_entries(const Plan *p) {
@@ -617,7 +628,7 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
                 map[i] = 0;
                 if (!keep[i] || cpu_index(p, r->cpu) < 0)
                         continue;
-                p->entries[p->n_entries] = (PlanEntry) {
+                plan_add_entry(p, &(PlanEntry) {
                         .id = r->id,
                         .pid = r->pid,
                         .start_time = r->start_time,
@@ -630,8 +641,8 @@ int plan_restore(Plan *p, const PaceTableBuffer *old, const bool *keep) {
                         .flags = r->flags,
                         .scope = r->scope,
                         .tid = r->tid,
-                };
-                map[i] = ++p->n_entries;
+                });
+                map[i] = p->n_entries;
         }
 
         /* The very same slots: a reservation adopted by a new broker must not

@@ -157,6 +157,9 @@ int plan_remove(Plan *p, uint64_t id);
 /* Whether any piece of the reservation lives on an offline CPU. */
 bool plan_on_offline_cpu(const Plan *p, uint64_t id);
 
+/* The first entry of the reservation (of a split one, its first piece, as
+ * plan_entry() orders them), or NULL; by an index, not a scan: the broker
+ * asks once per reservation in loops over all of them. */
 const PlanEntry *plan_find(const Plan *p, uint64_t id);
 size_t plan_n_entries(const Plan *p);
 const PlanEntry *plan_entry(const Plan *p, size_t i);

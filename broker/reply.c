@@ -85,13 +85,10 @@ void grant_from_entry(const Broker *b, const PlanEntry *e, Pace__Grant *g) {
                 g->has_phase_ns = true;
                 g->phase_ns = (uint64_t) phase * b->config.slot_ns;
         }
-        for (size_t i = 0; i < b->n_reservations; i++) {
-                if (b->reservations[i].id != e->id)
-                        continue;
-                if (b->reservations[i].threads > 0) {
-                        g->has_threads = true;
-                        g->threads = b->reservations[i].threads;
-                }
+        const Reservation *res = lookup_reservation(b, e->id);
+        if (res && res->threads > 0) {
+                g->has_threads = true;
+                g->threads = res->threads;
         }
         if (e->flags & PACE_RES_ON_BEHALF) {
                 g->has_on_behalf = true;

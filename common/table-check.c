@@ -10,8 +10,9 @@
 #include "macro.h"
 #include "table-check.h"
 
-/* The table is not one to enforce, and why says what is wrong with it. */
-#define refuse(why, why_size, ...) (explain((why), (why_size), __VA_ARGS__), -EBADMSG)
+/* The table is not one to enforce (a failure, -EBADMSG, unlike the broker's
+ * positive refuse()), and why says what is wrong with it. */
+#define table_bad(why, why_size, ...) (explain((why), (why_size), __VA_ARGS__), -EBADMSG)
 
 /* Which piece of reservation `id` owns global slot g (every CPU's frame
  * starts at the same instant and repeats), or -1. *ret_count says how many
@@ -47,7 +48,7 @@ static int check_split(const PaceTableBuffer *t, uint32_t i, uint32_t max_frame,
                 if (j < i)
                         return 0; /* checked at the first piece */
                 if (n >= PACE_MAX_CPUS)
-                        return refuse(why, why_size, "reservation %" PRIu64 ": too many pieces", res->id);
+                        return table_bad(why, why_size, "reservation %" PRIu64 ": too many pieces", res->id);
                 for (uint32_t c = 0; c < t->n_cpus; c++)
                         if (t->cpus[c].cpu == o->cpu) {
                                 first[n] = t->cpus[c].first_slot;
@@ -59,7 +60,7 @@ static int check_split(const PaceTableBuffer *t, uint32_t i, uint32_t max_frame,
                 span = lcm_u64(span, frame[n - 1]);
         }
         if (span > max_frame || budget > res->period_slots)
-                return refuse(why, why_size, "reservation %" PRIu64 ": pieces hold %" PRIu32 " slots of a %" PRIu32
+                return table_bad(why, why_size, "reservation %" PRIu64 ": pieces hold %" PRIu32 " slots of a %" PRIu32
                               "-slot period", res->id, budget, res->period_slots);
 
         uint32_t count, window = res->period_slots, held = 0, min = UINT32_MAX;
@@ -67,10 +68,10 @@ static int check_split(const PaceTableBuffer *t, uint32_t i, uint32_t max_frame,
         for (uint64_t g = 0; g < span + window; g++) {
                 int who = piece_at(t, pieces, first, frame, n, g, &count);
                 if (count > 1)
-                        return refuse(why, why_size, "reservation %" PRIu64 ": two pieces at slot %" PRIu64
+                        return table_bad(why, why_size, "reservation %" PRIu64 ": two pieces at slot %" PRIu64
                                       " at once", res->id, g % span);
                 if (who >= 0 && prev >= 0 && who != prev)
-                        return refuse(why, why_size, "reservation %" PRIu64 ": changes CPU at slot %" PRIu64
+                        return table_bad(why, why_size, "reservation %" PRIu64 ": changes CPU at slot %" PRIu64
                                       " without a free slot between", res->id, g % span);
                 prev = who;
                 /* Sliding window of `window` slots over the cyclic span. */
@@ -83,7 +84,7 @@ static int check_split(const PaceTableBuffer *t, uint32_t i, uint32_t max_frame,
                         min = MIN(min, held);
         }
         if (min < budget)
-                return refuse(why, why_size, "reservation %" PRIu64 ": its pieces hold only %" PRIu32
+                return table_bad(why, why_size, "reservation %" PRIu64 ": its pieces hold only %" PRIu32
                               " slots in some window of its period, granted %" PRIu32, res->id, min, budget);
         return 0;
 }
@@ -99,16 +100,16 @@ static bool cpu_managed(const PaceConfig *config, int32_t cpu) {
  * inside *t. */
 static int check_bounds(const PaceTableBuffer *t, const PaceConfig *config, char *why, size_t why_size) {
         if (t->slot_ns != config->slot_ns)
-                return refuse(why, why_size, "slot is %" PRIu64 " ns, configured %" PRIu64 " ns", t->slot_ns,
+                return table_bad(why, why_size, "slot is %" PRIu64 " ns, configured %" PRIu64 " ns", t->slot_ns,
                               config->slot_ns);
         if (t->n_cpus > config->n_cpus || t->n_cpus > PACE_MAX_CPUS)
-                return refuse(why, why_size, "%" PRIu32 " CPUs, at most %" PRIu32 " are managed", t->n_cpus,
+                return table_bad(why, why_size, "%" PRIu32 " CPUs, at most %" PRIu32 " are managed", t->n_cpus,
                               config->n_cpus);
         if (t->n_reservations > PACE_MAX_RESERVATIONS)
-                return refuse(why, why_size, "%" PRIu32 " reservations, limit %u", t->n_reservations,
+                return table_bad(why, why_size, "%" PRIu32 " reservations, limit %u", t->n_reservations,
                               PACE_MAX_RESERVATIONS);
         if (t->n_slots > PACE_TABLE_MAX_SLOTS)
-                return refuse(why, why_size, "%" PRIu32 " slots, limit %u", t->n_slots, PACE_TABLE_MAX_SLOTS);
+                return table_bad(why, why_size, "%" PRIu32 " slots, limit %u", t->n_slots, PACE_TABLE_MAX_SLOTS);
         return 0;
 }
 
@@ -117,19 +118,19 @@ static int check_bounds(const PaceTableBuffer *t, const PaceConfig *config, char
  * than the administrator allows is refused whole). */
 static int check_nice_levels(const PaceTableBuffer *t, const PaceConfig *config, char *why, size_t why_size) {
         if (t->n_nice > PACE_MAX_NICE_THREADS)
-                return refuse(why, why_size, "%" PRIu32 " nice levels, limit %u", t->n_nice, PACE_MAX_NICE_THREADS);
+                return table_bad(why, why_size, "%" PRIu32 " nice levels, limit %u", t->n_nice, PACE_MAX_NICE_THREADS);
         for (uint32_t i = 0; i < t->n_nice; i++) {
                 const PaceTableNice *n = &t->nice[i];
 
                 if (n->pid <= 1 || n->tid <= 0)
-                        return refuse(why, why_size, "nice level %" PRIu32 ": pid %" PRIi32 " tid %" PRIi32
+                        return table_bad(why, why_size, "nice level %" PRIu32 ": pid %" PRIi32 " tid %" PRIi32
                                       " is not a user process's thread", i, n->pid, n->tid);
                 if (n->nice < config->rtkit_min_nice_level || n->nice > 19)
-                        return refuse(why, why_size, "nice level %" PRIu32 ": %" PRIi32 " is outside %" PRIi32
+                        return table_bad(why, why_size, "nice level %" PRIu32 ": %" PRIi32 " is outside %" PRIi32
                                       "..19 (rtkit_min_nice_level)", i, n->nice, config->rtkit_min_nice_level);
                 for (uint32_t j = 0; j < i; j++)
                         if (t->nice[j].tid == n->tid)
-                                return refuse(why, why_size, "nice level %" PRIu32 ": thread %" PRIi32
+                                return table_bad(why, why_size, "nice level %" PRIu32 ": thread %" PRIi32
                                               " listed twice", i, n->tid);
         }
         return 0;
@@ -145,25 +146,25 @@ static int check_cpus(const PaceTableBuffer *t, const PaceConfig *config, uint32
                 const PaceTableCpu *cpu = &t->cpus[c];
 
                 if (!cpu_managed(config, cpu->cpu))
-                        return refuse(why, why_size, "CPU %" PRId32 " is not managed", cpu->cpu);
+                        return table_bad(why, why_size, "CPU %" PRId32 " is not managed", cpu->cpu);
                 for (uint32_t d = 0; d < c; d++)
                         if (t->cpus[d].cpu == cpu->cpu)
-                                return refuse(why, why_size, "CPU %" PRId32 " listed twice", cpu->cpu);
+                                return table_bad(why, why_size, "CPU %" PRId32 " listed twice", cpu->cpu);
                 if (cpu->frame_slots > max_frame || (cpu->frame_slots > 0 && max_frame % cpu->frame_slots != 0))
-                        return refuse(why, why_size, "CPU %" PRId32 ": frame of %" PRIu32
+                        return table_bad(why, why_size, "CPU %" PRId32 ": frame of %" PRIu32
                                       " slots does not divide the longest frame (%" PRIu32 " slots)",
                                       cpu->cpu, cpu->frame_slots, max_frame);
                 /* Frames are laid out back to back: no overlap, no hole to hide in. */
                 if (cpu->first_slot != next_slot)
-                        return refuse(why, why_size, "CPU %" PRId32 ": frame starts at slot %" PRIu32
+                        return table_bad(why, why_size, "CPU %" PRId32 ": frame starts at slot %" PRIu32
                                       ", expected %" PRIu32, cpu->cpu, cpu->first_slot, next_slot);
                 next_slot += cpu->frame_slots;
                 if (next_slot > t->n_slots)
-                        return refuse(why, why_size, "CPU %" PRId32 ": frame runs past the %" PRIu32 " slots",
+                        return table_bad(why, why_size, "CPU %" PRId32 ": frame runs past the %" PRIu32 " slots",
                                       cpu->cpu, t->n_slots);
         }
         if (next_slot != t->n_slots)
-                return refuse(why, why_size, "%" PRIu32 " slots but the frames cover %" PRIu32, t->n_slots,
+                return table_bad(why, why_size, "%" PRIu32 " slots but the frames cover %" PRIu32, t->n_slots,
                               next_slot);
         return 0;
 }
@@ -185,23 +186,23 @@ static int check_reservation(const PaceTableBuffer *t, uint32_t i, const int32_t
         const PaceTableReservation *res = &t->reservations[i];
 
         if (res->id == 0)
-                return refuse(why, why_size, "reservation %" PRIu32 " has id 0", i);
+                return table_bad(why, why_size, "reservation %" PRIu32 " has id 0", i);
         if (res->flags & ~(PACE_RES_PIECE | PACE_RES_SERVER | PACE_RES_ALIGNED | PACE_RES_ON_BEHALF))
-                return refuse(why, why_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
+                return table_bad(why, why_size, "reservation %" PRIu64 ": unknown flags %#" PRIx32, res->id,
                               res->flags);
         /* A server's budget is spent wherever it runs: pieces on
          * other CPUs could not know what is left. */
         if ((res->flags & PACE_RES_PIECE) && (res->flags & PACE_RES_SERVER))
-                return refuse(why, why_size, "reservation %" PRIu64 ": a budget server cannot be split "
+                return table_bad(why, why_size, "reservation %" PRIu64 ": a budget server cannot be split "
                               "over CPUs", res->id);
         /* Aligned names a layout of the reservation's own slots: a
          * server's slots only back it, and pieces on several CPUs
          * cannot be one block. */
         if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_SERVER))
-                return refuse(why, why_size, "reservation %" PRIu64 ": aligned and budget server at once; "
+                return table_bad(why, why_size, "reservation %" PRIu64 ": aligned and budget server at once; "
                               "a reservation is one kind", res->id);
         if ((res->flags & PACE_RES_ALIGNED) && (res->flags & PACE_RES_PIECE))
-                return refuse(why, why_size, "reservation %" PRIu64 ": an aligned reservation cannot be "
+                return table_bad(why, why_size, "reservation %" PRIu64 ": an aligned reservation cannot be "
                               "split over CPUs", res->id);
         /* An id appears once, or once per CPU as the pieces of one
          * split reservation that agree on everything but CPU and
@@ -212,37 +213,37 @@ static int check_reservation(const PaceTableBuffer *t, uint32_t i, const int32_t
                 if (j == i || o->id != res->id)
                         continue;
                 if (!(res->flags & PACE_RES_PIECE) || !(o->flags & PACE_RES_PIECE))
-                        return refuse(why, why_size, "reservation id %" PRIu64 " used twice", res->id);
+                        return table_bad(why, why_size, "reservation id %" PRIu64 " used twice", res->id);
                 if (o->pid != res->pid || o->start_time != res->start_time || o->uid != res->uid ||
                     o->scope != res->scope || o->tid != res->tid || o->period_slots != res->period_slots ||
                     o->cpu == res->cpu)
-                        return refuse(why, why_size, "pieces of reservation %" PRIu64
+                        return table_bad(why, why_size, "pieces of reservation %" PRIu64
                                       " disagree on process, scope, owner or period, or share a CPU",
                                       res->id);
                 siblings++;
         }
         if ((res->flags & PACE_RES_PIECE) && siblings == 0)
-                return refuse(why, why_size, "reservation %" PRIu64 " is a piece of nothing", res->id);
+                return table_bad(why, why_size, "reservation %" PRIu64 " is a piece of nothing", res->id);
         if (res->scope > PACE_TABLE_SCOPE_TREE)
-                return refuse(why, why_size, "reservation %" PRIu64 ": unknown scope %" PRIu32, res->id,
+                return table_bad(why, why_size, "reservation %" PRIu64 ": unknown scope %" PRIu32, res->id,
                               res->scope);
         if ((res->scope == PACE_TABLE_SCOPE_THREAD) != (res->tid > 0))
-                return refuse(why, why_size, "reservation %" PRIu64 ": thread id %" PRIi32
+                return table_bad(why, why_size, "reservation %" PRIu64 ": thread id %" PRIi32
                               " does not fit its scope %" PRIu32, res->id, res->tid, res->scope);
         /* pid 1 and the idle task are never ours to promote. */
         if (res->pid <= 1)
-                return refuse(why, why_size, "reservation %" PRIu64 ": pid %" PRId32 " is not allowed",
+                return table_bad(why, why_size, "reservation %" PRIu64 ": pid %" PRId32 " is not allowed",
                               res->id, res->pid);
         if (res_cpu_index[i] < 0)
-                return refuse(why, why_size, "reservation %" PRIu64 ": CPU %" PRId32 " has no frame",
+                return table_bad(why, why_size, "reservation %" PRIu64 ": CPU %" PRId32 " has no frame",
                               res->id, res->cpu);
         uint32_t frame = t->cpus[res_cpu_index[i]].frame_slots;
         if (res->period_slots == 0 || frame == 0 || frame % res->period_slots != 0)
-                return refuse(why, why_size, "reservation %" PRIu64 ": period of %" PRIu32
+                return table_bad(why, why_size, "reservation %" PRIu64 ": period of %" PRIu32
                               " slots does not divide its CPU's frame (%" PRIu32 ")",
                               res->id, res->period_slots, frame);
         if (res->budget_slots == 0 || res->budget_slots > res->period_slots)
-                return refuse(why, why_size, "reservation %" PRIu64 ": budget of %" PRIu32
+                return table_bad(why, why_size, "reservation %" PRIu64 ": budget of %" PRIu32
                               " slots in a period of %" PRIu32, res->id, res->budget_slots,
                               res->period_slots);
         /* One reservation per process, or one per thread: two
@@ -254,7 +255,7 @@ static int check_reservation(const PaceTableBuffer *t, uint32_t i, const int32_t
                         continue;
                 if (o->scope == PACE_TABLE_SCOPE_THREAD && res->scope == PACE_TABLE_SCOPE_THREAD && o->tid != res->tid)
                         continue;
-                return refuse(why, why_size, "pid %" PRIi32 " holds reservations %" PRIu64 " and %" PRIu64,
+                return table_bad(why, why_size, "pid %" PRIi32 " holds reservations %" PRIu64 " and %" PRIu64,
                               res->pid, o->id, res->id);
         }
         return 0;
@@ -272,11 +273,11 @@ static int check_user_limits(const PaceTableBuffer *t, const PaceConfig *config,
                         continue;
                 FRAME_USER_TOTALS(t->reservations, t->n_reservations, res->uid, &count, &util);
                 if (count > config->max_reservations_per_user)
-                        return refuse(why, why_size, "uid %" PRIu32 " holds %" PRIu32 " reservations, limit %" PRIu32,
+                        return table_bad(why, why_size, "uid %" PRIu32 " holds %" PRIu32 " reservations, limit %" PRIu32,
                                       res->uid, count, config->max_reservations_per_user);
                 /* The same floored sum the broker admits against: no slack. */
                 if (util > config->max_utilization_per_user_ppm)
-                        return refuse(why, why_size, "uid %" PRIu32 " holds %" PRIu64 " ppm, limit %" PRIu32 " ppm",
+                        return table_bad(why, why_size, "uid %" PRIu32 " holds %" PRIu64 " ppm, limit %" PRIu32 " ppm",
                                       res->uid, util, config->max_utilization_per_user_ppm);
         }
         return 0;
@@ -303,10 +304,10 @@ static int check_frame(const PaceTableBuffer *t, uint32_t c, const PaceConfig *c
                         continue;
                 }
                 if (owner > t->n_reservations)
-                        return refuse(why, why_size, "CPU %" PRId32 " slot %" PRIu32 ": owner %u does not exist",
+                        return table_bad(why, why_size, "CPU %" PRId32 " slot %" PRIu32 ": owner %u does not exist",
                                       cpu->cpu, s, owner);
                 if (res_cpu_index[owner - 1] != (int32_t) c)
-                        return refuse(why, why_size, "CPU %" PRId32 " slot %" PRIu32
+                        return table_bad(why, why_size, "CPU %" PRId32 " slot %" PRIu32
                                       ": reservation %" PRIu64 " belongs to CPU %" PRId32,
                                       cpu->cpu, s, t->reservations[owner - 1].id,
                                       t->reservations[owner - 1].cpu);
@@ -315,13 +316,13 @@ static int check_frame(const PaceTableBuffer *t, uint32_t c, const PaceConfig *c
 
         if (!frame_free_share_ok(free_slots, frame_switches(slots, cpu->frame_slots) + server_switches,
                                  cpu->frame_slots, config))
-                return refuse(why, why_size, "CPU %" PRId32 ": %" PRIu32 " of %" PRIu32
+                return table_bad(why, why_size, "CPU %" PRId32 ": %" PRIu32 " of %" PRIu32
                               " slots free, below the non-real-time share of %" PRIu32 " ppm"
                               " after dispatch costs",
                               cpu->cpu, free_slots, cpu->frame_slots, config->non_rt_share_ppm);
         uint32_t run = frame_max_busy_run(slots, cpu->frame_slots);
         if (run > max_gap)
-                return refuse(why, why_size, "CPU %" PRId32 ": %" PRIu32
+                return table_bad(why, why_size, "CPU %" PRId32 ": %" PRIu32
                               " consecutive reserved slots, non-real-time work may wait at most %" PRIu32,
                               cpu->cpu, run, max_gap);
         return 0;
@@ -337,7 +338,7 @@ static int check_grants(const PaceTableBuffer *t, uint32_t max_frame, const int3
 
                 /* Exactly the grant: more would be CPU time nobody admitted. */
                 if (held[i] != expected)
-                        return refuse(why, why_size, "reservation %" PRIu64 " holds %" PRIu32
+                        return table_bad(why, why_size, "reservation %" PRIu64 " holds %" PRIu32
                                       " slots per frame, granted %" PRIu32, res->id, held[i], expected);
                 if (res->flags & PACE_RES_PIECE) {
                         int r = check_split(t, i, max_frame, why, why_size);
@@ -348,7 +349,7 @@ static int check_grants(const PaceTableBuffer *t, uint32_t max_frame, const int3
                 uint32_t min = frame_min_supply(&t->slots[cpu->first_slot], cpu->frame_slots, (uint16_t) (i + 1),
                                                 res->period_slots);
                 if (min < res->budget_slots)
-                        return refuse(why, why_size, "reservation %" PRIu64 ": only %" PRIu32
+                        return table_bad(why, why_size, "reservation %" PRIu64 ": only %" PRIu32
                                       " slots in some window of its period, granted %" PRIu32,
                                       res->id, min, res->budget_slots);
         }

@@ -90,14 +90,6 @@ static void untrack(const BrokerInstance *b) {
                 }
 }
 
-static int write_file(const char *path, const char *content) {
-        FILE *f = fopen(path, "we");
-        if (!f)
-                return -errno;
-        fputs(content, f);
-        return fclose(f) == 0 ? 0 : -errno;
-}
-
 void harness_redirect_output(const char *log) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -187,7 +179,7 @@ static int broker_prepare_full(BrokerInstance *b, const char *config_json, bool 
                                      rest) < 0)
                                 return -ENOMEM;
                 }
-                r = write_file(b->config, json ?: config_json);
+                r = test_write_text(b->config, json ?: config_json);
                 free(json);
                 if (r < 0)
                         return r;

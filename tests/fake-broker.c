@@ -72,6 +72,15 @@ static void fill_grant(Pace__Grant *g, uint64_t id, int32_t pid, int32_t cpu, ui
         g->uid = 1000;
 }
 
+/* g as the answer, with the kind the request named (or none), as a broker
+ * echoes it. */
+static void answer_grant(Pace__Response *resp, Pace__Grant *g, protobuf_c_boolean has_kind, Pace__Kind kind) {
+        g->has_kind = has_kind;
+        g->kind = kind;
+        resp->body_case = PACE__RESPONSE__BODY_GRANT;
+        resp->grant = g;
+}
+
 static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, size_t size) {
         Pace__Response resp = PACE__RESPONSE__INIT;
         Pace__Grant grant = PACE__GRANT__INIT;
@@ -204,18 +213,12 @@ static ssize_t answer(FakeBroker *b, const Pace__Request *req, uint8_t *out, siz
                 grant.scope = req->reserve->scope;
                 grant.has_tid = req->reserve->has_tid;
                 grant.tid = req->reserve->tid;
-                grant.has_kind = req->reserve->has_kind;
-                grant.kind = req->reserve->kind;
-                resp.body_case = PACE__RESPONSE__BODY_GRANT;
-                resp.grant = &grant;
+                answer_grant(&resp, &grant, req->reserve->has_kind, req->reserve->kind);
                 break;
         case PACE__REQUEST__BODY_MODIFY:
                 fill_grant(&grant, req->modify->id, 4242, req->modify->has_cpu ? req->modify->cpu : 1,
                            req->modify->period_ns, req->modify->utilization_ppm);
-                grant.has_kind = req->modify->has_kind;
-                grant.kind = req->modify->kind;
-                resp.body_case = PACE__RESPONSE__BODY_GRANT;
-                resp.grant = &grant;
+                answer_grant(&resp, &grant, req->modify->has_kind, req->modify->kind);
                 break;
         case PACE__REQUEST__BODY_RELEASE:
                 released.id = req->release->id;

@@ -154,6 +154,27 @@ TEST(accounting_counts_whole_periods) {
         ASSERT_EQ(e.delivered_ns, a.delivered_ns);
 }
 
+TEST(wanting_more_is_running_through_the_closing_run) {
+        const uint64_t us = NSEC_PER_USEC, ms = NSEC_PER_MSEC;
+
+        /* A 1 ms run: a spinner loses its promotion and the loop's early
+         * wake-up (tens of us) and still ran through it. */
+        ASSERT_TRUE(acct_ran_through(5 * ms, 5 * ms + 940 * us, 100 * ms, 101 * ms));
+        ASSERT_TRUE(acct_ran_through(5 * ms, 5 * ms + 900 * us, 100 * ms, 101 * ms));
+        /* One that blocked 200 us before its end did not want more. */
+        ASSERT_FALSE(acct_ran_through(5 * ms, 5 * ms + 800 * us, 100 * ms, 101 * ms));
+        ASSERT_FALSE(acct_ran_through(5 * ms, 5 * ms, 100 * ms, 101 * ms));
+        /* The slack is an eighth of a long run: 10 ms, 1.25 ms. */
+        ASSERT_TRUE(acct_ran_through(0, 8800 * us, 0, 10 * ms));
+        ASSERT_FALSE(acct_ran_through(0, 8700 * us, 0, 10 * ms));
+        /* A short run keeps 100 us of slack. */
+        ASSERT_TRUE(acct_ran_through(0, 160 * us, 0, 250 * us));
+        ASSERT_FALSE(acct_ran_through(0, 140 * us, 0, 250 * us));
+        /* Usage that went back, or no time: nothing to tell. */
+        ASSERT_FALSE(acct_ran_through(5 * ms, 4 * ms, 0, ms));
+        ASSERT_FALSE(acct_ran_through(0, ms, ms, ms));
+}
+
 TEST(a_run_is_skipped_once_the_period_budget_is_used_up_waiting_time_included) {
         Acct a = {};
         const uint64_t ms = NSEC_PER_MSEC, budget = 25 * ms, run = 1 * ms;

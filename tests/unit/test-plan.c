@@ -503,6 +503,26 @@ static uint32_t random_sequence(uint64_t seed, uint32_t n_cpus, PacePolicy polic
         return random_sequence_kinds(seed, n_cpus, policy, share_ppm, steps, false, NULL);
 }
 
+/* plan_find() answers what a scan would: the first entry of each id (a
+ * split's first piece, wherever removals have since moved the pieces), and
+ * nothing for an id the plan does not hold; and so does a copy. */
+static void assert_find_is_a_scan(const Plan *p, uint64_t absent_id) {
+        _cleanup_(plan_freep) Plan *q = NULL;
+
+        ASSERT_OK(plan_clone(p, &q));
+        for (size_t i = 0; i < plan_n_entries(p); i++) {
+                const PlanEntry *e = plan_entry(p, i);
+                size_t first = i;
+                for (size_t j = 0; j < i && first == i; j++)
+                        if (plan_entry(p, j)->id == e->id)
+                                first = j;
+                ASSERT_TRUE(plan_find(p, e->id) == plan_entry(p, first));
+                ASSERT_TRUE(plan_find(q, e->id) == plan_entry(q, first));
+        }
+        ASSERT_TRUE(plan_find(p, absent_id) == NULL);
+        ASSERT_TRUE(plan_find(q, absent_id) == NULL);
+}
+
 /* kinds: each request a random kind; ret_kind_counts[kind] counts the
  * grants of each, [3] the gap-forced breaks of aligned ones, [4] the
  * servers and aligned ones refused, [5] the servers that had a CPU with
@@ -527,9 +547,10 @@ static uint32_t random_sequence_kinds(uint64_t seed, uint32_t n_cpus, PacePolicy
 
         for (uint32_t step = 0; step < steps; step++) {
                 if (plan_n_entries(p) > 0 && next_rand(&state) % 3 == 0) {
-                        const PlanEntry *victim = plan_entry(p, next_rand(&state) % plan_n_entries(p));
-                        ASSERT_OK(plan_remove(p, victim->id));
+                        uint64_t victim = plan_entry(p, next_rand(&state) % plan_n_entries(p))->id;
+                        ASSERT_OK(plan_remove(p, victim));
                         export_and_check(p, &c, &table);
+                        assert_find_is_a_scan(p, victim);
                         continue;
                 }
                 PlanRequest req = {
@@ -563,6 +584,7 @@ static uint32_t random_sequence_kinds(uint64_t seed, uint32_t n_cpus, PacePolicy
                 admitted++;
                 split += e.flags & PACE_RES_PIECE ? 1 : 0;
                 export_and_check(p, &c, &table);
+                assert_find_is_a_scan(p, next_id);
                 assert_requested_windows(&table, &e);
                 ASSERT_EQ(plan_flags_kind(e.flags), req.kind);
                 uint32_t breaks = assert_kind_layout(p, &c, &table, &e);
