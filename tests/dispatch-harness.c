@@ -223,6 +223,10 @@ void busy_forever(void) {
 }
 
 pid_t env_spawn_hog(DispatchEnv *e, int nice_value) {
+        return env_spawn_hog_on(e, -1, nice_value);
+}
+
+pid_t env_spawn_hog_on(DispatchEnv *e, int cpu, int nice_value) {
         pid_t pid;
 
         ASSERT_TRUE(e->n_children < MAX_CHILDREN);
@@ -230,6 +234,8 @@ pid_t env_spawn_hog(DispatchEnv *e, int nice_value) {
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
                 alarm(CHILD_LIFETIME_S);
+                if (cpu >= 0)
+                        pin_self(cpu);
                 if (nice_value != 0)
                         setpriority(PRIO_PROCESS, 0, nice_value);
                 busy_forever();

@@ -101,6 +101,8 @@ void busy_forever(void);
 
 /* A CPU-bound child on CPU 1 at the given nice value. */
 pid_t env_spawn_hog(DispatchEnv *e, int nice_value);
+/* The same on the given CPU; -1: where the test runs, as env_spawn_hog(). */
+pid_t env_spawn_hog_on(DispatchEnv *e, int cpu, int nice_value);
 
 uint64_t start_time_of(pid_t pid);
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct TestCase {
         const char *name;
@@ -121,6 +122,33 @@ static inline void test_register_(const char *name, void (*fn)(void)) {
                         TEST_FAIL_("%s contains \"%s\": \"%s\"", #haystack, n_,            \
                                    h_ ? h_ : "(null)");                                   \
         } while (0)
+
+/* path (created or emptied) holding text: 0, or a negative errno for the
+ * caller to assert or to hand back, as where a harness sets a daemon up. */
+static inline int test_write_text(const char *path, const char *text) {
+        FILE *f = fopen(path, "we");
+        if (!f)
+                return -errno;
+        fputs(text, f);
+        return fclose(f) == 0 ? 0 : -errno;
+}
+
+/* fork() with a pipe from the child to the parent, for a child that
+ * reports back: *ret_fd is the write end in the child (where it returns 0)
+ * and the read end in the parent (where it returns the child's pid); the
+ * other end is closed on each side. Fails the test if either cannot be made. */
+static inline pid_t test_fork_pipe(int *ret_fd) {
+        int p[2];
+
+        if (pipe(p) < 0)
+                TEST_FAIL_("pipe: %s", strerror(errno));
+        pid_t pid = fork();
+        if (pid < 0)
+                TEST_FAIL_("fork: %s", strerror(errno));
+        close(p[pid == 0 ? 0 : 1]);
+        *ret_fd = p[pid == 0 ? 1 : 0];
+        return pid;
+}
 
 /* A new empty directory /tmp/pace-test-NAME-XXXXXX (its path in ret_path)
  * and an fd on it; fails the test if there is none. */

@@ -44,30 +44,26 @@ TEST(reservation_dies_with_its_process_within_a_frame) {
 
         pace *p = broker_start_connected(&b, HARNESS_PROTOCOL_CONFIG);
         for (int round = 0; round < ROUNDS; round++) {
-                int pipefd[2];
-                ASSERT_OK(pipe(pipefd));
-                pid_t kid = fork();
-                ASSERT_OK(kid);
+                int fd;
+                pid_t kid = test_fork_pipe(&fd);
                 if (kid == 0) {
                         pace *kp = NULL;
                         pace_grant g;
                         pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 400000,
                                                        .cpu = -1 };
-                        close(pipefd[0]);
                         if (pace_connect(b.socket, &kp) < 0 || pace_reserve(kp, &params, &g) < 0)
                                 _exit(1);
                         /* The connection is not what holds the reservation. */
                         pace_close(kp);
                         char c = 'x';
-                        if (write(pipefd[1], &c, 1) != 1)
+                        if (write(fd, &c, 1) != 1)
                                 _exit(2);
                         pause();
                         _exit(0);
                 }
-                close(pipefd[1]);
                 char c;
-                ASSERT_EQ(read(pipefd[0], &c, 1), 1);
-                close(pipefd[0]);
+                ASSERT_EQ(read(fd, &c, 1), 1);
+                close(fd);
                 status_generation(p, &n);
                 ASSERT_EQ(n, 1);
 

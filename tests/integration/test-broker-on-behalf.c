@@ -208,12 +208,9 @@ static uint64_t grant_id(Pace__Response *resp) {
 /* Sends req from a forked child running as uid: the reply's error code, or
  * 0 for a grant. */
 static int exchange_as(uid_t uid, const char *socket_path, Pace__Request *req, char *ret_message, size_t size) {
-        int p[2];
-        ASSERT_OK(pipe(p));
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
+        int p;
+        pid_t pid = test_fork_pipe(&p);
         if (pid == 0) {
-                close(p[0]);
                 if (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
                         _exit(1);
                 int fd = raw_connect(socket_path);
@@ -222,14 +219,13 @@ static int exchange_as(uid_t uid, const char *socket_path, Pace__Request *req, c
                 int code = resp->body_case == PACE__RESPONSE__BODY_ERROR ? (int) resp->error->code : 0;
                 snprintf(out, sizeof(out), "%d %s", code,
                          resp->body_case == PACE__RESPONSE__BODY_ERROR ? resp->error->message : "ok");
-                if (write(p[1], out, strlen(out)) < 0)
+                if (write(p, out, strlen(out)) < 0)
                         _exit(1);
                 _exit(0);
         }
-        close(p[1]);
         char out[600] = "";
-        ssize_t n = read(p[0], out, sizeof(out) - 1);
-        close(p[0]);
+        ssize_t n = read(p, out, sizeof(out) - 1);
+        close(p);
         int status_code;
         ASSERT_EQ(waitpid(pid, &status_code, 0), pid);
         ASSERT_TRUE(n > 0);

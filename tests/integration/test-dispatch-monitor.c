@@ -47,22 +47,6 @@ static void pin_to(int cpu) {
         ASSERT_OK(sched_setaffinity(0, sizeof(set), &set));
 }
 
-/* A CPU-bound child pinned to one CPU. */
-static pid_t spawn_on(DispatchEnv *e, int cpu, int nice_value) {
-        ASSERT_TRUE(e->n_children < MAX_CHILDREN);
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                alarm(CHILD_LIFETIME_S);
-                pin_to(cpu);
-                if (nice_value != 0)
-                        setpriority(PRIO_PROCESS, 0, nice_value);
-                busy_forever();
-        }
-        e->children[e->n_children++] = pid;
-        return pid;
-}
-
 /* 60% of 50 ms at 1 ms slots on each CPU, the same pattern on both, so the
  * two clients are real-time at the same instants. */
 static void publish_both(DispatchEnv *e, const pid_t client[2]) {
@@ -214,8 +198,8 @@ TEST(sigkill_demotes_within_10ms_and_resumes) {
 
         DISPATCH_REQUIRE();
         start_monitored(&e);
-        pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
-        pid_t hog = spawn_on(&e, 1, 0);
+        pid_t client[2] = { env_spawn_hog_on(&e, 0, 0), env_spawn_hog_on(&e, 1, 0) };
+        pid_t hog = env_spawn_hog_on(&e, 1, 0);
         publish_both(&e, client);
         if (!env_wait_log(&e, "CPU 0: table generation 1 in force: 1 reservation", 2000) ||
             !env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000)) {
@@ -292,7 +276,7 @@ TEST(a_loop_that_stops_advancing_is_demoted_and_replaced) {
         ASSERT_TRUE(env_wait_log(&e, "monitor: watching dispatcher pid", 2000));
         ASSERT_TRUE(env_log_contains(&e, "at SCHED_DEADLINE"));
         env_create_table(&e);
-        pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
+        pid_t client[2] = { env_spawn_hog_on(&e, 0, 0), env_spawn_hog_on(&e, 1, 0) };
         publish_both(&e, client);
         ASSERT_TRUE(env_wait_log(&e, "CPU 0: table generation 1 in force: 1 reservation", 2000));
         ASSERT_TRUE(env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000));
@@ -369,7 +353,7 @@ TEST(a_dispatcher_slow_to_exit_is_not_waited_for) {
         if (access(FREEZER_V1 "/tasks", F_OK) < 0)
                 TEST_SKIP("no v1 freezer hierarchy at " FREEZER_V1);
         start_monitored(&e);
-        pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
+        pid_t client[2] = { env_spawn_hog_on(&e, 0, 0), env_spawn_hog_on(&e, 1, 0) };
         publish_both(&e, client);
         if (!env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000)) {
                 env_dump_log(&e);
@@ -455,7 +439,7 @@ TEST(sigterm_to_monitor_stops_everything) {
         env_start(&e);
         ASSERT_TRUE(env_wait_log(&e, "monitor: watching dispatcher pid", 2000));
         env_create_table(&e);
-        pid_t client[2] = { spawn_on(&e, 0, 0), spawn_on(&e, 1, 0) };
+        pid_t client[2] = { env_spawn_hog_on(&e, 0, 0), env_spawn_hog_on(&e, 1, 0) };
         publish_both(&e, client);
         ASSERT_TRUE(env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000));
         pid_t child = monitor_child(e.dispatcher);
@@ -507,7 +491,7 @@ TEST(strict_mode_kill_thaws_the_client) {
         env_start(&e);
         ASSERT_TRUE(env_wait_log(&e, "monitor: watching dispatcher pid", 2000));
         env_create_table(&e);
-        pid_t client = spawn_on(&e, 1, 0);
+        pid_t client = env_spawn_hog_on(&e, 1, 0);
         TestReservation res = { .pid = client, .period_slots = 50, .budget_slots = 30, .letter = 'A' };
         env_publish(&e, 1000000, PATTERN_60_OF_50, &res, 1);
         ASSERT_TRUE(env_wait_log(&e, "CPU 1: table generation 1 in force: 1 reservation", 2000));

@@ -216,18 +216,11 @@ static void gap_probe(int fd, unsigned ms) {
 
 /* Starts gap_probe() for ms in a child of e; its result comes on *ret_fd. */
 static pid_t spawn_gap_probe(DispatchEnv *e, unsigned ms, int *ret_fd) {
-        int p[2];
+        pid_t probe = test_fork_pipe(ret_fd);
 
-        ASSERT_OK(pipe(p));
-        pid_t probe = fork();
-        ASSERT_TRUE(probe >= 0);
-        if (probe == 0) {
-                close(p[0]);
-                gap_probe(p[1], ms);
-        }
+        if (probe == 0)
+                gap_probe(*ret_fd, ms);
         e->children[e->n_children++] = probe;
-        close(p[1]);
-        *ret_fd = p[0];
         return probe;
 }
 

@@ -168,18 +168,14 @@ static void allocation_client(const char *socket, pace_kind kind, int fd) {
 static uint64_t median_response_us(const Stack *s, pace_kind kind, uint64_t *ret_max) {
         uint64_t r[ALIGNED_JOBS];
         unsigned n = 0;
-        int fd[2];
+        int fd;
 
-        ASSERT_OK(pipe(fd));
-        pid_t c = fork();
-        ASSERT_TRUE(c >= 0);
+        pid_t c = test_fork_pipe(&fd);
         if (c == 0) {
-                close(fd[0]);
                 pin(STACK_CPU);
-                allocation_client(s->broker.socket, kind, fd[1]);
+                allocation_client(s->broker.socket, kind, fd);
         }
-        close(fd[1]);
-        FILE *f = fdopen(fd[0], "r");
+        FILE *f = fdopen(fd, "r");
         ASSERT_TRUE(f);
         while (n < ALIGNED_JOBS && fscanf(f, "%" SCNu64, &r[n]) == 1)
                 n++;

@@ -105,14 +105,6 @@ static void on_alarm(int sig) {
         exit(EXIT_FAILURE); /* runs cleanup_at_exit: nothing stays behind */
 }
 
-static int write_text(const char *path, const char *text) {
-        FILE *f = fopen(path, "we");
-        if (!f)
-                return -errno;
-        fputs(text, f);
-        return fclose(f) == 0 ? 0 : -errno;
-}
-
 static char *read_text(const char *path) {
         FILE *f = fopen(path, "re");
         char *buf = calloc(1, 1 << 16);
@@ -178,7 +170,7 @@ static void write_bus_config(Stack *s, bool permissive) {
                 "  </policy>\n"
                 "%s"
                 "</busconfig>\n", s->bus_socket, include) >= 0);
-        ASSERT_OK(write_text(s->bus_config, text));
+        ASSERT_OK(test_write_text(s->bus_config, text));
         free(text);
 }
 
@@ -987,7 +979,7 @@ TEST(name_taken_and_rtkit_off) {
         /* "rtkit": false leaves the name alone and exits 0. */
         char off[160];
         snprintf(off, sizeof(off), "%s/off.json", s.dir);
-        ASSERT_OK(write_text(off, "{ \"rtkit\": false }"));
+        ASSERT_OK(test_write_text(off, "{ \"rtkit\": false }"));
         pid_t quiet = launch_rtkit(&s, off);
         status = -1;
         for (int i = 0; i < 500 && waitpid(quiet, &status, WNOHANG) != quiet; i++)
