@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "acct.h"
+#include "macro.h"
 #include "stats-seqlock.h"
+
+#define ACCT_RAN_THROUGH_SLACK_NS 100000ull
 
 void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budget_ns, bool runnable,
                      uint64_t window_min_ns) {
@@ -26,6 +29,14 @@ void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budge
                 a->win_ns = now_ns;
                 a->win_usage = usage_ns;
         }
+}
+
+bool acct_ran_through(uint64_t usage_from, uint64_t usage_to, uint64_t from_ns, uint64_t to_ns) {
+        if (to_ns <= from_ns || usage_to < usage_from)
+                return false;
+        uint64_t elapsed = to_ns - from_ns, ran = usage_to - usage_from;
+        uint64_t slack = MAX(elapsed / 8, ACCT_RAN_THROUGH_SLACK_NS);
+        return ran + slack >= elapsed;
 }
 
 bool acct_budget_spent(const Acct *a, uint64_t usage_ns, uint64_t budget_ns, uint64_t run_ns) {

@@ -22,12 +22,23 @@ typedef struct Acct {
 
 /* The end of a period at time now_ns with the members' total usage_ns so
  * far. A period counts as blocked when it used under 95% of budget_ns (the
- * switches themselves take some of every run), as wanted-more when a
- * member was still runnable at its end. Every window_min_ns or so, the
+ * switches themselves take some of every run), as wanted-more when the
+ * members still wanted the CPU at its end (acct_ran_through()). Every window_min_ns or so, the
  * delivered figure over whole periods is renewed. The first call only
  * starts the count. */
 void acct_period_end(Acct *a, uint64_t usage_ns, uint64_t now_ns, uint64_t budget_ns, bool runnable,
                      uint64_t window_min_ns);
+
+/* Whether the members ran through the whole of a run: from its start at
+ * from_ns, when their usage was usage_from, to to_ns, when it was usage_to,
+ * they missed at most an eighth of it (at least 100 us: the promotion, the
+ * loop's early wake-up before the next change, interrupts). One CPU's run:
+ * the members cannot have used more than its length. Tells a client that
+ * was still runnable when its period's last run ended from one that
+ * blocked, from usage alone: reading a thread's state (/proc/TID/stat) can
+ * wait on a lock its starved owner holds (README.md, "What runs at
+ * SCHED_FIFO 99"). */
+bool acct_ran_through(uint64_t usage_from, uint64_t usage_to, uint64_t from_ns, uint64_t to_ns);
 
 /* Whether a run of run_ns should be skipped because the members already
  * had their budget_ns in the current period, counting what they took

@@ -178,6 +178,25 @@ TEST(a_client_that_grows_a_thousand_threads_cannot_make_the_dispatcher_eat_the_c
         ASSERT_CMP(client_share, <=, 52.0);
 }
 
+/* A zeroed mapping the test shares with the children it forks. */
+static void *shared_zeroed(size_t size) {
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(p != MAP_FAILED);
+        memset(p, 0, size);
+        return p;
+}
+
+/* The id a reserved child stores once granted, within tries × 10 ms: the
+ * broker lists a grant before the client has read its answer, so the id
+ * is the client's to say. */
+static uint64_t await_granted_id(_Atomic uint64_t *id, int tries) {
+        for (int i = 0; i < tries && atomic_load(id) == 0; i++)
+                sleep_ms(10);
+        uint64_t v = atomic_load(id);
+        ASSERT_TRUE(v != 0);
+        return v;
+}
+
 /* Whether a thread id is listed in a cgroup file. */
 static bool listed_in(const char *path, pid_t id) {
         FILE *f = fopen(path, "re");
@@ -231,6 +250,28 @@ static void eight_thread_client(const void *arg) {
         busy_thread(NULL);
 }
 
+/* Reserves itself, (50 ms, 50%) slots on CPU 1, and then works 1 ms of
+ * its own CPU time every 10 ms, sleeping in between: it never needs the
+ * whole of a 5 ms run. */
+static void sleepy_client(const void *arg) {
+        pace *p = NULL;
+        pace_grant g;
+        pace_reserve_params params = { .period_ns = 50 * NSEC_PER_MSEC, .utilization_ppm = 500000, .cpu = STACK_CPU };
+
+        if (pace_connect(stack_socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                _exit(3);
+        atomic_store(&scope_shared->id, g.id);
+        for (;;) {
+                struct timespec ts;
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+                uint64_t until = (uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec + NSEC_PER_MSEC;
+                do
+                        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+                while ((uint64_t) ts.tv_sec * NSEC_PER_SEC + (uint64_t) ts.tv_nsec < until);
+                sleep_ms(9);
+        }
+}
+
 /* The thread ids of a process; at most max. */
 static size_t task_ids(pid_t pid, pid_t *ret, size_t max) {
         char path[64];
@@ -250,20 +291,13 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
         char base[512] = "", tasks[700];
         if (skip() || !have_cpuacct())
                 TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
-        scope_shared = mmap(NULL, sizeof(*scope_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        ASSERT_TRUE(scope_shared != MAP_FAILED);
-        memset(scope_shared, 0, sizeof(*scope_shared));
+        scope_shared = shared_zeroed(sizeof(*scope_shared));
         stack_start(&s);
 
         pid_t other = spawn(hog, NULL);
         pid_t client = spawn_reserved(&s, eight_thread_client, NULL, 1);
         sleep_ms(300);
-        /* The broker lists the grant before the client has read its
-         * answer: the id is the client's to say. */
-        for (int i = 0; i < 100 && atomic_load(&scope_shared->id) == 0; i++)
-                sleep_ms(10);
-        uint64_t id = atomic_load(&scope_shared->id);
-        ASSERT_TRUE(id != 0);
+        uint64_t id = await_granted_id(&scope_shared->id, 100);
 
         /* Its group: all 8 threads listed, found without a /proc walk. */
         ASSERT_EQ(pace_groups_left(&s, base, sizeof(base)), 2);
@@ -416,6 +450,39 @@ TEST(a_process_scope_covers_all_its_threads_and_later_ones_and_reports_what_it_g
 
         reap(client);
         reap(other);
+        await_no_reservations(s.broker.socket);
+        stack_stop(&s);
+        ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
+        munmap(scope_shared, sizeof(*scope_shared));
+}
+
+/* Whether a period "wanted more" is told from the members' usage alone
+ * (they ran through the run that closes it), never from a thread's state:
+ * the process-scope case above shows a spinner counted in every period; here a
+ * client that works 1 ms every 10 ms in a 25 ms budget, spread in 5 ms runs,
+ * is counted short (blocked) in most periods and wanting more in few. A
+ * reading that said yes always fails here, one that said no always there. */
+TEST(a_client_that_sleeps_before_its_runs_end_is_not_counted_as_wanting_more) {
+        Stack s = {};
+        if (skip() || !have_cpuacct())
+                TEST_SKIP("needs root, 2 CPUs, the built daemons and a v1 cpuacct hierarchy");
+        scope_shared = shared_zeroed(sizeof(*scope_shared));
+        stack_start(&s);
+
+        pid_t client = spawn_reserved(&s, sleepy_client, NULL, 1);
+        uint64_t id = await_granted_id(&scope_shared->id, 100);
+        /* Two windows of whole periods (about 2 s each) and some. */
+        sleep_ms(4500);
+        pace_grant g = {};
+        ASSERT_TRUE(stack_find_reservation(s.broker.socket, id, &g));
+        ASSERT_TRUE(g.accounting.valid);
+        printf("  %" PRIu64 " periods, %" PRIu64 " short, %" PRIu64 " wanted more\n", g.accounting.periods,
+               g.accounting.periods_blocked, g.accounting.periods_wanted_more);
+        ASSERT_CMP(g.accounting.periods, >, 40);
+        ASSERT_CMP(g.accounting.periods_blocked * 10, >=, g.accounting.periods * 9);
+        ASSERT_CMP(g.accounting.periods_wanted_more * 10, <=, g.accounting.periods);
+
+        reap(client);
         await_no_reservations(s.broker.socket);
         stack_stop(&s);
         ASSERT_EQ(pace_groups_left(&s, NULL, 0), 0);
@@ -600,14 +667,10 @@ TEST(a_thread_born_to_a_waiting_creator_waits_until_its_first_run) {
         Stack s = {};
         if (skip())
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
-        born = mmap(NULL, sizeof(*born), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        ASSERT_TRUE(born != MAP_FAILED);
-        memset(born, 0, sizeof(*born));
+        born = shared_zeroed(sizeof(*born));
         stack_start(&s);
         pid_t client = spawn_reserved(&s, waiting_creator, NULL, 1);
-        for (int i = 0; i < 300 && atomic_load(&born->id) == 0; i++)
-                sleep_ms(10);
-        ASSERT_TRUE(atomic_load(&born->id) != 0);
+        (void) await_granted_id(&born->id, 300);
         sleep_ms(1000); /* in force: its runs have come and gone */
 
         /* Born at nice 19: made while its creator waited. A thread made in

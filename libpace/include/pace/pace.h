@@ -93,7 +93,7 @@ typedef struct pace_accounting {
         uint64_t cpu_time_ns;         /* since the reservation began */
         uint64_t periods;             /* periods completed */
         uint64_t periods_blocked;     /* used less than the budget: it blocked */
-        uint64_t periods_wanted_more; /* still runnable when the period's last slot ended */
+        uint64_t periods_wanted_more; /* ran through the run that closed the period */
 } pace_accounting;
 
 typedef struct pace_grant {
