@@ -81,26 +81,6 @@ static void watch_kick(uint32_t i, void *userdata) {
         loop_kick(&d->loops[i]);
 }
 
-static const char *identity_problem(int r) {
-        switch (r) {
-        case -ESRCH:
-                return "the process does not exist";
-        case -ESTALE:
-                return "the pid now belongs to another process (start time differs)";
-        case -EPERM:
-                return "pid 1, kernel threads and the dispatcher itself are never promoted";
-        case -EACCES:
-                return "the process belongs to another user than the one the table names";
-        case -EDQUOT:
-                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
-                       "\"reserve_root_processes\" is off";
-        case -EBADMSG:
-                return "its /proc status or limits cannot be read";
-        default:
-                return strerror(-r);
-        }
-}
-
 /* A reservation whose identity check failed, once (it stays inert). */
 static void on_ignored(void *userdata, const PaceTableReservation *res, int r) {
         Dispatcher *d = userdata;
@@ -108,7 +88,7 @@ static void on_ignored(void *userdata, const PaceTableReservation *res, int r) {
         if (d->run)
                 log_sinkf(d->run->log, d->run->userdata, LOG_WARNING,
                           "CPU %" PRIi32 ": ignoring reservation %" PRIu64 " of pid %" PRIi32 ": %s", res->cpu, res->id,
-                          res->pid, identity_problem(r));
+                          res->pid, held_refusal_to_string(r));
 }
 
 int dispatcher_new(const PaceConfig *config, const char *runtime_dir, Dispatcher **ret, char *why,
@@ -628,13 +608,13 @@ void dispatcher_resource_needs(const Dispatcher *d, uint64_t *ret_memlock, uint6
         *ret_memlock = base + tables + d->n_loops * per_loop;
         /* Per reserved process a pidfd, a /proc directory and its task
          * directory, (strict) a freezer.state and its group's tasks,
-         * cgroup.procs and usage; per registered thread its pidfd, stat and
+         * cgroup.procs and usage; per registered thread its pidfd and
          * schedstat (the loops' handles, held.h); per nice level a pidfd;
          * per loop a few transient ones; the main thread's event loop
          * (epoll, signalfd, timerfd), inotify, eventfds, stdio, notify
          * socket. */
         uint64_t rest = PACE_MAX_NICE_THREADS + 4ULL * d->n_loops + 32;
-        *ret_files = (8ULL + HELD_STAT_FDS + 2ULL * d->config.max_threads_per_reservation) * PACE_MAX_RESERVATIONS + rest;
+        *ret_files = (8ULL + 2ULL * d->config.max_threads_per_reservation) * PACE_MAX_RESERVATIONS + rest;
         *ret_min_files = 8ULL * PACE_MAX_RESERVATIONS + rest;
         /* The loops, the main thread and the table watcher, and the
          * monitor's two (RLIMIT_NPROC counts the uid's tasks). */

@@ -17,6 +17,7 @@
  * Without either, there is no GroupSet at all: members are found in /proc
  * (held.c, tree.c) and held to their CPU by affinity alone. */
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>

@@ -157,12 +157,12 @@ static void controllers_setup(GroupSet *s, char *why, size_t why_size) {
                 s->use_cpuset = true;
         if (!cpu_offered) {
                 snprintf(why, why_size, "the unified hierarchy offers no cpu controller (it is bound to a cgroup v1 "
-                         "hierarchy, or the kernel lacks it): waiting members are held at nice 19 only, so a "
+                         "hierarchy, or the kernel lacks it): waiting members are held at SCHED_IDLE only, so a "
                          "reservation with many threads takes a little of the free time between its slots");
         } else if ((r = enable_at_root(s, "cpu", 0)) < 0 || (r = enable(s->base, "+cpu")) < 0) {
                 cpu_give_back(s);
                 snprintf(why, why_size, "cannot enable the cpu controller for %s (%s): waiting members are held "
-                         "at nice 19 only; with RT_GROUP_SCHED the kernel refuses it while real-time threads sit "
+                         "at SCHED_IDLE only; with RT_GROUP_SCHED the kernel refuses it while real-time threads sit "
                          "outside the root cgroup: boot with rt_group_sched=0 (Linux 6.16 and later) or a kernel "
                          "without CONFIG_RT_GROUP_SCHED", s->base, strerror(-r));
         } else {
@@ -176,12 +176,12 @@ static void controllers_setup(GroupSet *s, char *why, size_t why_size) {
                         cpu_give_back(s);
                         snprintf(why, why_size, "the kernel has RT group scheduling (RT_GROUP_SCHED): SCHED_FIFO is "
                                  "refused inside a cgroup with the cpu controller, so pace leaves the controller off "
-                                 "and holds waiting members at nice 19 only; boot with rt_group_sched=0 (Linux 6.16 "
+                                 "and holds waiting members at SCHED_IDLE only; boot with rt_group_sched=0 (Linux 6.16 "
                                  "and later) or a kernel without CONFIG_RT_GROUP_SCHED to let it weigh them");
                 } else if ((r = write_base_weight(s)) < 0) {
                         cpu_give_back(s);
                         snprintf(why, why_size, "cannot weigh %s down (cpu.weight: %s): waiting members are held "
-                                 "at nice 19 only", s->base, strerror(-r));
+                                 "at SCHED_IDLE only", s->base, strerror(-r));
                 } else {
                         s->use_cpu = true;
                 }
@@ -213,7 +213,7 @@ int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *w
                 s->use_cpuset = file_has_word(path, "cpuset");
                 if (!s->use_cpu)
                         snprintf(why, why_size, "the unified hierarchy offers no cpu controller: waiting members are "
-                                 "held at nice 19 only, and their time between runs counts against the budget");
+                                 "held at SCHED_IDLE only, and their time between runs counts against the budget");
                 *ret = s;
                 return 0;
         }

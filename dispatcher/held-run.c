@@ -25,8 +25,6 @@ static void held_drop(Held *h, size_t i) {
         /* Cannot be full (it holds capacity); if it were, the entry stays
          * the main thread's and is released with the reservation. */
         (void) spsc_push(&h->dropped, e);
-        if (h->stat_entry == e)
-                h->stat_entry = NULL;
         h->n_threads--;
         h->threads[i] = h->threads[h->n_threads];
         h->pfds[i] = h->pfds[h->n_threads];
@@ -175,6 +173,9 @@ int held_promote_at(Held *h, const HeldContext *ctx, int priority) {
         held_drop_dead(h);
         sched_attr_running_at(priority, &running);
         held_move_rotated(h, ctx, &running);
+        /* Thawed last: should the write wait on the freezer's mutex (see
+         * held_demote()), the members are still frozen, so its holder gets
+         * the CPU. */
         held_freeze(h, false);
         h->running = true;
         held_ask_keep(h, ctx);
@@ -196,10 +197,18 @@ int held_demote(Held *h, const HeldContext *ctx) {
         held_drop_dead(h);
 
         if (ctx->waiting == PACE_WAITING_FREEZE && (h->freezer || h->freeze_fd >= 0)) {
-                /* Frozen first, so nothing runs between losing FIFO and
-                 * stopping; then its own policy back, so a frozen thread is
-                 * never left real-time if we die. */
-                held_freeze(h, true);
+                /* Its own policy back first, then frozen. The freeze write
+                 * takes a kernel mutex without priority inheritance
+                 * (cgroup_mutex for cgroup.freeze, freezer_mutex for the v1
+                 * freezer), which any task making or removing a cgroup
+                 * holds a moment, an ordinary user's in a delegated subtree
+                 * too. Preempted on this CPU by this thread, that holder
+                 * could not run while the members kept FIFO 98 and this
+                 * thread waited: a member would run on past its slot until
+                 * the stall guard. Demoted first, they share the CPU with
+                 * the holder, which ends its hold. Nothing of theirs runs
+                 * in between otherwise: this thread holds their CPU. And a
+                 * frozen thread is never left real-time if we die. */
                 for (size_t i = h->n_threads; i-- > 0;) {
                         /* With the flag it has had since its first touch. */
                         PaceSchedAttr own = h->threads[i].entry->orig;
@@ -207,10 +216,12 @@ int held_demote(Held *h, const HeldContext *ctx) {
                         if (sched_attr_set(h->threads[i].tid, &own) == -ESRCH)
                                 held_drop(h, i);
                 }
+                held_freeze(h, true);
         } else {
-                sched_attr_waiting_nice(&waiting);
+                held_waiting_attr(h, ctx, &waiting);
                 for (size_t i = h->n_threads; i-- > 0;)
-                        if (!held_taken_elsewhere(h, ctx, i) && sched_attr_set(h->threads[i].tid, &waiting) == -ESRCH)
+                        if (!held_taken_elsewhere(h, ctx, i) &&
+                            sched_attr_set_waiting(h->threads[i].tid, &waiting) == -ESRCH)
                                 held_drop(h, i);
         }
 
@@ -283,51 +294,13 @@ int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret) {
         return 0;
 }
 
-bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns) {
+bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns, uint64_t *ret_usage) {
         uint64_t u;
 
-        /* Only a whole reservation's group counts it cheaply (one read),
-         * and only where nothing weighs its waiting members down; a split
-         * reservation's group total is every piece's. */
-        if (ctx->waiting != PACE_WAITING_NICE || !held_grouped(h) || group_weighed(h->group) ||
-            strchr(h->cpus, ','))
+        if (!held_leak_charged(h, ctx))
                 return false;
         if (group_usage_ns(ctx->groups, h->group, ctx->cpu, &u) < 0)
                 return false;
+        *ret_usage = u;
         return acct_budget_spent(&h->acct, u, budget_ns, run_ns);
-}
-
-/* At most this many threads are looked at: it only tells a client that
- * blocked from one that wanted more, and runs at SCHED_FIFO 99. */
-#define RUNNABLE_PROBES HELD_STAT_FDS
-
-/* 1 if the thread whose /proc stat file fd is was runnable ("R"), 0 if
- * not, negative if it is gone. */
-static int stat_fd_runnable(int fd) {
-        char buf[512];
-        int r = fd_read_text(fd, buf, sizeof(buf));
-
-        if (r < 0)
-                return r;
-        /* "tid (comm) S ...": comm may hold spaces and parentheses. */
-        const char *p = strrchr(buf, ')');
-        return p && p[1] == ' ' && p[2] == 'R';
-}
-
-bool held_any_runnable(Held *h) {
-        /* The thread found runnable last time first: a reservation's
-         * runnable thread is most often the same one period after period. */
-        if (h->stat_entry && stat_fd_runnable(h->stat_entry->stat_fd) > 0)
-                return true;
-        for (size_t k = 0, probed = 0; k < h->n_threads && probed < RUNNABLE_PROBES; k++) {
-                RegistryEntry *e = h->threads[(h->rotation + k) % h->n_threads].entry;
-                if (e == h->stat_entry || e->stat_fd < 0)
-                        continue;
-                probed++;
-                if (stat_fd_runnable(e->stat_fd) > 0) {
-                        h->stat_entry = e;
-                        return true;
-                }
-        }
-        return false;
 }

@@ -77,7 +77,7 @@ int held_new(const PaceTableReservation *res, bool allow_root, uint32_t capacity
         /* pid 1, and the dispatcher itself: demoting ourselves would stop
          * the dispatch of every CPU. */
         if (res->pid <= 1 || res->pid == getpid() || (protected_pid > 0 && res->pid == protected_pid))
-                return -EPERM;
+                return HELD_REFUSED_PROTECTED;
         r = pidfd_open_checked(res->pid, &pidfd);
         if (r < 0)
                 return r == -EINVAL ? -ESRCH : r;
@@ -106,18 +106,18 @@ int held_new(const PaceTableReservation *res, bool allow_root, uint32_t capacity
         if (r < 0)
                 return r;
         if (flags & PF_KTHREAD)
-                return -EPERM;
+                return HELD_REFUSED_PROTECTED;
         if (start_time != res->start_time)
-                return -ESTALE;
+                return HELD_REFUSED_STALE;
         /* The owner is the kernel's word, not the table's: the broker's
          * user could name anyone. The table's uid is who asked; only root
          * may ask for another user's process. */
         if (proc_status_owner(status, &owner) < 0 || proc_rt_priority_ceiling(status, limits, &ceiling) < 0)
                 return -EBADMSG;
         if (res->uid != 0 && !proc_owner_is(&owner, res->uid))
-                return -EACCES;
+                return HELD_REFUSED_OTHER_OWNER;
         if (proc_owner_has_root(&owner) && !allow_root)
-                return -EDQUOT;
+                return HELD_REFUSED_ROOT;
 
         /* A thread of this very process: its entry under the pinned
          * /proc/PID directory. */
@@ -140,6 +140,26 @@ int held_new(const PaceTableReservation *res, bool allow_root, uint32_t capacity
         return 0;
 }
 
+const char *held_refusal_to_string(int r) {
+        switch (r) {
+        case HELD_REFUSED_PROTECTED:
+                return "pid 1, kernel threads and the dispatcher itself are never promoted";
+        case HELD_REFUSED_STALE:
+                return "the pid now belongs to another process (start time differs)";
+        case HELD_REFUSED_OTHER_OWNER:
+                return "the process belongs to another user than the one the table names";
+        case HELD_REFUSED_ROOT:
+                return "the process runs as root (a real, effective, saved or file-system uid 0) and "
+                       "\"reserve_root_processes\" is off";
+        case -ESRCH:
+                return "the process does not exist";
+        case -EBADMSG:
+                return "its /proc status or limits cannot be read";
+        default:
+                return r < 0 ? strerror(-r) : "refused for an unknown reason";
+        }
+}
+
 int held_new_inert(const PaceTableReservation *res, Held **ret) {
         Held *h = held_alloc(res, 1);
         if (!h)
@@ -159,6 +179,21 @@ bool held_confined(const Held *h) {
 
 bool held_grouped(const Held *h) {
         return atomic_load_explicit(&h->grouped, memory_order_relaxed);
+}
+
+bool held_leak_charged(const Held *h, const HeldContext *ctx) {
+        /* Only a whole reservation's group counts it cheaply (one read),
+         * and only where nothing weighs its waiting members down; a split
+         * reservation's group total is every piece's. */
+        return ctx->waiting == PACE_WAITING_NICE && held_grouped(h) && !group_weighed(h->group) &&
+               !strchr(h->cpus, ',');
+}
+
+void held_waiting_attr(const Held *h, const HeldContext *ctx, PaceSchedAttr *ret) {
+        if (held_leak_charged(h, ctx))
+                sched_attr_waiting_idle(ret);
+        else
+                sched_attr_waiting_nice(ret);
 }
 
 /* Whether tid is still the thread we took: a thread of the very process
@@ -291,7 +326,9 @@ static void held_park(Held *h, pid_t tid, pid_t tgid) {
          * the policy set below puts it back in its own, and says so. */
         bool leaked = sched_thread_class_leaked(tgid, tid) > 0;
         sched_attr_parked(&parked);
-        if (sched_attr_set(tid, &parked) < 0)
+        /* Through nice 19, as a waiting member (sched_attr_set_waiting()):
+         * one in the real-time class behind its policy leaves that class. */
+        if (sched_attr_set_waiting(tid, &parked) < 0)
                 return;
         h->put_back += leaked;
         h->parked[h->n_parked++] = (HeldParked) { .tid = tid, .tgid = tgid, .orig = a };
@@ -367,16 +404,11 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
          * turned real-time as it was being made): put in its own class. */
         if (sched_thread_class_leaked(tgid, tid) > 0 && sched_attr_reclass(tid) >= 0)
                 h->put_back++;
-        /* The stat files the loop reads, opened here: a thread's own
-         * (/proc/TID/... of a thread that is not the leader describes its
-         * whole process). Its state for the runnable probe, which looks at
-         * a few threads only; its schedstat for the accounting where no
-         * group counts (or may yet count) the members. */
+        /* The thread's own schedstat (/proc/TID/... of a thread that is
+         * not the leader describes its whole process), which the loop reads
+         * for the accounting where no group counts (or may yet count) the
+         * members. */
         char path[64];
-        if (e->stat_fd < 0 && h->n_mine < HELD_STAT_FDS) {
-                snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/stat", tgid, tid);
-                e->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
-        }
         if (e->schedstat_fd < 0 && (!ctx->groups || !h->group || h->group_error)) {
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/task/%" PRIi32 "/schedstat", tgid, tid);
                 e->schedstat_fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -386,8 +418,8 @@ static int held_take_thread(Held *h, const HeldContext *ctx, pid_t tid, pid_t tg
         if (ctx->waiting == PACE_WAITING_NICE && atomic_load_explicit(&h->begun, memory_order_relaxed) &&
             !strchr(h->cpus, ',')) {
                 PaceSchedAttr waiting;
-                sched_attr_waiting_nice(&waiting);
-                (void) sched_attr_set(tid, &waiting);
+                held_waiting_attr(h, ctx, &waiting);
+                (void) sched_attr_set_waiting(tid, &waiting);
         }
         h->mine[h->n_mine++] = e;
         if (!spsc_push(&h->incoming, e)) {
@@ -555,15 +587,15 @@ static void held_settle(Held *h, const HeldContext *ctx) {
          * 7-thread client left a hog 14.9% for a window). Before ready:
          * the loop promotes nothing yet. Not for a split reservation,
          * whose threads another piece's loop may hold. */
+        atomic_store(&h->grouped, grouped);
         if (ctx->waiting == PACE_WAITING_NICE && !strchr(h->cpus, ',')) {
                 PaceSchedAttr waiting;
-                sched_attr_waiting_nice(&waiting);
+                held_waiting_attr(h, ctx, &waiting);
                 for (size_t i = 0; i < h->n_mine; i++)
                         if (!atomic_load(&h->mine[i]->dead) && held_entry_alive(h, h->mine[i]))
-                                (void) sched_attr_set(h->mine[i]->tid, &waiting);
+                                (void) sched_attr_set_waiting(h->mine[i]->tid, &waiting);
                 atomic_store(&h->begun, true);
         }
-        atomic_store(&h->grouped, grouped);
         atomic_store(&h->confined, grouped && group_confined(h->group) && !strchr(h->cpus, ','));
         atomic_store(&h->ready, true);
 }
@@ -575,18 +607,18 @@ void held_prepare(Held *h, const HeldContext *ctx) {
 
 static size_t held_list(Held *h, const HeldContext *ctx);
 
-void held_stand_down(Held *h) {
+void held_stand_down(Held *h, const HeldContext *ctx) {
         PaceSchedAttr a, waiting;
 
         if (h->stood_down)
                 return;
         h->stood_down = true;
-        sched_attr_waiting_nice(&waiting);
+        held_waiting_attr(h, ctx, &waiting);
         for (size_t i = 0; i < h->n_mine; i++) {
                 const RegistryEntry *e = h->mine[i];
                 if (!atomic_load(&e->dead) && sched_attr_get(e->tid, &a) == 0 && sched_attr_is_realtime(&a) &&
                     held_entry_alive(h, e))
-                        (void) sched_attr_set(e->tid, &waiting);
+                        (void) sched_attr_set_waiting(e->tid, &waiting);
         }
 }
 
@@ -607,7 +639,7 @@ size_t held_keep(Held *h, const HeldContext *ctx) {
                 atomic_store(&h->gone, true);
                 /* A tree's members live on after its root: not one more
                  * run at our priority, whatever the loop is doing. */
-                held_stand_down(h);
+                held_stand_down(h, ctx);
                 /* Its cgroups go now rather than when the table drops it,
                  * if nobody lives on in them (a loop reading the group then
                  * fails and skips). */

@@ -100,9 +100,9 @@ struct RegistryEntry {
          * worst a thread that exited within the last look's interval. */
         int thread_pidfd;
         _Atomic bool dead;
-        /* Its /proc stat (the runnable probe) and, without a group, its
-         * schedstat (accounting), opened by the main thread. */
-        int stat_fd;
+        /* Without a group, its schedstat (accounting), opened by the main
+         * thread. Never its stat: reading that waits on a lock a starved
+         * exec holds (README.md, "What runs at SCHED_FIFO 99"). */
         int schedstat_fd;
         RegistryEntry *next;
 };
@@ -110,10 +110,6 @@ struct RegistryEntry {
 /* Threads past a reservation's capacity the main thread puts at the
  * waiting policy, at most (the rest keep their own). */
 #define HELD_PARKED_MAX 1024u
-
-/* Threads of a reservation whose stat file the runnable probe may read
- * (held_any_runnable() looks at no more at once). */
-#define HELD_STAT_FDS 4u
 
 typedef struct HeldThread {
         pid_t tid;
@@ -210,24 +206,42 @@ typedef struct Held {
          * usage of the budget. */
         _Atomic uint64_t lent_ns;
         bool lent_logged; /* main thread */
-        /* The runnable probe's thread of last time. */
-        RegistryEntry *stat_entry;
+        /* The run that closes its period (a slots reservation's): when it
+         * began and the members' usage then, or that it was skipped, its
+         * budget already spent; loop_period_end() tells from these whether
+         * they still wanted the CPU (acct_ran_through()). */
+        enum { HELD_CLOSE_UNKNOWN, HELD_CLOSE_READ, HELD_CLOSE_SKIPPED } close;
+        uint64_t close_from_ns, close_from_usage;
 } Held;
 
 /* Main thread. Checks that the reservation names a live, ordinary process
  * with the table's start time, owned (real, effective, saved and file-system
  * uid) by the table's uid; a table uid of 0 (root asked) may name any
  * process, but a process that is root in any of those uids only if
- * allow_root. -ESRCH: no such process (or it exited during the check);
- * -ESTALE: the pid belongs to another process now; -EPERM: pid 1, a kernel
- * thread or the dispatcher; -EACCES: another owner than the table says;
- * -EDQUOT: a root process and !allow_root. capacity: the threads it may
- * hold (max_threads_per_reservation). */
+ * allow_root. 0 and *ret; a HeldRefusal where the table names a process it
+ * must not touch; a negative errno where it could not tell (-ESRCH: no such
+ * process, or it exited during the check; -EBADMSG: its /proc status or
+ * limits unreadable). capacity: the threads it may hold
+ * (max_threads_per_reservation). */
 int held_new(const PaceTableReservation *res, bool allow_root, uint32_t capacity, Held **ret);
+
+/* Why held_new() will not hold the process a table names: positive, so
+ * never taken for a failure; each with its sentence
+ * (held_refusal_to_string()). */
+typedef enum HeldRefusal {
+        HELD_REFUSED_PROTECTED = 1, /* pid 1, a kernel thread, the dispatcher or its monitor */
+        HELD_REFUSED_STALE,         /* the pid belongs to another process now */
+        HELD_REFUSED_OTHER_OWNER,   /* another user's than the table's */
+        HELD_REFUSED_ROOT,          /* root's, and reserve_root_processes is off */
+} HeldRefusal;
+
+/* The sentence for a HeldRefusal, or for one of held_new()'s failures
+ * (negative errno). Never NULL. */
+const char *held_refusal_to_string(int r);
 /* A reservation that failed its identity check: kept (inert) so that the
  * same reservation in later tables is recognised and not reported again. */
 int held_new_inert(const PaceTableReservation *res, Held **ret);
-/* A second pid held_new() refuses like its own (-EPERM): the monitor
+/* A second pid held_new() refuses like its own (HELD_REFUSED_PROTECTED): the monitor
  * process that watches this dispatcher. 0: none. */
 void held_protect_pid(pid_t pid);
 pid_t held_protected_pid(void);
@@ -244,7 +258,7 @@ size_t held_keep(Held *h, const HeldContext *ctx);
  * real-time goes to the waiting policy now, once. The loop, which promotes
  * it no more, demotes it too at its next change; a promotion under way at
  * this very moment lasts at most to the end of its run. */
-void held_stand_down(Held *h);
+void held_stand_down(Held *h, const HeldContext *ctx);
 /* Main thread, once no loop refers to h any more: restores every thread it
  * registered to its original state, leaves its groups, closes and frees.
  * Accepts NULL. */
@@ -262,19 +276,23 @@ int held_demote(Held *h, const HeldContext *ctx);
  * or without a group the sum of its threads' schedstat (threads that
  * exited take theirs with them). */
 int held_usage_ns(Held *h, const HeldContext *ctx, uint64_t *ret);
-/* Loop. Whether any held thread is runnable (state R) right now: called at
- * the end of a slot, it tells a client that wanted more from one that
- * blocked. */
-bool held_any_runnable(Held *h);
 /* Loop. Whether the run of run_ns about to start is to be skipped: the
  * members already had budget_ns in this period, counting what they took
  * between their runs (acct_budget_spent()). Only for a whole reservation
- * with a group that does not weigh its waiting members down. */
-bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns);
+ * with a group that does not weigh its waiting members down. The group's
+ * usage it read goes to ret_usage (untouched where it read none), which is
+ * held_usage_ns()'s figure for a grouped reservation. */
+bool held_budget_spent(Held *h, const HeldContext *ctx, uint64_t budget_ns, uint64_t run_ns, uint64_t *ret_usage);
 /* Whether a reservation group holds the members now, and whether a cpuset
  * holds them to the reservation's one CPU. */
 bool held_grouped(const Held *h);
 bool held_confined(const Held *h);
+/* Whether what the members take between their runs is counted against the
+ * budget (a whole reservation's group that does not weigh its waiting
+ * members down): then they wait at SCHED_IDLE, else at nice 19. */
+bool held_leak_charged(const Held *h, const HeldContext *ctx);
+/* The waiting policy of h's members (not strict mode's freeze). */
+void held_waiting_attr(const Held *h, const HeldContext *ctx, PaceSchedAttr *ret);
 /* Loop. A thread reservation's one thread still has affinity to ctx's CPU
  * alone (what confines it where no cpuset can: a single thread of a v2
  * host). A thread that moved itself away revokes the reservation. */

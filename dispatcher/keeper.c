@@ -112,7 +112,7 @@ int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, c
                         if (l->n_owned == 2 * PACE_MAX_RESERVATIONS)
                                 return -ENOSPC; /* cannot happen: collected before */
                         r = held_new(res, config->reserve_root_processes, config->max_threads_per_reservation, &h);
-                        if (r < 0) {
+                        if (r != 0) {
                                 if (k->ignored)
                                         k->ignored(k->userdata, res, r);
                                 r = held_new_inert(res, &h);
@@ -157,7 +157,7 @@ int keeper_plan(Keeper *k, CpuLoop *l, const PaceTableBuffer *t, uint64_t gen, c
                 Held *h = l->owned[i];
                 atomic_store(&h->leaving, !h->kept);
                 if (!h->kept)
-                        held_stand_down(h);
+                        held_stand_down(h, ctx);
         }
         /* The loop may have taken the waiting one meanwhile: whatever it
          * runs now stays its own. */

@@ -21,8 +21,9 @@
 
 typedef struct Keeper Keeper;
 
-/* ignored: called for a reservation whose identity check failed (r as
- * held_new() returns it), once per reservation. */
+/* ignored: called for a reservation whose identity check failed or
+ * refused (r as held_new() returns it: a HeldRefusal or a negative errno),
+ * once per reservation. */
 typedef void (*KeeperIgnored)(void *userdata, const PaceTableReservation *res, int r);
 
 int keeper_new(PaceStatsFile *stats, KeeperIgnored ignored, void *userdata, Keeper **ret);

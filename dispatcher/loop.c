@@ -11,9 +11,10 @@
  *   threads' ids: the promotions and demotions themselves (held-run.c);
  * - ppoll and poll of pidfds opened by the main thread: that a process or a
  *   thread is still the one registered, before its id is used;
- * - pread of /proc stat and cgroup accounting files and pwrite of freezer
- *   files, through descriptors opened by the main thread: usage, the
- *   runnable probe, strict mode;
+ * - pread of /proc schedstat and cgroup accounting files and pwrite of
+ *   freezer files, through descriptors opened by the main thread: usage
+ *   (never a thread's stat: it can wait on a lock a starved exec holds),
+ *   strict mode;
  * - write to two eventfds: the main thread's (threads came or went) and the
  *   monitor's (this loop left its idle sleep, stall.h);
  * - clock_gettime(CLOCK_THREAD_CPUTIME_ID), once every 2 s of dispatching:
@@ -35,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loop-internal.h"
 #include "loop.h"
 #include "macro.h"
 #include "pace-limits.h"
@@ -48,7 +50,7 @@ static void on_kick(int sig) {
 }
 
 /* A dispatch thread never writes to the log itself (log-ring.h). */
-_printf_(3, 4) static void loop_log(CpuLoop *l, int priority, const char *fmt, ...) {
+void loop_log(CpuLoop *l, int priority, const char *fmt, ...) {
         va_list ap;
 
         va_start(ap, fmt);
@@ -91,17 +93,46 @@ static void loop_maybe_hang(CpuLoop *l) {
         }
 }
 
+/* The start of the run that closes h's period, at the change t, read a few
+ * us before it (its members wait and cannot run on this CPU while this
+ * thread does): their usage so far, so that the period's end can tell
+ * whether they ran through the run (loop_period_end()). promoted: the run
+ * is theirs; false when it is skipped because the period's budget is
+ * already spent. A server's periods are told apart by its own budget.
+ * read_usage: their usage already read at this change (UINT64_MAX: none). */
+static void loop_close_begins(CpuLoop *l, Held *h, uint64_t t, bool promoted, uint64_t read_usage) {
+        uint64_t u = read_usage;
+
+        h->close = promoted ? HELD_CLOSE_UNKNOWN : HELD_CLOSE_SKIPPED;
+        if (!promoted || h->server || !h->stats || !h->acct.started ||
+            (u == UINT64_MAX && held_usage_ns(h, &l->ctx, &u) < 0))
+                return;
+        h->close_from_ns = t;
+        h->close_from_usage = u;
+        h->close = HELD_CLOSE_READ;
+}
+
 /* The end of the owner's period (its closing run just ended, it is not yet
  * demoted): what it used in the period, whether it still wanted the CPU,
- * and every second or so a delivered figure over whole periods. */
+ * and every second or so a delivered figure over whole periods. Whether it
+ * wanted more comes from usage alone, never from a thread's state: a
+ * server that spent its window's budget, a slots reservation whose closing
+ * run was skipped (its budget spent while waiting) or that ran through it. */
 static void loop_period_end(CpuLoop *l, Held *h, uint64_t t) {
         uint64_t u;
 
         if (h->gone || !h->stats || held_usage_ns(h, &l->ctx, &u) < 0)
                 return;
-        bool counted = h->acct.started;
-        acct_period_end(&h->acct, u, t, (uint64_t) h->budget_slots * l->config->slot_ns,
-                        counted && held_any_runnable(h), ACCT_WINDOW_NS);
+        bool counted = h->acct.started, wanted;
+        if (h->server)
+                wanted = h->srv.exhausted;
+        else
+                wanted = h->close == HELD_CLOSE_SKIPPED ||
+                         (h->close == HELD_CLOSE_READ &&
+                          acct_ran_through(h->close_from_usage, u, h->close_from_ns, monotonic_ns()));
+        h->close = HELD_CLOSE_UNKNOWN;
+        acct_period_end(&h->acct, u, t, (uint64_t) h->budget_slots * l->config->slot_ns, counted && wanted,
+                        ACCT_WINDOW_NS);
         if (counted)
                 stats_file_publish(h->stats, &h->acct, (uint32_t) h->n_threads, u, t);
 }
@@ -149,10 +180,6 @@ static bool loop_plan_waiting(const CpuLoop *l) {
         return LOOP_PLAN_WAITING(atomic_load_explicit(&l->plan_word, memory_order_acquire)) != LOOP_PLAN_NONE;
 }
 
-static bool loop_stopping(CpuLoop *l) {
-        return atomic_load_explicit(&l->shared->stop, memory_order_relaxed);
-}
-
 /* Absolute deadlines: a late wake-up never shifts the slots after it. */
 static int loop_sleep_until(CpuLoop *l, uint64_t t) {
         struct timespec ts = { .tv_sec = (time_t) (t / NSEC_PER_SEC), .tv_nsec = (long) (t % NSEC_PER_SEC) };
@@ -173,7 +200,7 @@ static int loop_sleep_until(CpuLoop *l, uint64_t t) {
 }
 
 /* Promotes to to priority, and says once why it could not. */
-static int loop_promote(CpuLoop *l, Held *to, int priority) {
+int loop_promote(CpuLoop *l, Held *to, int priority) {
         /* At SCHED_FIFO 99, why: a member blocked on a PI lock lends its
          * new priority from inside this call, in our name, and only this
          * record lets the main thread charge that to its reservation
@@ -227,202 +254,6 @@ static void loop_switch(CpuLoop *l, Held *from, Held *to) {
                 (void) held_demote(from, &l->ctx);
         if (to)
                 (void) loop_promote(l, to, PACE_RUNNING_PRIORITY);
-}
-
-/* Server h to priority (0: its waiting policy). */
-static void loop_server_set(CpuLoop *l, Held *h, int priority) {
-        if (loop_stopping(l))
-                priority = 0;
-        if (h->srv_priority == priority)
-                return;
-        if (priority == 0) {
-                (void) held_demote(h, &l->ctx);
-                h->srv_priority = 0;
-        } else if (loop_promote(l, h, priority) >= 0) {
-                h->srv_priority = priority;
-        }
-}
-
-/* The members' usage now, into h->srv_usage. */
-static void loop_server_usage(CpuLoop *l, Held *h, uint64_t now) {
-        uint64_t u;
-
-        /* Unreadable (a group not yet entered): as if it ran all along. */
-        if (held_usage_ns(h, &l->ctx, &u) < 0)
-                u = h->srv.last_usage + (now > h->srv.last_look_ns ? now - h->srv.last_look_ns : 0);
-        else
-                /* What an owner ran at the priority a member lent it is
-                 * the server's too (lending.h): one atomic load, and the
-                 * sum only grows, as the budget look expects. */
-                u += atomic_load_explicit(&h->lent_ns, memory_order_relaxed);
-        h->srv_usage = u;
-}
-
-/* What server h may hold now, in the run in force (h->srv_usage fresh):
- * nothing once its window's budget is spent; in its own slots the running
- * priority (they back its budget); in another owner's slots the server
- * priority, below the owner's; in free time the server priority until the
- * instant the free-time rule (server.h) sets. */
-static int loop_server_priority(CpuLoop *l, Held *h, uint64_t now) {
-        uint64_t slot_ns = l->config->slot_ns;
-
-        if (h->gone || h->revoked || atomic_load_explicit(&h->leaving, memory_order_relaxed)) {
-                h->srv.next_look_ns = 0; /* nothing to look at any more */
-                return 0;
-        }
-        if (!server_budget_look(&h->srv, now, (uint64_t) h->period_slots * slot_ns,
-                                (uint64_t) h->budget_slots * slot_ns, h->srv_usage, h->srv_priority > 0, slot_ns))
-                return 0;
-        if (l->run_owner == h)
-                return PACE_RUNNING_PRIORITY;
-        /* Outside its own slots only where the kernel keeps it honest: a
-         * group's usage, which no member can shrink by exiting (a thread's
-         * schedstat goes with it), and a cpuset, so a member cannot take
-         * the server priority to another CPU between two looks. A thread
-         * reservation needs neither: its one thread's schedstat ends only
-         * with the thread, and its affinity is looked at every look (a
-         * cgroup v2 host has no group for a thread: RealtimeKit1's
-         * reservations). Elsewhere a server is a slots reservation. */
-        if ((!held_grouped(h) || !held_confined(h)) && !held_thread_stays(h, &l->ctx)) {
-                if (!h->logged_unconfined) {
-                        h->logged_unconfined = true;
-                        loop_log(l, LOG_WARNING,
-                                 "CPU %" PRIi32 ": pid %" PRIi32 " (reservation %" PRIu64 ") is a budget server but "
-                                 "no reservation group with a cpuset holds it; it runs in its own slots only",
-                                 l->cpu, h->pid, h->id);
-                }
-                h->srv.next_look_ns = h->srv.window_end_ns;
-                return 0;
-        }
-        if (l->run_free) {
-                /* Strict mode keeps servers out of free time: frozen for
-                 * non-real-time work's turn, with the same reserve as nice
-                 * mode, a gap probe still saw 22.1 and 24.3 ms beside a
-                 * 36 ms job now and then (non_rt_max_gap 20 ms), cause not
-                 * found; nice mode stayed at 12.7-14.5 ms. */
-                if (l->ctx.waiting == PACE_WAITING_FREEZE || now >= l->free_take_until_ns) {
-                        /* Non-real-time work's turn: the next run's start
-                         * looks again. */
-                        h->srv.next_look_ns = h->srv.window_end_ns;
-                        return 0;
-                }
-                h->srv.next_look_ns = MIN(h->srv.next_look_ns, l->free_take_until_ns);
-        }
-        return PACE_SERVER_PRIORITY;
-}
-
-/* What non-real-time work needs of the free time ahead before its turn
- * is due (server.h): a turn, and for every server that was not seen idle
- * what it may run on for once held back at nice 19. */
-#define SERVER_FREE_TURN_NS (1 * NSEC_PER_MSEC)
-#define SERVER_HELD_LAG_NS (6 * NSEC_PER_MSEC)
-/* What the dispatcher's own wake-ups and interrupts may take of a free
- * interval, and how much earlier than non_rt_max_gap the turn is due. */
-#define SERVER_FREE_MARGIN_NS (250 * NSEC_PER_USEC)
-
-static uint64_t loop_free_reserve(const CpuLoop *l) {
-        uint64_t r = SERVER_FREE_TURN_NS;
-
-        for (size_t i = 0; i < l->n_servers; i++)
-                if (!l->servers[i]->srv.seen_idle)
-                        r += SERVER_HELD_LAG_NS;
-        return r;
-}
-
-/* Until when servers may hold a priority in the free run k (of the frame
- * that began at frame_start), which starts at t: the free intervals ahead,
- * up to non-real-time work's next turn, must keep the reserve. */
-static uint64_t loop_free_take_until(CpuLoop *l, uint64_t t, uint32_t k, uint64_t frame_start) {
-        uint64_t slot_ns = l->config->slot_ns, frame_ns = (uint64_t) l->cur->frame_slots * slot_ns;
-        uint64_t due = l->nonrt_turn_ns + l->config->non_rt_max_gap_ns;
-        uint64_t deadline = due > SERVER_FREE_MARGIN_NS ? due - SERVER_FREE_MARGIN_NS : 0, looked = t;
-        size_t n = 0;
-
-        if (l->cur->n_runs == 0 || deadline <= t)
-                return 0;
-        for (uint32_t j = k, steps = 0; looked < deadline; steps++) {
-                /* Seen no further: no free time counted beyond. */
-                if (n == LOOP_FREE_AHEAD || steps == 4 * LOOP_FREE_AHEAD) {
-                        deadline = looked;
-                        break;
-                }
-                uint32_t end = frame_run_end(l->cur->runs, l->cur->n_runs, l->cur->frame_slots, j);
-                uint64_t s = frame_start + (uint64_t) l->cur->runs[j].start * slot_ns, e = frame_start + (uint64_t) end * slot_ns;
-                if (!l->cur->by_owner[l->cur->runs[j].owner]) {
-                        if (n > 0 && l->free_ahead[n - 1][1] == s)
-                                l->free_ahead[n - 1][1] = e;
-                        else {
-                                l->free_ahead[n][0] = s;
-                                l->free_ahead[n][1] = e;
-                                n++;
-                        }
-                }
-                looked = e;
-                if (++j == l->cur->n_runs) {
-                        j = 0;
-                        frame_start += frame_ns;
-                }
-        }
-        uint64_t until;
-        return server_free_take_until((const uint64_t (*)[2]) l->free_ahead, n, t, deadline, loop_free_reserve(l),
-                                      &until) ?
-                       until :
-                       0;
-}
-
-/* The servers' usage summed (h->srv_usage fresh). */
-static uint64_t loop_servers_usage_sum(const CpuLoop *l) {
-        uint64_t sum = 0;
-
-        for (size_t i = 0; i < l->n_servers; i++)
-                sum += l->servers[i]->srv_usage;
-        return sum;
-}
-
-/* Run k of the frame that began at frame_start starts at t with table
- * owner owner (a server's own run included; NULL: free). */
-static void loop_servers_at_run(CpuLoop *l, uint64_t t, Held *owner, uint32_t k, uint64_t frame_start) {
-        l->run_owner = owner;
-        l->run_free = owner == NULL;
-        if (l->n_servers == 0)
-                return;
-        for (size_t i = 0; i < l->n_servers; i++)
-                loop_server_usage(l, l->servers[i], t);
-        uint64_t usage = loop_servers_usage_sum(l);
-        /* The free interval that just ended: what the servers did not take
-         * of it was non-real-time work's (usage that went back: they took
-         * all of it). */
-        if (l->free_since_ns > 0 && t > l->free_since_ns) {
-                uint64_t taken = usage >= l->free_since_usage ? usage - l->free_since_usage : t - l->free_since_ns;
-                l->nonrt_turn_ns = server_free_turn(l->nonrt_turn_ns, l->free_since_ns, t, taken, SERVER_FREE_MARGIN_NS);
-        }
-        l->free_since_ns = l->run_free ? t : 0;
-        l->free_since_usage = usage;
-        l->free_take_until_ns = l->run_free ? loop_free_take_until(l, t, k, frame_start) : 0;
-        for (size_t i = 0; i < l->n_servers; i++)
-                loop_server_set(l, l->servers[i], loop_server_priority(l, l->servers[i], t));
-}
-
-/* A server's look falls due within a run: its budget ran out, a new
- * window began, or its time in this free run is up. */
-static void loop_servers_look(CpuLoop *l, uint64_t now) {
-        for (size_t i = 0; i < l->n_servers; i++) {
-                Held *h = l->servers[i];
-                if (h->srv.next_look_ns == 0 || h->srv.next_look_ns > now)
-                        continue;
-                loop_server_usage(l, h, now);
-                loop_server_set(l, h, loop_server_priority(l, h, now));
-        }
-}
-
-static void loop_servers_demote(CpuLoop *l) {
-        for (size_t i = 0; i < l->n_servers; i++)
-                loop_server_set(l, l->servers[i], 0);
-        l->run_free = false;
-        l->run_owner = NULL;
-        /* A free interval across a table swap earns no turn. */
-        l->free_since_ns = 0;
-        l->free_take_until_ns = 0;
 }
 
 static uint64_t thread_cpu_ns(void) {
@@ -480,8 +311,8 @@ static int loop_sleep_serving(CpuLoop *l, uint64_t t) {
 
 /* How early a loop wakes before a change of owner: the kernel's timer
  * wake-up (13-15 us median here, cyclictest's figure) and the looking a
- * change needs (the ending period's usage and runnable probe, the next
- * owner's budget) are done before the boundary, so that at it only the
+ * change needs (the ending period's usage, the usage as a period's closing
+ * run starts, the next owner's budget) are done before the boundary, so that at it only the
  * demotion and the promotion sit between the boundary and the client
  * running. The margin is how late the timer wakes the loop (up a step when
  * it was later, down a larger step when not: it settles near the 35th
@@ -591,9 +422,14 @@ static void loop_active(CpuLoop *l) {
                 last_closes = l->cur->runs[k].closes;
                 uint32_t run_end = frame_run_end(l->cur->runs, l->cur->n_runs, l->cur->frame_slots, k);
                 Held *next = owner && !owner->server ? owner : NULL;
+                /* Where it reads the group's usage, the closing run's start
+                 * takes that reading too: one read a run, not two. */
+                uint64_t usage = UINT64_MAX;
                 if (next && held_budget_spent(next, &l->ctx, (uint64_t) next->budget_slots * slot_ns,
-                                              (uint64_t) (run_end - l->cur->runs[k].start) * slot_ns))
+                                              (uint64_t) (run_end - l->cur->runs[k].start) * slot_ns, &usage))
                         next = NULL;
+                if (owner && last_closes)
+                        loop_close_begins(l, owner, t, next != NULL, usage);
                 loop_spin_until(l, t, early, woke, kind);
                 /* A server's own run is the servers' business. */
                 loop_servers_at_run(l, t, owner, k, frame_start);

@@ -38,7 +38,6 @@ struct ThreadRegistry {
 static void entry_close(RegistryEntry *e) {
         safe_close(e->proc_pidfd);
         safe_close(e->thread_pidfd);
-        safe_close(e->stat_fd);
         safe_close(e->schedstat_fd);
 }
 
@@ -102,17 +101,21 @@ int thread_registry_acquire(ThreadRegistry *reg, pid_t tid, pid_t tgid, const Pa
         e->tid = tid;
         e->tgid = tgid;
         e->refs = 1;
-        e->proc_pidfd = e->thread_pidfd = e->stat_fd = e->schedstat_fd = -EBADF;
+        e->proc_pidfd = e->thread_pidfd = e->schedstat_fd = -EBADF;
         r = sched_attr_get(tid, &e->orig);
         if (r < 0) {
                 free(e);
                 e = NULL;
                 goto done;
         }
+        /* With nothing better to go by, what only a dispatcher sets (FIFO
+         * at our priorities; SCHED_IDLE with the flag, a waiting or parked
+         * member a dead dispatcher left) becomes SCHED_OTHER: given back,
+         * it would keep the thread real-time, or starved, for good. */
         if (sched_attr_is_ours(&e->orig)) {
                 if (fallback)
                         e->orig = *fallback;
-                else if (e->orig.sched_policy == SCHED_FIFO)
+                else if (e->orig.sched_policy == SCHED_FIFO || sched_attr_is_parked(&e->orig))
                         e->orig = (PaceSchedAttr) { .sched_policy = SCHED_OTHER };
         }
         /* A real-time policy its process could not have given itself came

@@ -63,6 +63,26 @@ void sched_attr_parked(PaceSchedAttr *ret) {
         };
 }
 
+void sched_attr_waiting_idle(PaceSchedAttr *ret) {
+        /* The nice level weighs nothing at SCHED_IDLE, but is what a
+         * member sees of being held (pace-run waits for nice 19 or
+         * SCHED_FIFO before it starts its command), and the step before
+         * (sched_attr_set_waiting()) leaves it there anyway. */
+        sched_attr_parked(ret);
+        ret->sched_nice = PACE_WAITING_NICE_VALUE;
+}
+
+int sched_attr_set_waiting(pid_t tid, const PaceSchedAttr *waiting) {
+        if (waiting->sched_policy == SCHED_IDLE) {
+                PaceSchedAttr nice;
+                sched_attr_waiting_nice(&nice);
+                int r = sched_attr_set(tid, &nice);
+                if (r < 0)
+                        return r;
+        }
+        return sched_attr_set(tid, waiting);
+}
+
 bool sched_attr_is_parked(const PaceSchedAttr *a) {
         return a->sched_policy == SCHED_IDLE && (a->sched_flags & PACE_SCHED_FLAG_RESET_ON_FORK);
 }
@@ -71,7 +91,8 @@ bool sched_attr_is_ours(const PaceSchedAttr *a) {
         if (a->sched_policy == SCHED_FIFO &&
             (a->sched_priority == PACE_RUNNING_PRIORITY || a->sched_priority == PACE_SERVER_PRIORITY))
                 return true;
-        return a->sched_policy == SCHED_OTHER && a->sched_nice == PACE_WAITING_NICE_VALUE;
+        return (a->sched_policy == SCHED_OTHER && a->sched_nice == PACE_WAITING_NICE_VALUE) ||
+               a->sched_policy == SCHED_IDLE;
 }
 
 bool sched_attr_is_realtime(const PaceSchedAttr *a) {

@@ -64,7 +64,10 @@ static bool demote_left(pid_t tid, uint32_t rt_ceiling, bool leaked_only) {
         if (!leaked_only) {
                 if (sched_attr_get(tid, &a) < 0)
                         return false;
-                if (left_by_a_dispatcher(&a, rt_ceiling))
+                /* SCHED_IDLE with the flag: a member a dispatcher held
+                 * waiting or parked, which would otherwise run only on an
+                 * idle CPU from now on. */
+                if (left_by_a_dispatcher(&a, rt_ceiling) || sched_attr_is_parked(&a))
                         return sched_attr_set(tid, &other) == 0;
         }
         if (sched_thread_class_leaked(tid, tid) <= 0 || sched_attr_reclass(tid) < 0)
@@ -185,7 +188,7 @@ static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, SweepWind
         for (uint32_t i = 0; i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS) && !window_full(window); i++) {
                 Held *h;
 
-                if (held_new(&t->reservations[i], allow_root, 1, &h) < 0)
+                if (held_new(&t->reservations[i], allow_root, 1, &h) != 0)
                         continue;
                 /* Through the directory pinned to the process held_new()
                  * checked, not its pid, which could be someone else's by now. */
@@ -203,7 +206,7 @@ static unsigned sweep_table(const PaceTableBuffer *t, bool allow_root, SweepWind
         for (uint32_t i = 0; !window && i < MIN(t->n_reservations, PACE_MAX_RESERVATIONS); i++) {
                 Held *h;
 
-                if (held_new(&t->reservations[i], allow_root, 1, &h) < 0)
+                if (held_new(&t->reservations[i], allow_root, 1, &h) != 0)
                         continue;
                 thaw_scope_group(h->pid);
                 if (h->scope == PACE_TABLE_SCOPE_TREE)

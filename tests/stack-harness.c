@@ -36,23 +36,25 @@ int policy_of(pid_t tid) {
         return pol < 0 ? pol : pol & ~SCHED_RESET_ON_FORK;
 }
 
-/* Whether any thread of a process is real-time. */
-bool any_thread_realtime(pid_t pid) {
+unsigned threads_at_policy(pid_t pid, int policy) {
         char path[64];
+        unsigned n = 0;
+
         snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
         DIR *d = opendir(path);
-        bool rt = false;
         if (!d)
-                return false;
+                return 0;
         for (struct dirent *de; (de = readdir(d));) {
                 int tid = atoi(de->d_name);
-                if (tid > 0) {
-                        int pol = policy_of(tid);
-                        rt |= pol == SCHED_FIFO || pol == SCHED_RR;
-                }
+                n += tid > 0 && policy_of(tid) == policy;
         }
         closedir(d);
-        return rt;
+        return n;
+}
+
+/* Whether any thread of a process is real-time. */
+bool any_thread_realtime(pid_t pid) {
+        return threads_at_policy(pid, SCHED_FIFO) + threads_at_policy(pid, SCHED_RR) > 0;
 }
 
 pid_t spawn_on(int cpu, void (*fn)(const void *), const void *arg) {

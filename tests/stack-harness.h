@@ -43,6 +43,9 @@ extern const char *stack_socket;
 void pin(int cpu);
 /* The policy without the SCHED_RESET_ON_FORK flag the kernel ORs into it. */
 int policy_of(pid_t tid);
+/* How many of a process's threads have policy (reset-on-fork aside); 0
+ * once it is gone. */
+unsigned threads_at_policy(pid_t pid, int policy);
 /* Whether any thread of a process is real-time (SCHED_FIFO or SCHED_RR). */
 bool any_thread_realtime(pid_t pid);
 

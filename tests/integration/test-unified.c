@@ -8,6 +8,7 @@
  * and reaped by pid. */
 #include <dirent.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,70 @@ TEST(a_tree_on_a_unified_host_gets_its_grant_with_children_started_later) {
          * beside 49.28% measured. Hence 4 points. */
         ASSERT_CMP(delivered, >=, best_tree - 4.0);
         ASSERT_CMP(delivered, <=, best_tree + 4.0);
+}
+
+/* A process of MANY_WAITERS spinning threads (pinned to CPU 1 by spawn(),
+ * all under the default max_threads_per_reservation of 32) that reserves
+ * 10% of every 20 ms for itself. */
+#define MANY_WAITERS 24
+
+static void *spinning_thread(void *arg) {
+        for (;;)
+                ;
+        return NULL;
+}
+
+static void small_grant_many_threads(const void *arg) {
+        pace *p = NULL;
+        pace_grant g;
+        pace_reserve_params params = { .period_ns = 20 * NSEC_PER_MSEC, .utilization_ppm = 100000,
+                                       .cpu = STACK_CPU, .scope = PACE_SCOPE_PROCESS, .kind = PACE_KIND_SLOTS };
+        pthread_t t;
+
+        if (pace_connect(stack_socket, &p) < 0 || pace_reserve(p, &params, &g) < 0)
+                _exit(3);
+        for (int i = 0; i < MANY_WAITERS - 1; i++)
+                if (pthread_create(&t, NULL, spinning_thread, NULL) != 0)
+                        _exit(4);
+        spinning_thread(NULL);
+}
+
+TEST(many_waiting_threads_of_a_small_grant_leave_the_free_time_to_others) {
+        Stack s = { .unified_only = true };
+        double got[2];
+
+        STACK_START_OR_SKIP(&s);
+        pid_t other = spawn(hog, NULL);
+        pid_t client = spawn_reserved(&s, small_grant_many_threads, NULL, 1);
+        sleep_ms(1500); /* every thread registered and waiting */
+        int waiting_idle = (int) threads_at_policy(client, SCHED_IDLE);
+        share_measure(STACK_CPU, (pid_t[]) { client, other }, 2, 3000, got);
+        /* The dispatcher stops first: it gives every thread back what it
+         * had, never SCHED_IDLE, which none of them chose. */
+        ASSERT_EQ(stack_stop_dispatcher(&s), 0);
+        int idle_after = (int) threads_at_policy(client, SCHED_IDLE);
+        int other_after = (int) threads_at_policy(client, SCHED_OTHER);
+        printf("  %d spinning threads granted 10%% of 20 ms beside a hog: they got %.2f%%, the hog %.2f%% "
+               "(others %.2f); %d of them at SCHED_IDLE when looked at; after the dispatcher stopped %d at "
+               "SCHED_IDLE, %d at SCHED_OTHER\n", MANY_WAITERS, got[0], got[1], share_last_others, waiting_idle,
+               idle_after, other_after);
+        reap(client);
+        reap(other);
+        ASSERT_EQ(broker_stop(&s.broker), 0);
+
+        /* No cpu controller weighs them down here. Waiting at nice 19
+         * (weight 24 x 15 against the hog's 1024) they took 26% of the
+         * free time, about 23 points, more than their whole budget, so
+         * counting it against the budget could not give it back: the hog
+         * had about 73%. At SCHED_IDLE (24 x 3) they take about 6 points,
+         * which the charge takes back from their runs: about 10-12% in
+         * all, and the hog the rest less the dispatcher's few points. The
+         * bounds sit halfway between. */
+        ASSERT_CMP(got[0], <=, 17.0 + share_foreign());
+        ASSERT_CMP(got[1], >=, 80.0 - share_foreign());
+        ASSERT_CMP(waiting_idle, >=, MANY_WAITERS / 2);
+        ASSERT_EQ(idle_after, 0);
+        ASSERT_EQ(other_after, MANY_WAITERS);
 }
 
 /* The unified hierarchy as this host mounts it beside v1: the same

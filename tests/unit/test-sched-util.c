@@ -3,6 +3,7 @@
  * real-time class while its policy says otherwise (a child born as its
  * parent was first promoted), whatever its name holds; and putting such a
  * thread back, which a plain call with its own policy would not do. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <sched.h>
@@ -138,6 +139,54 @@ TEST(reclass_keeps_the_policy_nice_level_and_flag) {
         ASSERT_EQ(after.sched_policy, SCHED_OTHER);
         ASSERT_EQ(after.sched_nice, 5);
         ASSERT_TRUE(after.sched_flags & PACE_SCHED_FLAG_RESET_ON_FORK);
+}
+
+TEST(what_only_a_dispatcher_sets_is_told_from_what_a_client_sets) {
+        PaceSchedAttr a;
+
+        sched_attr_running(&a);
+        ASSERT_TRUE(sched_attr_is_ours(&a));
+        ASSERT_FALSE(sched_attr_is_parked(&a));
+        sched_attr_waiting_nice(&a);
+        ASSERT_TRUE(sched_attr_is_ours(&a));
+        ASSERT_FALSE(sched_attr_is_parked(&a));
+        /* Waiting at SCHED_IDLE looks like parked (the registry then gives
+         * it SCHED_OTHER back); a child born to it keeps SCHED_IDLE without
+         * the flag, which may be its own choice too. */
+        sched_attr_waiting_idle(&a);
+        ASSERT_TRUE(sched_attr_is_ours(&a));
+        ASSERT_TRUE(sched_attr_is_parked(&a));
+        a.sched_flags = 0;
+        ASSERT_TRUE(sched_attr_is_ours(&a));
+        ASSERT_FALSE(sched_attr_is_parked(&a));
+        ASSERT_FALSE(sched_attr_is_ours(&(PaceSchedAttr) { .sched_policy = SCHED_OTHER }));
+        ASSERT_FALSE(sched_attr_is_ours(&(PaceSchedAttr) { .sched_policy = SCHED_OTHER, .sched_nice = 10 }));
+        ASSERT_FALSE(sched_attr_is_ours(&(PaceSchedAttr) { .sched_policy = SCHED_FIFO, .sched_priority = 50 }));
+        ASSERT_FALSE(sched_attr_is_ours(&(PaceSchedAttr) { .sched_policy = SCHED_BATCH }));
+}
+
+static void *set_waiting_idle(void *arg) {
+        PaceSchedAttr waiting, now;
+        pid_t tid = (pid_t) syscall(SYS_gettid);
+
+        sched_attr_waiting_idle(&waiting);
+        *(int *) arg = sched_attr_set_waiting(tid, &waiting);
+        /* At nice 19 too: what pace-run looks for to know it is held. */
+        if (*(int *) arg == 0 && sched_attr_get(tid, &now) == 0 &&
+            (!sched_attr_is_parked(&now) || now.sched_nice != PACE_WAITING_NICE_VALUE))
+                *(int *) arg = -EINVAL;
+        return NULL;
+}
+
+TEST(a_waiting_policy_of_sched_idle_is_set_whole) {
+        pthread_t t;
+        int r = 1;
+
+        /* On a thread of its own: SCHED_IDLE cannot be left without
+         * privilege, and this thread must not be left there. */
+        ASSERT_EQ(pthread_create(&t, NULL, set_waiting_idle, &r), 0);
+        ASSERT_EQ(pthread_join(t, NULL), 0);
+        ASSERT_OK(r);
 }
 
 TEST_MAIN()
