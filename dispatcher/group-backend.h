@@ -153,16 +153,27 @@ struct GroupBackend {
         size_t (*sweep_stale)(GroupSet *s);
         /* The set's own directories removed (every Group released). */
         void (*set_free)(GroupSet *s);
+
+        /* Set-less, for group_set_new() and for the sweeps and the monitor
+         * (no GroupSet: another instance's leftovers, or our own after a
+         * crash). */
+        /* A set of this backend: -EOPNOTSUPP with no sentence in why where
+         * the host does not offer it at all (the next backend is tried),
+         * with one where it does but cannot be used. */
+        int (*set_new)(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why,
+                       size_t why_size);
+        /* The hierarchy's root in ret where this host has it: 0, or
+         * -EOPNOTSUPP. new_groups: where groups of ours may also be made
+         * (unified: only with this process at its root, no manager owning
+         * it); otherwise where leftovers may be. */
+        int (*hierarchy)(bool new_groups, char *ret, size_t size);
+        /* Instance name's groups under root (hierarchy()'s) removed, their
+         * tasks moved to the roots first. */
+        int (*remove_instance)(const char *root, const char *name);
 };
 
 extern const GroupBackend group_backend_v1;
 extern const GroupBackend group_backend_unified;
-
-/* Set construction, per backend: -EOPNOTSUPP with a sentence in why where
- * the host does not offer it. */
-int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why,
-                     size_t why_size);
-int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *why, size_t why_size);
 
 /* Shared helpers (group.c). */
 GroupSet *group_set_alloc(const GroupBackend *backend, const char *root, const char *name);
@@ -188,21 +199,6 @@ bool group_dir_removed(const char *dir);
  * else would ever remove them: the base could not go either. Returns how
  * many are still there. Main thread. */
 size_t group_sweep_stale_dir(GroupSet *s, const char *base, const char *root);
-
-/* Set-less helpers for the sweeps and the monitor (no GroupSet: another
- * instance's leftovers, or our own after a crash). */
-/* The v1 cpuacct hierarchy's mount (libcgroup); -EOPNOTSUPP without one. */
-int group_v1_root(char *ret, size_t size);
-/* Instance name's groups in every v1 hierarchy removed, tasks to the
- * roots, the cpu group's real-time runtime given back first. */
-int group_v1_remove(const char *name);
-/* Whether /sys/fs/cgroup is the unified hierarchy, and whether our groups
- * may live at its root (this process sits there: no manager owns it). */
-bool group_unified_mounted(void);
-bool group_unified_usable(void);
-/* Every res-* group under base thawed, emptied into the root and removed,
- * then base. */
-void group_unified_remove(const char *base);
 
 #define GROUP_UNIFIED_ROOT "/sys/fs/cgroup"
 

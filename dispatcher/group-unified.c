@@ -36,7 +36,7 @@
 
 #define CGROUP2_SUPER_MAGIC_ 0x63677270
 
-bool group_unified_mounted(void) {
+static bool unified_mounted(void) {
         struct statfs sf;
         return statfs(GROUP_UNIFIED_ROOT, &sf) == 0 && (uint64_t) sf.f_type == CGROUP2_SUPER_MAGIC_;
 }
@@ -46,11 +46,16 @@ static bool in_root_cgroup(void) {
         return group_read_orig("/proc/self/cgroup", NULL, own, sizeof(own)) == 0 && strcmp(own, "/") == 0;
 }
 
-bool group_unified_usable(void) {
-        return group_unified_mounted() && in_root_cgroup();
+static int unified_hierarchy(bool new_groups, char *ret, size_t size) {
+        if (!unified_mounted() || (new_groups && !in_root_cgroup()))
+                return -EOPNOTSUPP;
+        snprintf(ret, size, "%s", GROUP_UNIFIED_ROOT);
+        return 0;
 }
 
-void group_unified_remove(const char *base) {
+/* Every res-* group under base thawed, emptied into the root and removed,
+ * then base. */
+static void unified_remove_base(const char *base) {
         DIR *d = opendir(base);
         char path[PATH_MAX + 300];
 
@@ -189,10 +194,13 @@ static void controllers_setup(GroupSet *s, char *why, size_t why_size) {
         }
 }
 
-int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *why, size_t why_size) {
+/* rt_share_ppm is v1's (its cpu group's real-time runtime): pace gives
+ * its unified groups none. */
+static int unified_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why,
+                           size_t why_size) {
         struct stat st;
 
-        if (!group_unified_mounted()) {
+        if (!unified_mounted()) {
                 snprintf(why, why_size, "no cgroup v1 cpuacct hierarchy is mounted and %s is not the unified "
                          "hierarchy", GROUP_UNIFIED_ROOT);
                 return -EOPNOTSUPP;
@@ -219,7 +227,7 @@ int group_unified_set_new(const char *name, pid_t owner, GroupSet **ret, char *w
         }
         snprintf(s->base, sizeof(s->base), "%s/%s", GROUP_UNIFIED_ROOT, name);
         if (stat(s->base, &st) == 0)
-                group_unified_remove(s->base);
+                unified_remove_base(s->base);
         if (mkdir(s->base, 0755) < 0 && errno != EEXIST) {
                 int r = negative_errno();
                 snprintf(why, why_size, "cannot create the cgroup %s: %s", s->base, strerror(-r));
@@ -430,6 +438,14 @@ static void unified_set_free(GroupSet *s) {
                         (void) enable(s->root, s->root_enabled[i]);
 }
 
+static int unified_remove_instance(const char *root, const char *name) {
+        char base[PATH_MAX + 64];
+
+        snprintf(base, sizeof(base), "%s/%s", root, name);
+        unified_remove_base(base);
+        return 0;
+}
+
 const GroupBackend group_backend_unified = {
         .name = "unified",
         .list_file = { [LIST_TASKS] = "cgroup.threads", [LIST_PROCS] = "cgroup.procs" },
@@ -441,4 +457,7 @@ const GroupBackend group_backend_unified = {
         .usage_ns = unified_usage_ns,
         .housekeep = unified_housekeep,
         .set_free = unified_set_free,
+        .set_new = unified_set_new,
+        .hierarchy = unified_hierarchy,
+        .remove_instance = unified_remove_instance,
 };

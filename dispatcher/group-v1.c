@@ -82,7 +82,8 @@ static int mount_of(const char *controller, char *ret, size_t size) {
         return 0;
 }
 
-int group_v1_root(char *ret, size_t size) {
+/* The cpuacct hierarchy is where v1 groups are: new or left over alike. */
+static int v1_hierarchy(bool new_groups, char *ret, size_t size) {
         return mount_of("cpuacct", ret, size);
 }
 
@@ -228,13 +229,13 @@ fail:
         (void) base_delete(s->name, "cpuset");
 }
 
-int group_v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why,
-                     size_t why_size) {
+static int v1_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why,
+                      size_t why_size) {
         char acct[PATH_MAX], cpu[PATH_MAX];
         struct stat st;
         int r;
 
-        if (group_v1_root(acct, sizeof(acct)) < 0)
+        if (v1_hierarchy(true, acct, sizeof(acct)) < 0)
                 return -EOPNOTSUPP;
         /* Mounted together with cpu, a new group is also a cpu group: under
          * RT_GROUP_SCHED it starts with cpu.rt_runtime_us = 0 (SCHED_FIFO
@@ -427,7 +428,9 @@ static void v1_set_free(GroupSet *s) {
                 (void) rmdir(s->cpuset_base);
 }
 
-int group_v1_remove(const char *name) {
+/* In every v1 hierarchy, the cpu group's real-time runtime given back
+ * first; root (cpuacct's) is found again by each base_delete(). */
+static int v1_remove_instance(const char *root, const char *name) {
         char cpu[PATH_MAX], dir[PATH_MAX + 128];
 
         if (mount_of("cpu", cpu, sizeof(cpu)) == 0) {
@@ -449,4 +452,7 @@ const GroupBackend group_backend_v1 = {
         .sweep_stale = v1_sweep_stale,
         .usage_ns = v1_usage_ns,
         .set_free = v1_set_free,
+        .set_new = v1_set_new,
+        .hierarchy = v1_hierarchy,
+        .remove_instance = v1_remove_instance,
 };

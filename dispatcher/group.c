@@ -123,14 +123,28 @@ static bool owner_alive(const char *base) {
         return alive;
 }
 
+/* In the order they are tried: v1's cpuacct where a hybrid host has it
+ * (libcgroup finds no v1 hierarchy on a unified-only host at all: that is
+ * the unified case, not an error). */
+static const GroupBackend *const backends[] = { &group_backend_v1, &group_backend_unified };
+
+/* The first backend whose hierarchy this host has (new_groups: as for
+ * GroupBackend.hierarchy), its root in root; NULL if none. */
+static const GroupBackend *host_backend(bool new_groups, char *root, size_t size) {
+        for (size_t i = 0; i < ELEMENTSOF(backends); i++)
+                if (backends[i]->hierarchy(new_groups, root, size) == 0)
+                        return backends[i];
+        return NULL;
+}
+
 int group_set_new(const char *name, uint32_t rt_share_ppm, pid_t owner, GroupSet **ret, char *why, size_t why_size) {
-        /* v1's cpuacct where a hybrid host has it (libcgroup finds no v1
-         * hierarchy on a unified-only host at all: that is the unified
-         * case, not an error). */
-        int r = group_v1_set_new(name, rt_share_ppm, owner, ret, why, why_size);
-        if (r != -EOPNOTSUPP || why[0])
-                return r;
-        return group_unified_set_new(name, owner, ret, why, why_size);
+        int r = -EOPNOTSUPP;
+
+        if (why_size > 0)
+                why[0] = '\0';
+        for (size_t i = 0; i < ELEMENTSOF(backends) && r == -EOPNOTSUPP && !why[0]; i++)
+                r = backends[i]->set_new(name, rt_share_ppm, owner, ret, why, why_size);
+        return r;
 }
 
 static size_t graves_dig(GroupSet *s);
@@ -605,11 +619,8 @@ int group_usage_ns(GroupSet *s, Group *g, int cpu, uint64_t *ret) {
 int group_base_path(const char *name, char *ret, size_t size) {
         char root[PATH_MAX];
 
-        if (group_v1_root(root, sizeof(root)) < 0) {
-                if (!group_unified_usable())
-                        return -EOPNOTSUPP;
-                snprintf(root, sizeof(root), "%s", GROUP_UNIFIED_ROOT);
-        }
+        if (!host_backend(true, root, sizeof(root)))
+                return -EOPNOTSUPP;
         snprintf(ret, size, "%s/%s", root, name);
         return 0;
 }
@@ -617,15 +628,11 @@ int group_base_path(const char *name, char *ret, size_t size) {
 int group_sweep_dead(const char *own_name, void (*demote)(const char *base), unsigned *ret_n) {
         char root[PATH_MAX];
         unsigned n = 0;
-        DIR *d;
 
-        bool unified = group_v1_root(root, sizeof(root)) < 0;
-        if (unified) {
-                if (!group_unified_mounted())
-                        return -EOPNOTSUPP;
-                snprintf(root, sizeof(root), "%s", GROUP_UNIFIED_ROOT);
-        }
-        d = opendir(root);
+        const GroupBackend *b = host_backend(false, root, sizeof(root));
+        if (!b)
+                return -EOPNOTSUPP;
+        DIR *d = opendir(root);
         if (!d)
                 return negative_errno();
         for (struct dirent *de; (de = readdir(d));) {
@@ -642,10 +649,7 @@ int group_sweep_dead(const char *own_name, void (*demote)(const char *base), uns
                         continue;
                 if (demote)
                         demote(base);
-                if (unified)
-                        group_unified_remove(base);
-                else
-                        (void) group_v1_remove(de->d_name);
+                (void) b->remove_instance(root, de->d_name);
                 n++;
         }
         closedir(d);
@@ -656,13 +660,8 @@ int group_sweep_dead(const char *own_name, void (*demote)(const char *base), uns
 int group_set_remove(const char *name) {
         char root[PATH_MAX];
 
-        if (group_v1_root(root, sizeof(root)) < 0) {
-                char base[PATH_MAX + 64];
-                if (!group_unified_mounted())
-                        return -EOPNOTSUPP;
-                snprintf(base, sizeof(base), "%s/%s", GROUP_UNIFIED_ROOT, name);
-                group_unified_remove(base);
-                return 0;
-        }
-        return group_v1_remove(name);
+        const GroupBackend *b = host_backend(false, root, sizeof(root));
+        if (!b)
+                return -EOPNOTSUPP;
+        return b->remove_instance(root, name);
 }
