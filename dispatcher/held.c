@@ -143,7 +143,7 @@ int held_new(const PaceTableReservation *res, bool allow_root, uint32_t capacity
 const char *held_refusal_to_string(int r) {
         switch (r) {
         case HELD_REFUSED_PROTECTED:
-                return "pid 1, kernel threads and the dispatcher itself are never promoted";
+                return "pid 1, kernel threads and the dispatcher itself are never promoted or reniced";
         case HELD_REFUSED_STALE:
                 return "the pid now belongs to another process (start time differs)";
         case HELD_REFUSED_OTHER_OWNER:
@@ -151,6 +151,8 @@ const char *held_refusal_to_string(int r) {
         case HELD_REFUSED_ROOT:
                 return "the process runs as root (a real, effective, saved or file-system uid 0) and "
                        "\"reserve_root_processes\" is off";
+        case HELD_REFUSED_REALTIME:
+                return "the thread is real-time (pace's or its own), and its nice level waits until it is not";
         case -ESRCH:
                 return "the process does not exist";
         case -EBADMSG:

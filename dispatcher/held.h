@@ -225,14 +225,15 @@ typedef struct Held {
  * (max_threads_per_reservation). */
 int held_new(const PaceTableReservation *res, bool allow_root, uint32_t capacity, Held **ret);
 
-/* Why held_new() will not hold the process a table names: positive, so
- * never taken for a failure; each with its sentence
- * (held_refusal_to_string()). */
+/* Why the dispatcher will not do what the table names to a process
+ * (held_new(): hold it; nice_set_apply(): renice it): positive, so never
+ * taken for a failure; each with its sentence (held_refusal_to_string()). */
 typedef enum HeldRefusal {
         HELD_REFUSED_PROTECTED = 1, /* pid 1, a kernel thread, the dispatcher or its monitor */
         HELD_REFUSED_STALE,         /* the pid belongs to another process now */
         HELD_REFUSED_OTHER_OWNER,   /* another user's than the table's */
         HELD_REFUSED_ROOT,          /* root's, and reserve_root_processes is off */
+        HELD_REFUSED_REALTIME,      /* nice only: the thread is real-time, and keeps its policy */
 } HeldRefusal;
 
 /* The sentence for a HeldRefusal, or for one of held_new()'s failures

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "held.h"
 #include "macro.h"
 #include "nice.h"
 #include "proc-util.h"
@@ -75,8 +76,10 @@ static bool same_entry(const Applied *a, const PaceTableNice *n) {
         return a->pid == n->pid && a->tid == n->tid && a->start_time == n->start_time && a->nice == n->nice;
 }
 
-/* Checks n against the kernel and applies it into *ret. Returns 0, or a
- * negative errno with a reason in why. */
+/* Checks n against the kernel and applies it into *ret. Returns 0; a
+ * HeldRefusal where the table names a thread it must not renice; or a
+ * negative errno where it could not tell or could not set it, with a
+ * reason in why. */
 static int apply_one(const PaceTableNice *n, bool allow_root, Applied *ret, char *why, size_t why_size) {
         _cleanup_close_ int pidfd = -EBADF;
         char path[64], stat[1024], status[4096];
@@ -87,7 +90,7 @@ static int apply_one(const PaceTableNice *n, bool allow_root, Applied *ret, char
         int r;
 
         if (n->pid <= 1 || n->pid == getpid())
-                return snprintf(why, why_size, "pid %" PRIi32 " is never reniced", n->pid), -EPERM;
+                return HELD_REFUSED_PROTECTED;
         r = pidfd_open_checked(n->pid, &pidfd);
         if (r >= 0) {
                 snprintf(path, sizeof(path), "/proc/%" PRIi32 "/stat", n->pid);
@@ -110,23 +113,19 @@ static int apply_one(const PaceTableNice *n, bool allow_root, Applied *ret, char
         if (r < 0)
                 return snprintf(why, why_size, "thread %" PRIi32 " of pid %" PRIi32 " is gone", n->tid, n->pid), r;
         if (start_time != n->start_time)
-                return snprintf(why, why_size, "pid %" PRIi32 " is not the process the table names", n->pid),
-                       -ESTALE;
+                return HELD_REFUSED_STALE;
         if (flags & PF_KTHREAD)
-                return snprintf(why, why_size, "pid %" PRIi32 " is a kernel thread", n->pid), -EPERM;
+                return HELD_REFUSED_PROTECTED;
         /* The kernel's word for the owner, as for a reservation. */
         if (proc_status_owner(status, &owner) < 0)
                 return snprintf(why, why_size, "cannot read pid %" PRIi32 "'s owner", n->pid), -EBADMSG;
         if (n->uid != 0 && !proc_owner_is(&owner, n->uid))
-                return snprintf(why, why_size, "pid %" PRIi32 " does not belong to uid %" PRIu32, n->pid, n->uid),
-                       -EACCES;
+                return HELD_REFUSED_OTHER_OWNER;
         if (proc_owner_has_root(&owner) && !allow_root)
-                return snprintf(why, why_size, "pid %" PRIi32 " runs as root and \"reserve_root_processes\" is off",
-                                n->pid), -EPERM;
+                return HELD_REFUSED_ROOT;
         /* A real-time thread (one pace runs, or its own) keeps its policy. */
         if (sched_attr_is_realtime(&orig))
-                return snprintf(why, why_size, "thread %" PRIi32 " is real-time; its nice level waits", n->tid),
-                       -EBUSY;
+                return HELD_REFUSED_REALTIME;
 
         want = (PaceSchedAttr) {
                 .size = sizeof(want),
@@ -174,7 +173,12 @@ size_t nice_set_apply(NiceSet *s, const PaceTableBuffer *t, bool allow_root, cha
                         have = same_entry(&s->applied[i], &t->nice[j]);
                 if (have || s->n >= PACE_MAX_NICE_THREADS)
                         continue;
-                if (apply_one(&t->nice[j], allow_root, &s->applied[s->n], why, why_size) == 0) {
+                const PaceTableNice *n = &t->nice[j];
+                int r = apply_one(n, allow_root, &s->applied[s->n], why, why_size);
+                if (r > 0)
+                        snprintf(why, why_size, "thread %" PRIi32 " of pid %" PRIi32 ": %s", n->tid, n->pid,
+                                 held_refusal_to_string(r));
+                if (r == 0) {
                         s->n++;
                         changed++;
                 }
