@@ -41,6 +41,14 @@ static size_t signed_decimal_length(const char **s, bool *ret_negative) {
         return decimal_length(*s);
 }
 
+/* The same for a value that must start with a number: -EINVAL without. */
+static int leading_decimal(const char **s, bool *ret_negative, size_t *ret_len) {
+        if (!*s)
+                return -EINVAL;
+        *ret_len = signed_decimal_length(s, ret_negative);
+        return *ret_len == 0 ? -EINVAL : 0;
+}
+
 static int mul_add_u64(uint64_t *v, uint64_t mul, uint64_t add) {
         if (*v > (UINT64_MAX - add) / mul)
                 return -ERANGE;
@@ -99,11 +107,9 @@ int parse_duration_ns(const char *s, uint64_t *ret_ns) {
         size_t len;
         int r;
 
-        if (!s)
-                return -EINVAL;
-        len = signed_decimal_length(&s, &negative);
-        if (len == 0)
-                return -EINVAL;
+        r = leading_decimal(&s, &negative, &len);
+        if (r < 0)
+                return r;
 
         for (size_t i = 0; i < ELEMENTSOF(units); i++) {
                 if (strcmp(s + len, units[i].suffix) != 0)
@@ -131,11 +137,9 @@ int parse_utilization_ppm(const char *s, uint32_t *ret_ppm) {
         size_t len;
         int r;
 
-        if (!s)
-                return -EINVAL;
-        len = signed_decimal_length(&s, &negative);
-        if (len == 0)
-                return -EINVAL;
+        r = leading_decimal(&s, &negative, &len);
+        if (r < 0)
+                return r;
         if (s[len] == '%' && s[len + 1] == '\0')
                 percent = true;
         else if (s[len] == '\0')
@@ -177,20 +181,6 @@ static int parse_digits(const char *s, uint64_t max, uint64_t *ret) {
         return 0;
 }
 
-int parse_pid(const char *s, pid_t *ret_pid) {
-        uint64_t v;
-        int r;
-
-        r = parse_digits(s, INT32_MAX, &v);
-        if (r < 0)
-                return r;
-        if (v == 0)
-                return -ERANGE;
-
-        *ret_pid = (pid_t) v;
-        return 0;
-}
-
 int parse_uint32(const char *s, uint32_t *ret) {
         uint64_t v;
         int r;
@@ -200,6 +190,21 @@ int parse_uint32(const char *s, uint32_t *ret) {
                 return r;
 
         *ret = (uint32_t) v;
+        return 0;
+}
+
+/* A pid is a positive int: parse_uint32()'s digits, at most INT32_MAX. */
+int parse_pid(const char *s, pid_t *ret_pid) {
+        uint32_t v;
+        int r;
+
+        r = parse_uint32(s, &v);
+        if (r < 0)
+                return r;
+        if (v == 0 || v > INT32_MAX)
+                return -ERANGE;
+
+        *ret_pid = (pid_t) v;
         return 0;
 }
 
