@@ -128,39 +128,49 @@ int table_reader_open(const char *path, TableReader **ret) {
         return table_reader_openat(AT_FDCWD, path, ret);
 }
 
-int table_reader_openat(int dir_fd, const char *name, TableReader **ret) {
-        _cleanup_close_ int fd = -EBADF;
+int table_file_open(int dir_fd, const char *name, uint64_t *ret_size) {
+        _cleanup_close_ int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         struct stat st;
-        const void *base;
 
-        /* O_NONBLOCK: whoever writes the directory could leave a FIFO under
-         * the name, and a blocking open of a FIFO waits for a writer that
-         * never comes. */
-        fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0)
                 return negative_errno();
         if (fstat(fd, &st) < 0)
                 return negative_errno();
         if (!S_ISREG(st.st_mode))
                 return -EMEDIUMTYPE;
+        *ret_size = (uint64_t) st.st_size;
+        return TAKE_FD(fd);
+}
+
+int table_header_check(const PaceTableHeader *h) {
+        if (h->magic != PACE_TABLE_MAGIC)
+                return -EBADMSG;
+        if (h->version != PACE_TABLE_VERSION || h->header_size != PACE_TABLE_HEADER_SIZE ||
+            h->buffer_size != sizeof(PaceTableBuffer))
+                return -EPROTO;
+        return 0;
+}
+
+int table_reader_openat(int dir_fd, const char *name, TableReader **ret) {
+        _cleanup_close_ int fd = -EBADF;
+        uint64_t size;
+        const void *base;
+
+        fd = table_file_open(dir_fd, name, &size);
+        if (fd < 0)
+                return fd;
         /* The mapping must cover everything we will index. The writer can
          * still truncate the file later, turning a read into SIGBUS: readers
          * that must survive that (the dispatcher) copy snapshots under a
          * SIGBUS guard. */
-        if ((uint64_t) st.st_size < PACE_TABLE_FILE_SIZE)
+        if (size < PACE_TABLE_FILE_SIZE)
                 return -EBADMSG;
 
         base = mmap(NULL, PACE_TABLE_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
         if (base == MAP_FAILED)
                 return negative_errno();
 
-        const PaceTableHeader *h = header_of(base);
-        int r = 0;
-        if (h->magic != PACE_TABLE_MAGIC)
-                r = -EBADMSG;
-        else if (h->version != PACE_TABLE_VERSION || h->header_size != PACE_TABLE_HEADER_SIZE ||
-                 h->buffer_size != sizeof(PaceTableBuffer))
-                r = -EPROTO;
+        int r = table_header_check(header_of(base));
         if (r < 0) {
                 munmap((void *) base, PACE_TABLE_FILE_SIZE);
                 return r;

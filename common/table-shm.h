@@ -31,6 +31,14 @@ const PaceTableBuffer *table_writer_current(const TableWriter *w);
  * -EPROTO), and that it is a regular file (-EMEDIUMTYPE). Never blocks,
  * whatever sits under the name. The file's owner is not trusted either way. */
 int table_reader_open(const char *path, TableReader **ret);
+/* The table file under name opened as every reader must: never blocking
+ * (whoever writes the directory could leave a FIFO there), not through a
+ * symbolic link, a regular file only (-EMEDIUMTYPE). The fd, or a
+ * negative errno; its size in *ret_size. */
+int table_file_open(int dir_fd, const char *name, uint64_t *ret_size);
+/* A header read from the file: its magic (-EBADMSG), then its version and
+ * sizes (-EPROTO) are this build's. */
+int table_header_check(const PaceTableHeader *h);
 int table_reader_openat(int dir_fd, const char *name, TableReader **ret);
 TableReader *table_reader_free(TableReader *r);
 

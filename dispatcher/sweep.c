@@ -18,6 +18,7 @@
 #include "proc-util.h"
 #include "sched-util.h"
 #include "sweep.h"
+#include "table-shm.h"
 
 /* What a dead dispatcher may have left: our running priority, or any
  * real-time policy the process could not have given itself (a client may
@@ -315,28 +316,22 @@ static int pread_all(int fd, void *buf, size_t size, off_t offset) {
 }
 
 int sweep_table_file(const char *path, PaceTableBuffer *scratch, unsigned *ret_demoted) {
-        /* Non-blocking, and a regular file only: the broker's user owns the
-         * directory and could leave a FIFO there to hang the monitor. */
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        /* The broker's user owns the directory and could leave a FIFO
+         * there to hang the monitor: table_file_open() never blocks. */
+        uint64_t size;
+        _cleanup_close_ int fd = table_file_open(AT_FDCWD, path, &size);
         PaceTableHeader h;
-        struct stat st;
         unsigned n = 0;
         int r;
 
         if (fd < 0)
-                return negative_errno();
-        if (fstat(fd, &st) < 0)
-                return negative_errno();
-        if (!S_ISREG(st.st_mode))
-                return -EMEDIUMTYPE;
+                return fd;
         r = pread_all(fd, &h, sizeof(h), 0);
         if (r < 0)
                 return r;
-        if (h.magic != PACE_TABLE_MAGIC)
-                return -EBADMSG;
-        if (h.version != PACE_TABLE_VERSION || h.header_size != PACE_TABLE_HEADER_SIZE ||
-            h.buffer_size != sizeof(PaceTableBuffer))
-                return -EPROTO;
+        r = table_header_check(&h);
+        if (r < 0)
+                return r;
         /* The published buffer first: it is the likelier one in force. A
          * torn copy is harmless: every entry is identity-checked and only
          * threads at our running priority are touched. */
