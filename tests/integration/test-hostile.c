@@ -137,12 +137,16 @@ TEST(a_promoted_thread_that_moves_itself_to_another_cpu_takes_nothing_there) {
         run_cpu0_attack(affinity_attacker, 2, "to CPU 0 every 1 ms");
 }
 
+/* Without a cpuset the first run that finds a member elsewhere revokes the
+ * reservation: a second thread registered after that run is never
+ * promoted, so one promoted thread is the attack mounted (CI saw 1 of 2 in
+ * one run of the hopping case, the hog at 99.2%). */
 TEST(a_promoted_thread_that_moves_itself_away_is_caught_without_a_cpuset) {
         if (skip())
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
         atomic_store(&affinity_mode, 0);
         attack_unified = true;
-        run_cpu0_attack(affinity_attacker, 2, "unified hierarchy only, to CPU 0 every 1 ms");
+        run_cpu0_attack(affinity_attacker, 1, "unified hierarchy only, to CPU 0 every 1 ms");
         attack_unified = false;
 }
 
@@ -151,7 +155,7 @@ TEST(a_thread_that_hops_between_cpus_is_caught_without_a_cpuset) {
                 TEST_SKIP("needs root, 2 CPUs and the built daemons");
         atomic_store(&affinity_mode, 1);
         attack_unified = true;
-        run_cpu0_attack(affinity_attacker, 2, "unified hierarchy only, CPU 0 / CPU 1 every 5 ms");
+        run_cpu0_attack(affinity_attacker, 1, "unified hierarchy only, CPU 0 / CPU 1 every 5 ms");
         attack_unified = false;
 }
 
