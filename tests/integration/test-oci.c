@@ -132,16 +132,22 @@ static void container_start(Container *c) {
         }
 }
 
+/* A shell command's output (stdout and whatever it redirects there) in out,
+ * NUL-terminated: its exit status, -1 if it could not run or was killed. */
+static int capture(const char *cmd, char *out, size_t size) {
+        FILE *f = popen(cmd, "r");
+        size_t n = f ? fread(out, 1, size - 1, f) : 0;
+        out[n] = '\0';
+        int status = f ? pclose(f) : -1;
+        return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* The container's init on the host, from crun's state, once it runs. */
 static pid_t container_init(const Container *c) {
         for (int i = 0; i < 300; i++) {
                 char cmd[160], out[4096] = "";
                 snprintf(cmd, sizeof(cmd), CRUN " state %s 2>/dev/null", c->name);
-                FILE *f = popen(cmd, "r");
-                size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
-                if (f)
-                        pclose(f);
-                out[n] = '\0';
+                (void) capture(cmd, out, sizeof(out));
                 const char *p = strstr(out, "\"pid\":");
                 if (p && strstr(out, "\"running\"")) {
                         long pid = strtol(p + 6, NULL, 10);
@@ -216,11 +222,7 @@ static void read_log_with(const Container *c, const char *needle, char *buf, siz
 static bool broker_lists(const Stack *s, pid_t pid) {
         char cmd[400], out[8192] = "";
         snprintf(cmd, sizeof(cmd), "timeout 5 %s --socket %s status 2>&1", getenv("PACECTL"), s->broker.socket);
-        FILE *f = popen(cmd, "r");
-        size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
-        if (f)
-                pclose(f);
-        out[n] = '\0';
+        (void) capture(cmd, out, sizeof(out));
         char needle[32];
         snprintf(needle, sizeof(needle), " %d ", (int) pid);
         return strstr(out, needle) != NULL;
@@ -378,12 +380,7 @@ static int podman(const char *dir, const char *args, char *out, size_t size) {
                  "unshare -m sh -c 'umount /sys/fs/cgroup/unified 2>/dev/null; exec taskset -c %d timeout 60 " PODMAN
                  " --root %s/root --runroot %s/run --cgroup-manager=cgroupfs --hooks-dir %s/hooks %s' 2>&1",
                  STACK_CPU, dir, dir, dir, args);
-        FILE *f = popen(cmd, "r");
-        ASSERT_TRUE(f);
-        size_t n = fread(out, 1, size - 1, f);
-        out[n] = '\0';
-        int status = pclose(f);
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return capture(cmd, out, size);
 }
 
 TEST(podman_reserves_an_annotated_container_through_the_installed_hooks_file) {
